@@ -1,0 +1,24 @@
+/* atomic.h - atomic file replacement.
+ *
+ * A reader sees either the old file or the whole new one, also after a
+ * crash: write a temporary file in the same directory, fsync it, rename it
+ * over the target, fsync the directory (rename is atomic within a file
+ * system; the directory fsync makes the rename itself durable). */
+#ifndef SFMA_ATOMIC_H
+#define SFMA_ATOMIC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+/* Replace dirfd/name with data. name must be a single component (no '/').
+ * The temporary file is removed on any failure. Returns 0 or -1 (e filled). */
+int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
+                    mode_t mode, struct sfma_err *e);
+
+/* Same for a path: its directory is opened, then atomic_write_at. */
+int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
+                 struct sfma_err *e);
+
+#endif

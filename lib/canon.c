@@ -1,0 +1,505 @@
+/* canon.c - RFC 8785 canonical JSON: serializer and one-pass checker. */
+#include "canon.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- numbers ---------------------------------------------------------- */
+
+/* ECMAScript Number::toString (ECMA-262 7.1.12.1): the shortest digit
+ * string that reads back as d, then placed by the exponent rules. */
+int canon_number(double d, char *out)
+{
+	if (!isfinite(d))
+		return -1;
+	if (d == 0) /* also -0, which ECMAScript prints as "0" */
+		return sprintf(out, "0");
+	/* Exact integers below 2^53 print as plain digits: the common case. */
+	if (fabs(d) < 9007199254740992.0 && d == floor(d))
+		return sprintf(out, "%.0f", d);
+
+	char tmp[40], digits[20];
+	int k = 0, exp10 = 0;
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(tmp, sizeof tmp, "%.*e", prec - 1, d);
+		if (strtod(tmp, NULL) == d || prec == 17)
+			break;
+	}
+	/* tmp is "-d.ddde+XX": collect the digits and the exponent. */
+	const char *p = tmp;
+	int neg = 0;
+	if (*p == '-') {
+		neg = 1;
+		p++;
+	}
+	for (; *p && *p != 'e'; p++)
+		if (*p >= '0' && *p <= '9')
+			digits[k++] = *p;
+	exp10 = atoi(p + 1);
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	digits[k] = '\0';
+
+	int n = exp10 + 1; /* value = 0.digits * 10^n */
+	char *o = out;
+	if (neg)
+		*o++ = '-';
+	if (k <= n && n <= 21) {
+		memcpy(o, digits, (size_t)k);
+		o += k;
+		for (int i = 0; i < n - k; i++)
+			*o++ = '0';
+	} else if (0 < n && n <= 21) {
+		memcpy(o, digits, (size_t)n);
+		o += n;
+		*o++ = '.';
+		memcpy(o, digits + n, (size_t)(k - n));
+		o += k - n;
+	} else if (-6 < n && n <= 0) {
+		*o++ = '0';
+		*o++ = '.';
+		for (int i = 0; i < -n; i++)
+			*o++ = '0';
+		memcpy(o, digits, (size_t)k);
+		o += k;
+	} else {
+		*o++ = digits[0];
+		if (k > 1) {
+			*o++ = '.';
+			memcpy(o, digits + 1, (size_t)(k - 1));
+			o += k - 1;
+		}
+		o += sprintf(o, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+	}
+	*o = '\0';
+	return (int)(o - out);
+}
+
+/* ---- strings ---------------------------------------------------------- */
+
+void canon_string(const char *s, size_t n, struct buf *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t run = 0;
+	buf_addc(out, '"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		buf_add(out, s + run, i - run);
+		run = i + 1;
+		switch (c) {
+		case '"': buf_add(out, "\\\"", 2); break;
+		case '\\': buf_add(out, "\\\\", 2); break;
+		case '\b': buf_add(out, "\\b", 2); break;
+		case '\f': buf_add(out, "\\f", 2); break;
+		case '\n': buf_add(out, "\\n", 2); break;
+		case '\r': buf_add(out, "\\r", 2); break;
+		case '\t': buf_add(out, "\\t", 2); break;
+		default: {
+			char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+			buf_add(out, u, 6);
+		}
+		}
+	}
+	buf_add(out, s + run, n - run);
+	buf_addc(out, '"');
+}
+
+/* Decode the code point at s[*i] (valid UTF-8 assumed; a stray byte is
+ * taken as itself) and advance *i. */
+static uint32_t next_cp(const unsigned char *s, size_t n, size_t *i)
+{
+	uint32_t c = s[*i];
+	int more = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+	if (more)
+		c &= 0x3Fu >> more;
+	(*i)++;
+	while (more-- > 0 && *i < n)
+		c = (c << 6) | (s[(*i)++] & 0x3Fu);
+	return c;
+}
+
+int utf16_cmp(const char *a, size_t an, const char *b, size_t bn)
+{
+	size_t m = an < bn ? an : bn, i = 0;
+	while (i < m && a[i] == b[i])
+		i++;
+	if (i == m)
+		return an < bn ? -1 : an > bn;
+	/* Back up to the start of the code point holding the first difference. */
+	while (i > 0 && ((unsigned char)a[i] & 0xC0) == 0x80)
+		i--;
+	size_t ia = i, ib = i;
+	uint32_t ca = next_cp((const unsigned char *)a, an, &ia);
+	uint32_t cb = next_cp((const unsigned char *)b, bn, &ib);
+	/* Map to the first UTF-16 unit: astral characters become high
+	 * surrogates (0xD800..0xDBFF), which sort below U+E000..U+FFFF. */
+	uint32_t ua = ca >= 0x10000 ? 0xD800 + ((ca - 0x10000) >> 10) : ca;
+	uint32_t ub = cb >= 0x10000 ? 0xD800 + ((cb - 0x10000) >> 10) : cb;
+	if (ua != ub)
+		return ua < ub ? -1 : 1;
+	/* Same high surrogate: the low surrogates order like the code points. */
+	return ca < cb ? -1 : ca > cb;
+}
+
+/* ---- serializer ------------------------------------------------------- */
+
+struct member {
+	const char *key;
+	size_t len;
+	json_t *value;
+};
+
+static int member_cmp(const void *x, const void *y)
+{
+	const struct member *a = x, *b = y;
+	return utf16_cmp(a->key, a->len, b->key, b->len);
+}
+
+static int dump(const json_t *v, struct buf *out, struct sfma_err *e, int pretty, int depth)
+{
+	char num[40];
+	switch (json_typeof(v)) {
+	case JSON_NULL: buf_add(out, "null", 4); return 0;
+	case JSON_TRUE: buf_add(out, "true", 4); return 0;
+	case JSON_FALSE: buf_add(out, "false", 5); return 0;
+	case JSON_STRING:
+		canon_string(json_string_value(v), json_string_length(v), out);
+		return 0;
+	case JSON_INTEGER:
+		buf_printf(out, "%lld", (long long)json_integer_value(v));
+		return 0;
+	case JSON_REAL: {
+		int n = canon_number(json_real_value(v), num);
+		if (n < 0)
+			return err_set(e, "number has no JSON form (NaN or infinity)");
+		buf_add(out, num, (size_t)n);
+		return 0;
+	}
+	case JSON_ARRAY: {
+		size_t n = json_array_size(v);
+		if (n == 0) {
+			buf_add(out, "[]", 2);
+			return 0;
+		}
+		buf_addc(out, '[');
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				buf_addc(out, ',');
+			if (pretty)
+				buf_printf(out, "\n%*s", 2 * (depth + 1), "");
+			if (dump(json_array_get(v, i), out, e, pretty, depth + 1) < 0)
+				return -1;
+		}
+		if (pretty)
+			buf_printf(out, "\n%*s", 2 * depth, "");
+		buf_addc(out, ']');
+		return 0;
+	}
+	case JSON_OBJECT: {
+		size_t n = json_object_size(v), k = 0;
+		if (n == 0) {
+			buf_add(out, "{}", 2);
+			return 0;
+		}
+		struct member *m = xmalloc(n * sizeof *m);
+		for (void *it = json_object_iter((json_t *)v); it;
+		     it = json_object_iter_next((json_t *)v, it)) {
+			m[k].key = json_object_iter_key(it);
+			m[k].len = json_object_iter_key_len(it);
+			m[k].value = json_object_iter_value(it);
+			k++;
+		}
+		if (!pretty)
+			qsort(m, k, sizeof *m, member_cmp);
+		buf_addc(out, '{');
+		int rc = 0;
+		for (size_t i = 0; i < k && rc == 0; i++) {
+			if (i)
+				buf_addc(out, ',');
+			if (pretty)
+				buf_printf(out, "\n%*s", 2 * (depth + 1), "");
+			canon_string(m[i].key, m[i].len, out);
+			buf_add(out, pretty ? ": " : ":", pretty ? 2 : 1);
+			rc = dump(m[i].value, out, e, pretty, depth + 1);
+		}
+		free(m);
+		if (rc < 0)
+			return -1;
+		if (pretty)
+			buf_printf(out, "\n%*s", 2 * depth, "");
+		buf_addc(out, '}');
+		return 0;
+	}
+	}
+	return err_set(e, "unknown JSON type");
+}
+
+int canon_dump(const json_t *v, struct buf *out, struct sfma_err *e)
+{
+	return dump(v, out, e, 0, 0);
+}
+
+int canon_dump_pretty(const json_t *v, struct buf *out, struct sfma_err *e)
+{
+	return dump(v, out, e, 1, 0);
+}
+
+/* ---- one-pass checker ------------------------------------------------- */
+
+#define SCAN_MAX_DEPTH 64
+
+struct scanner {
+	const unsigned char *s;
+	size_t n, i;
+	struct canon_scan *top;
+};
+
+/* A canonical string: raw UTF-8 (strictly valid), escapes only where the
+ * canonical form puts them. Sets *escaped if any escape was seen. */
+static int scan_string(struct scanner *sc, int *escaped)
+{
+	const unsigned char *s = sc->s;
+	size_t i = sc->i + 1, n = sc->n;
+	*escaped = 0;
+	while (i < n) {
+		unsigned char c = s[i];
+		if (c == '"') {
+			sc->i = i + 1;
+			return 1;
+		}
+		if (c < 0x20)
+			return 0;
+		if (c == '\\') {
+			*escaped = 1;
+			if (i + 1 >= n)
+				return 0;
+			switch (s[i + 1]) {
+			case '"': case '\\': case 'b': case 'f': case 'n': case 'r': case 't':
+				i += 2;
+				continue;
+			case 'u':
+				if (i + 5 >= n || s[i + 2] != '0' || s[i + 3] != '0' ||
+				    (s[i + 4] != '0' && s[i + 4] != '1'))
+					return 0;
+				unsigned char h = s[i + 5];
+				int lo = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+				if (lo < 0)
+					return 0;
+				int val = (s[i + 4] - '0') * 16 + lo;
+				if (val == '\b' || val == '\f' || val == '\n' || val == '\r' || val == '\t')
+					return 0;
+				i += 6;
+				continue;
+			default:
+				return 0;
+			}
+		}
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		/* Strict UTF-8: no overlongs, no surrogates, nothing past U+10FFFF. */
+		int more;
+		uint32_t cp, min;
+		if (c >= 0xC2 && c <= 0xDF) { more = 1; cp = c & 0x1F; min = 0x80; }
+		else if (c >= 0xE0 && c <= 0xEF) { more = 2; cp = c & 0x0F; min = 0x800; }
+		else if (c >= 0xF0 && c <= 0xF4) { more = 3; cp = c & 0x07; min = 0x10000; }
+		else return 0;
+		if (i + (size_t)more >= n)
+			return 0;
+		for (int k = 1; k <= more; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return 0;
+			cp = (cp << 6) | (s[i + k] & 0x3F);
+		}
+		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+			return 0;
+		i += (size_t)more + 1;
+	}
+	return 0;
+}
+
+static int is_digit(unsigned char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static int scan_number(struct scanner *sc)
+{
+	const unsigned char *s = sc->s;
+	size_t i = sc->i, n = sc->n, start = i;
+	int simple = 1;
+	if (i < n && s[i] == '-')
+		i++;
+	if (i >= n || !is_digit(s[i]))
+		return 0;
+	if (s[i] == '0') {
+		i++;
+		if (i < n && is_digit(s[i]))
+			return 0;
+	} else {
+		while (i < n && is_digit(s[i]))
+			i++;
+	}
+	if (i < n && s[i] == '.') {
+		simple = 0;
+		i++;
+		if (i >= n || !is_digit(s[i]))
+			return 0;
+		while (i < n && is_digit(s[i]))
+			i++;
+	}
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		simple = 0;
+		i++;
+		if (i < n && (s[i] == '+' || s[i] == '-'))
+			i++;
+		if (i >= n || !is_digit(s[i]))
+			return 0;
+		while (i < n && is_digit(s[i]))
+			i++;
+	}
+	size_t len = i - start;
+	sc->i = i;
+	/* Plain integers of at most 15 digits are exact doubles printed as
+	 * themselves - except "-0", which prints as "0". */
+	if (simple && len <= 15 && !(len == 2 && s[start] == '-' && s[start + 1] == '0'))
+		return 1;
+	if (len > 400)
+		return 0;
+	char tmp[408], canon[40];
+	memcpy(tmp, s + start, len);
+	tmp[len] = '\0';
+	int cl = canon_number(strtod(tmp, NULL), canon);
+	return cl == (int)len && memcmp(canon, tmp, len) == 0;
+}
+
+static int scan_value(struct scanner *sc, int depth);
+
+static void note_member(struct scanner *sc, const unsigned char *key, size_t klen,
+                        size_t member_off, size_t value_off)
+{
+	struct canon_member *m = NULL;
+	struct canon_scan *t = sc->top;
+	if (klen == 4 && memcmp(key, "hash", 4) == 0) m = &t->hash;
+	else if (klen == 8 && memcmp(key, "prevHash", 8) == 0) m = &t->prev_hash;
+	else if (klen == 3 && memcmp(key, "seq", 3) == 0) m = &t->seq;
+	else if (klen == 4 && memcmp(key, "kind", 4) == 0) m = &t->kind;
+	else if (klen == 2 && memcmp(key, "id", 2) == 0) m = &t->id;
+	if (!m)
+		return;
+	m->present = 1;
+	m->member_off = member_off;
+	m->member_len = sc->i - member_off;
+	m->value_off = value_off;
+	m->value_len = sc->i - value_off;
+}
+
+static int scan_object(struct scanner *sc, int depth)
+{
+	const unsigned char *prev = NULL;
+	size_t prev_len = 0;
+	sc->i++; /* '{' */
+	if (sc->i < sc->n && sc->s[sc->i] == '}') {
+		sc->i++;
+		return 1;
+	}
+	for (;;) {
+		size_t member_off = sc->i;
+		int escaped;
+		if (sc->i >= sc->n || sc->s[sc->i] != '"' || !scan_string(sc, &escaped))
+			return 0;
+		/* Keys with escapes would have to be decoded to be ordered: rare
+		 * enough in traces to leave to the tree path. */
+		if (escaped)
+			return 0;
+		const unsigned char *key = sc->s + member_off + 1;
+		size_t klen = sc->i - member_off - 2;
+		if (prev && utf16_cmp((const char *)prev, prev_len, (const char *)key, klen) >= 0)
+			return 0;
+		prev = key;
+		prev_len = klen;
+		if (sc->i >= sc->n || sc->s[sc->i] != ':')
+			return 0;
+		sc->i++;
+		size_t value_off = sc->i;
+		if (!scan_value(sc, depth + 1))
+			return 0;
+		if (depth == 0)
+			note_member(sc, key, klen, member_off, value_off);
+		if (sc->i >= sc->n)
+			return 0;
+		if (sc->s[sc->i] == '}') {
+			sc->i++;
+			return 1;
+		}
+		if (sc->s[sc->i] != ',')
+			return 0;
+		sc->i++;
+	}
+}
+
+static int scan_value(struct scanner *sc, int depth)
+{
+	if (sc->i >= sc->n || depth > SCAN_MAX_DEPTH)
+		return 0;
+	switch (sc->s[sc->i]) {
+	case '{':
+		return scan_object(sc, depth);
+	case '[':
+		sc->i++;
+		if (sc->i < sc->n && sc->s[sc->i] == ']') {
+			sc->i++;
+			return 1;
+		}
+		for (;;) {
+			if (!scan_value(sc, depth + 1) || sc->i >= sc->n)
+				return 0;
+			if (sc->s[sc->i] == ']') {
+				sc->i++;
+				return 1;
+			}
+			if (sc->s[sc->i] != ',')
+				return 0;
+			sc->i++;
+		}
+	case '"': {
+		int escaped;
+		return scan_string(sc, &escaped);
+	}
+	case 't':
+		if (sc->n - sc->i >= 4 && memcmp(sc->s + sc->i, "true", 4) == 0) {
+			sc->i += 4;
+			return 1;
+		}
+		return 0;
+	case 'f':
+		if (sc->n - sc->i >= 5 && memcmp(sc->s + sc->i, "false", 5) == 0) {
+			sc->i += 5;
+			return 1;
+		}
+		return 0;
+	case 'n':
+		if (sc->n - sc->i >= 4 && memcmp(sc->s + sc->i, "null", 4) == 0) {
+			sc->i += 4;
+			return 1;
+		}
+		return 0;
+	default:
+		return scan_number(sc);
+	}
+}
+
+int canon_scan(const char *line, size_t n, struct canon_scan *out)
+{
+	struct scanner sc = {(const unsigned char *)line, n, 0, out};
+	memset(out, 0, sizeof *out);
+	if (n == 0 || line[0] != '{')
+		return 0;
+	return scan_object(&sc, 0) && sc.i == n;
+}

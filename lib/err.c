@@ -1,0 +1,123 @@
+/* err.c - die/warnx and the library's error out-parameter. */
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prog = "sfma";
+
+void set_progname(const char *argv0)
+{
+	const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
+	if (argv0 && *argv0)
+		prog = slash ? slash + 1 : argv0;
+}
+
+const char *progname(void)
+{
+	return prog;
+}
+
+/* Keep a message on one line whatever the caller formatted into it. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if (*s == '\n' || *s == '\r')
+			*s = ' ';
+}
+
+static void vreport(const char *fmt, va_list ap)
+{
+	char buf[2048];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	one_line(buf);
+	fprintf(stderr, "%s: %s\n", prog, buf);
+	fflush(stderr);
+}
+
+void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(fmt, ap);
+	va_end(ap);
+	exit(1);
+}
+
+void die_status(int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(fmt, ap);
+	va_end(ap);
+	exit(status);
+}
+
+void warnx(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(fmt, ap);
+	va_end(ap);
+}
+
+int err_set(struct sfma_err *e, const char *fmt, ...)
+{
+	va_list ap;
+	if (!e)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(e->text, sizeof e->text, fmt, ap);
+	va_end(ap);
+	one_line(e->text);
+	return -1;
+}
+
+int err_prefix(struct sfma_err *e, const char *fmt, ...)
+{
+	char head[SFMA_ERR_MAX], both[2 * SFMA_ERR_MAX + 2];
+	va_list ap;
+	if (!e)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(head, sizeof head, fmt, ap);
+	va_end(ap);
+	snprintf(both, sizeof both, "%s: %s", head, e->text);
+	snprintf(e->text, sizeof e->text, "%s", both);
+	one_line(e->text);
+	return -1;
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		die("out of memory");
+	return p;
+}

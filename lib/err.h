@@ -1,0 +1,44 @@
+/* err.h - the one error family of sfma.
+ *
+ * Programs report with die()/warnx(): one line on stderr, "<prog>: <text>".
+ * The library never prints and never exits: it fills a struct sfma_err and
+ * returns -1; the program decides what to say. */
+#ifndef SFMA_ERR_H
+#define SFMA_ERR_H
+
+#include <stddef.h>
+
+#define SFMA_ERR_MAX 512
+
+struct sfma_err {
+	char text[SFMA_ERR_MAX];
+};
+
+/* Set the program name used as the prefix of every message. Call first in main. */
+void set_progname(const char *argv0);
+const char *progname(void);
+
+/* Print "<prog>: <fmt>\n" on stderr and exit(1). */
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Like die() with a chosen exit status. */
+_Noreturn void die_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "<prog>: <fmt>\n" on stderr and return. */
+void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Fill e (if non-NULL) with a formatted one-line message; always returns -1
+ * so that library code can write `return err_set(e, ...)`. Newlines in the
+ * text are replaced by spaces: every message stays one line. */
+int err_set(struct sfma_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prefix an existing message: "<prefix>: <old text>". Returns -1. */
+int err_prefix(struct sfma_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Allocation that cannot fail: dies with "out of memory" (programs only;
+ * the library uses them too since an allocation failure is fatal for every
+ * stage - a comment at each call site is not needed). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+#endif

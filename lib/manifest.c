@@ -1,0 +1,406 @@
+/* manifest.c - schema v2 validation, shared by every stage. */
+#include "manifest.h"
+#include "err.h"
+#include "ndjson.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void reason(struct reasons *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reason(struct reasons *r, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	r->items = xrealloc(r->items, (r->n + 1) * sizeof *r->items);
+	r->items[r->n++] = xstrdup(text);
+}
+
+void reasons_free(struct reasons *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		free(r->items[i]);
+	free(r->items);
+	r->items = NULL;
+	r->n = 0;
+}
+
+char *path_normalize(const char *p)
+{
+	if (!p || !*p || p[0] == '/')
+		return NULL;
+	size_t n = strlen(p);
+	char *out = xmalloc(n + 1), *o = out;
+	const char *s = p;
+	while (*s) {
+		const char *end = strchr(s, '/');
+		size_t len = end ? (size_t)(end - s) : strlen(s);
+		if (len == 2 && s[0] == '.' && s[1] == '.') {
+			free(out);
+			return NULL;
+		}
+		if (len > 0 && !(len == 1 && s[0] == '.')) {
+			if (o != out)
+				*o++ = '/';
+			memcpy(o, s, len);
+			o += len;
+		}
+		s += len;
+		if (*s == '/')
+			s++;
+	}
+	*o = '\0';
+	if (o == out) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+static int in_list(char **list, size_t n, const char *p)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(list[i], p) == 0)
+			return 1;
+	return 0;
+}
+
+int manifest_is_output(const struct manifest *m, const char *p)
+{
+	return in_list(m->outputs, m->n_outputs, p);
+}
+
+int manifest_is_input(const struct manifest *m, const char *p)
+{
+	return in_list(m->inputs, m->n_inputs, p);
+}
+
+/* An integer field: absent gives def; present must be an integer in [lo, hi]. */
+static long int_field(json_t *doc, const char *key, int required, long def, long lo,
+                      long hi, struct reasons *why)
+{
+	json_t *v = json_object_get(doc, key);
+	long long x;
+	if (!v) {
+		if (required)
+			reason(why, "%s is required", key);
+		return def;
+	}
+	if (!json_integer_of(v, &x) || x < lo || x > hi) {
+		if (hi >= 1000000000L)
+			reason(why, "%s must be an integer >= %ld", key, lo);
+		else
+			reason(why, "%s must be an integer from %ld to %ld", key, lo, hi);
+		return def;
+	}
+	return (long)x;
+}
+
+static double prob_field(json_t *obj, const char *where, const char *key, double def,
+                         struct reasons *why)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return def;
+	if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1) {
+		reason(why, "%s.%s must be a number from 0 to 1", where, key);
+		return def;
+	}
+	return json_number_value(v);
+}
+
+static char **path_list(json_t *doc, const char *key, size_t *count, int outputs,
+                        struct reasons *why)
+{
+	json_t *arr = json_object_get(doc, key);
+	*count = 0;
+	if (!arr) {
+		reason(why, "%s is required", key);
+		return NULL;
+	}
+	if (!json_is_array(arr)) {
+		reason(why, "%s must be an array of relative paths", key);
+		return NULL;
+	}
+	char **list = xcalloc(json_array_size(arr) + 1, sizeof *list);
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v) {
+		const char *s = json_string_value(v);
+		char *norm = NULL;
+		if (!json_is_string(v) || !*s || strlen(s) != json_string_length(v)) {
+			reason(why, "%s[%zu] must be a non-empty path", key, i);
+			continue;
+		}
+		if (s[0] == '/') {
+			reason(why, "%s[%zu] %s: must be a relative path", key, i, s);
+			continue;
+		}
+		if (!(norm = path_normalize(s))) {
+			reason(why, "%s[%zu] %s: must not climb out with ..", key, i, s);
+			continue;
+		}
+		if (outputs && (strcmp(norm, ".sfma") == 0 || strncmp(norm, ".sfma/", 6) == 0)) {
+			reason(why, "%s[%zu] %s: .sfma is reserved to the runner", key, i, s);
+			free(norm);
+			continue;
+		}
+		list[(*count)++] = norm;
+	}
+	return list;
+}
+
+static const char *const tuning_keys[] = {
+	"ewmaAlpha", "targetLatencyMs", "routing", "certWindow", "certCompletion",
+	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", NULL,
+};
+
+static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
+{
+	struct tuning *tu = &m->tuning;
+	tu->ewma_alpha = 0.3;
+	tu->cert_window = 20;
+	tu->cert_completion = 0.9;
+	tu->cert_pass = 0.85;
+	tu->demote_pass = 0.6;
+	tu->fast_tier_max_bytes = 512;
+	if (!t)
+		return;
+	if (!json_is_object(t)) {
+		reason(why, "tuning must be an object");
+		return;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(t, key, v) {
+		int known = 0;
+		for (const char *const *k = tuning_keys; *k; k++)
+			known |= strcmp(*k, key) == 0;
+		if (!known)
+			reason(why, "tuning.%s is not a known tuning key", key);
+	}
+	tu->ewma_alpha = prob_field(t, "tuning", "ewmaAlpha", 0.3, why);
+	if ((v = json_object_get(t, "ewmaAlpha")) && json_is_number(v) && json_number_value(v) == 0)
+		reason(why, "tuning.ewmaAlpha must be greater than 0");
+	tu->cert_completion = prob_field(t, "tuning", "certCompletion", 0.9, why);
+	tu->cert_pass = prob_field(t, "tuning", "certPass", 0.85, why);
+	tu->demote_pass = prob_field(t, "tuning", "demotePass", 0.6, why);
+	if ((v = json_object_get(t, "targetLatencyMs"))) {
+		if (!json_is_number(v) || json_number_value(v) <= 0)
+			reason(why, "tuning.targetLatencyMs must be a positive number");
+		else
+			tu->target_latency_ms = json_number_value(v);
+	}
+	tu->cert_window = (int)int_field(t, "certWindow", 0, 20, 1, 1000, why);
+	tu->fast_tier_max_bytes = int_field(t, "fastTierMaxBytes", 0, 512, 0, 1L << 30, why);
+}
+
+static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
+{
+	json_t *arr = json_object_get(doc, "modelEndpoints");
+	if (!arr) {
+		reason(why, "modelEndpoints is required");
+		return;
+	}
+	if (!json_is_array(arr) || json_array_size(arr) == 0) {
+		reason(why, "modelEndpoints must be a non-empty array");
+		return;
+	}
+	m->endpoints = xcalloc(json_array_size(arr), sizeof *m->endpoints);
+	size_t i;
+	json_t *e;
+	json_array_foreach(arr, i, e) {
+		struct endpoint_cfg *ep = &m->endpoints[m->n_endpoints];
+		if (!json_is_object(e)) {
+			reason(why, "modelEndpoints[%zu] must be an object", i);
+			continue;
+		}
+		static const char *const req[] = {"name", "provider", "model"};
+		const char *val[3];
+		int ok = 1;
+		for (int k = 0; k < 3; k++) {
+			json_t *s = json_object_get(e, req[k]);
+			val[k] = json_string_value(s);
+			if (!json_is_string(s) || !*val[k]) {
+				reason(why, "modelEndpoints[%zu].%s must be a non-empty string", i, req[k]);
+				ok = 0;
+			}
+		}
+		json_t *b = json_object_get(e, "baseUrl");
+		if (b && !json_is_string(b)) {
+			reason(why, "modelEndpoints[%zu].baseUrl must be a string", i);
+			ok = 0;
+		}
+		json_t *auth = json_object_get(e, "auth");
+		if (auth && !json_is_object(auth)) {
+			reason(why, "modelEndpoints[%zu].auth must be an object", i);
+			ok = 0;
+		}
+		ep->prior_reasoning = ep->prior_mechanical = 0.5;
+		json_t *pr = json_object_get(e, "priors");
+		if (pr) {
+			char where[64];
+			snprintf(where, sizeof where, "modelEndpoints[%zu].priors", i);
+			if (!json_is_object(pr))
+				reason(why, "%s must be an object", where);
+			else {
+				ep->prior_reasoning = prob_field(pr, where, "reasoning", 0.5, why);
+				ep->prior_mechanical = prob_field(pr, where, "mechanical", 0.5, why);
+			}
+		}
+		for (size_t j = 0; ok && j < m->n_endpoints; j++)
+			if (strcmp(m->endpoints[j].name, val[0]) == 0) {
+				reason(why, "modelEndpoints[%zu].name %s is used twice", i, val[0]);
+				ok = 0;
+			}
+		if (!ok)
+			continue;
+		ep->name = val[0];
+		ep->provider = val[1];
+		ep->model = val[2];
+		ep->base_url = json_string_value(b);
+		ep->auth = auth;
+		m->n_endpoints++;
+	}
+}
+
+static void load_commands(struct manifest *m, json_t *doc, struct reasons *why)
+{
+	json_t *arr = json_object_get(doc, "allowedCommands");
+	if (!arr) {
+		reason(why, "allowedCommands is required");
+		return;
+	}
+	if (!json_is_array(arr)) {
+		reason(why, "allowedCommands must be an array of executable basenames");
+		return;
+	}
+	m->allowed = xcalloc(json_array_size(arr) + 1, sizeof *m->allowed);
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v) {
+		const char *s = json_string_value(v);
+		if (!json_is_string(v) || !*s || strlen(s) != json_string_length(v)) {
+			reason(why, "allowedCommands[%zu] must be a non-empty string", i);
+			continue;
+		}
+		if (strchr(s, '/')) {
+			reason(why, "allowedCommands[%zu] %s: must be a basename without /", i, s);
+			continue;
+		}
+		if (strpbrk(s, " \t\n\r\v\f")) {
+			reason(why, "allowedCommands[%zu] must not contain whitespace", i);
+			continue;
+		}
+		m->allowed[m->n_allowed++] = s;
+	}
+}
+
+struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
+{
+	struct manifest *m = xcalloc(1, sizeof *m);
+	m->json = json_incref(doc);
+	if (!json_is_object(doc)) {
+		reason(why, "manifest must be a JSON object");
+		manifest_free(m);
+		return NULL;
+	}
+	if (json_object_get(doc, "modelAdapter"))
+		reason(why, "modelAdapter was replaced by modelEndpoints (schema v2)");
+
+	json_t *v = json_object_get(doc, "name");
+	if (!json_is_string(v) || !*json_string_value(v))
+		reason(why, v ? "name must be a non-empty string" : "name is required");
+	else
+		m->name = json_string_value(v);
+
+	v = json_object_get(doc, "workspace");
+	if (!json_is_string(v) || !*json_string_value(v) ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		reason(why, v ? "workspace must be a non-empty string" : "workspace is required");
+	} else {
+		m->workspace = json_string_value(v);
+		if (m->workspace[0] == '/') {
+			m->workspace_path = xstrdup(m->workspace);
+		} else {
+			char cwd[4096];
+			if (!getcwd(cwd, sizeof cwd))
+				reason(why, "workspace: cannot resolve the current directory");
+			else {
+				m->workspace_path = xmalloc(strlen(cwd) + strlen(m->workspace) + 2);
+				sprintf(m->workspace_path, "%s/%s", cwd, m->workspace);
+			}
+		}
+	}
+
+	v = json_object_get(doc, "taskStatement");
+	if (v && !json_is_string(v))
+		reason(why, "taskStatement must be a string");
+	m->task_statement = json_string_value(v);
+
+	load_endpoints(m, doc, why);
+	load_commands(m, doc, why);
+	m->inputs = path_list(doc, "inputs", &m->n_inputs, 0, why);
+	m->outputs = path_list(doc, "outputs", &m->n_outputs, 1, why);
+
+	m->max_turns = int_field(doc, "maxTurns", 1, 1, 1, 1000000000L, why);
+	m->max_model_calls = int_field(doc, "maxModelCalls", 0, m->max_turns * 8, 1, 100000, why);
+	if (!json_object_get(doc, "maxModelCalls") && m->max_model_calls > 100000)
+		m->max_model_calls = 100000;
+	m->max_seconds = int_field(doc, "maxSeconds", 0, 900, 1, 86400, why);
+	m->max_loops = int_field(doc, "maxLoops", 0, 3, 1, 16, why);
+	m->max_pending_tasks = int_field(doc, "maxPendingTasks", 0, 32, 1, 4096, why);
+
+	v = json_object_get(doc, "dryRunDefault");
+	if (!json_is_boolean(v))
+		reason(why, v ? "dryRunDefault must be a boolean" : "dryRunDefault is required");
+	m->dry_run_default = json_is_true(v);
+	v = json_object_get(doc, "allowSelfModification");
+	if (v && !json_is_boolean(v))
+		reason(why, "allowSelfModification must be a boolean");
+	m->allow_self_modification = json_is_true(v);
+
+	load_tuning(m, json_object_get(doc, "tuning"), why);
+
+	if (why->n) {
+		manifest_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+struct manifest *manifest_load(const char *path, struct reasons *why)
+{
+	struct sfma_err e;
+	json_t *doc = json_load_strict(path, MANIFEST_MAX_BYTES, &e);
+	if (!doc) {
+		reason(why, "%s", e.text);
+		return NULL;
+	}
+	struct manifest *m = manifest_from_json(doc, why);
+	json_decref(doc);
+	return m;
+}
+
+void manifest_free(struct manifest *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; m->inputs && m->inputs[i]; i++)
+		free(m->inputs[i]);
+	for (size_t i = 0; m->outputs && m->outputs[i]; i++)
+		free(m->outputs[i]);
+	free(m->inputs);
+	free(m->outputs);
+	free(m->allowed);
+	free(m->endpoints);
+	free(m->workspace_path);
+	json_decref(m->json);
+	free(m);
+}

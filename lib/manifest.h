@@ -1,0 +1,71 @@
+/* manifest.h - the manifest (schema v2, CONTRACT.md section 2).
+ *
+ * One loader for every stage, so that no two stages can read one manifest
+ * differently: strict JSON (duplicate keys are an error), every rule of the
+ * contract checked, every problem reported (not just the first). */
+#ifndef SFMA_MANIFEST_H
+#define SFMA_MANIFEST_H
+
+#include <stddef.h>
+#include <jansson.h>
+
+#define MANIFEST_MAX_BYTES (1u << 20)
+
+struct endpoint_cfg {
+	const char *name, *provider, *model;
+	const char *base_url;           /* NULL when absent */
+	double prior_reasoning, prior_mechanical;
+	json_t *auth;                   /* borrowed from manifest->json, or NULL */
+};
+
+struct tuning {
+	double ewma_alpha;              /* 0.3 */
+	double target_latency_ms;       /* 0 when unset */
+	int cert_window;                /* 20 */
+	double cert_completion;         /* 0.9 */
+	double cert_pass;               /* 0.85 */
+	double demote_pass;             /* 0.6 */
+	long fast_tier_max_bytes;       /* 512 */
+};
+
+struct manifest {
+	json_t *json;                   /* the document as read; owns all strings below */
+	const char *name;
+	const char *workspace;          /* as written */
+	char *workspace_path;           /* resolved against the current directory (owned) */
+	const char *task_statement;     /* NULL when absent */
+	struct endpoint_cfg *endpoints;
+	size_t n_endpoints;
+	const char **allowed;
+	size_t n_allowed;
+	char **inputs, **outputs;       /* normalized: no "." or empty components (owned) */
+	size_t n_inputs, n_outputs;
+	long max_turns, max_model_calls, max_seconds, max_loops, max_pending_tasks;
+	int dry_run_default, allow_self_modification;
+	struct tuning tuning;
+};
+
+struct reasons {
+	char **items;
+	size_t n;
+};
+
+/* Load and validate the manifest at path. Returns the manifest, or NULL
+ * with every problem in *why (one human sentence each). */
+struct manifest *manifest_load(const char *path, struct reasons *why);
+
+/* Validate an already parsed document (takes a reference of its own). */
+struct manifest *manifest_from_json(json_t *doc, struct reasons *why);
+
+void manifest_free(struct manifest *m);
+void reasons_free(struct reasons *r);
+
+/* Normalize a relative path: drop "." and empty components. Returns a new
+ * string, or NULL if the path is empty, absolute or has a ".." component. */
+char *path_normalize(const char *p);
+
+/* 1 if the normalized path p is exactly one of the declared outputs. */
+int manifest_is_output(const struct manifest *m, const char *normalized);
+int manifest_is_input(const struct manifest *m, const char *normalized);
+
+#endif

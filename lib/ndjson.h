@@ -1,0 +1,62 @@
+/* ndjson.h - bounded NDJSON line reading and line writing.
+ *
+ * A line longer than the reader's maximum is an error, never an unbounded
+ * allocation: the buffer never grows past max_line + 1 bytes. */
+#ifndef SFMA_NDJSON_H
+#define SFMA_NDJSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "err.h"
+
+#define NDJSON_DEFAULT_MAX (16u << 20) /* 16 MiB per message */
+
+struct line_reader {
+	int fd;
+	char *buf;
+	size_t cap, start, end;
+	size_t max_line;
+	uint64_t line_no;   /* number of the line last returned (1-based) */
+	uint64_t offset;    /* file offset of the line last returned */
+	uint64_t consumed;  /* bytes consumed before buf[start] */
+	int eof;
+	int torn;           /* set when the input ended inside a line */
+};
+
+/* Start reading fd (not owned) with lines of at most max_line bytes. */
+void lr_init(struct line_reader *r, int fd, size_t max_line);
+
+/* Next line without its '\n' (also without a trailing '\r' left as is).
+ * Returns 1 and sets *line and *len (valid until the next call, NUL-terminated),
+ * 0 at a clean end of input, -1 on error: read failure, a line over the
+ * maximum, or input that ends without a final newline (then r->torn is set
+ * and r->offset is where the torn line starts). */
+int lr_next(struct line_reader *r, char **line, size_t *len, struct sfma_err *e);
+
+void lr_free(struct line_reader *r);
+
+/* Write all of data to fd, retrying on EINTR and short writes. 0 or -1/errno. */
+int write_all(int fd, const void *data, size_t n);
+
+/* Parse one JSON text strictly: duplicate keys rejected, every number read
+ * as a double (as JSON.parse does), U+0000 allowed in strings. Returns a new
+ * reference or NULL with e filled ("invalid JSON: <why> at column N"). */
+json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e);
+
+/* Read a whole file of at most max bytes and parse it with json_parse_strict. */
+json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e);
+
+/* Read at most max bytes from fd until EOF into a new NUL-terminated buffer.
+ * Returns NULL with e filled if the input is larger or a read fails. */
+char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e);
+
+/* Print v as one compact line on out (canonical form) and flush. 0 or -1. */
+int json_print_line(FILE *out, const json_t *v);
+
+/* Integer view of a JSON number read as a double: 1 and *out set when v is a
+ * number with an integral value in [INT64_MIN/2, INT64_MAX/2], else 0. */
+int json_integer_of(const json_t *v, long long *out);
+
+#endif
