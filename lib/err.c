@@ -85,7 +85,8 @@ int err_prefix(struct sfma_err *e, const char *fmt, ...)
 	vsnprintf(head, sizeof head, fmt, ap);
 	va_end(ap);
 	snprintf(both, sizeof both, "%s: %s", head, e->text);
-	snprintf(e->text, sizeof e->text, "%s", both);
+	both[sizeof e->text - 1] = '\0';
+	memcpy(e->text, both, sizeof e->text);
 	one_line(e->text);
 	return -1;
 }
