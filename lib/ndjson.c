@@ -112,12 +112,100 @@ int write_all(int fd, const void *data, size_t n)
 	return 0;
 }
 
+/* Jansson reads U+0000 inside string values (JSON_ALLOW_NUL) but refuses it
+ * inside object keys, which JSON.parse accepts and traces made by the earlier
+ * runner contain. Such texts are parsed with every escaped U+0000 stood in for
+ * by a noncharacter that does not occur in the text, then the stand-in is
+ * turned back into U+0000 in keys and values (Jansson stores keys with their
+ * length, so the tree then holds exactly what the text said). */
+static const char *const nul_standins[][3] = {
+	/* UTF-8 bytes, lower- and upper-case escapes of U+FDD0..U+FDD3 */
+	{"\xef\xb7\x90", "\\ufdd0", "\\uFDD0"}, {"\xef\xb7\x91", "\\ufdd1", "\\uFDD1"},
+	{"\xef\xb7\x92", "\\ufdd2", "\\uFDD2"}, {"\xef\xb7\x93", "\\ufdd3", "\\uFDD3"},
+};
+
+static int contains(const char *text, size_t len, const char *needle)
+{
+	return memmem(text, len, needle, strlen(needle)) != NULL;
+}
+
+/* Replace the stand-in by U+0000 throughout the tree. */
+static void restore_nul(json_t *v, const char *standin)
+{
+	size_t sl = strlen(standin);
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		size_t n = json_string_length(v);
+		if (!memmem(s, n, standin, sl))
+			return;
+		struct buf b = {0};
+		for (size_t i = 0; i < n;) {
+			if (i + sl <= n && memcmp(s + i, standin, sl) == 0) {
+				buf_addc(&b, '\0');
+				i += sl;
+			} else {
+				buf_addc(&b, s[i++]);
+			}
+		}
+		json_string_setn_nocheck(v, b.p, b.len);
+		buf_free(&b);
+	} else if (json_is_array(v)) {
+		for (size_t i = 0; i < json_array_size(v); i++)
+			restore_nul(json_array_get(v, i), standin);
+	} else if (json_is_object(v)) {
+		/* Rebuild the object to rename keys while keeping member order. */
+		json_t *copy = json_object();
+		for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it)) {
+			json_t *value = json_object_iter_value(it);
+			restore_nul(value, standin);
+			json_t *key = json_stringn_nocheck(json_object_iter_key(it), json_object_iter_key_len(it));
+			restore_nul(key, standin);
+			json_object_setn_nocheck(copy, json_string_value(key), json_string_length(key),
+			                         json_incref(value));
+			json_decref(key);
+		}
+		/* json_object_update() would cut keys at U+0000: copy by length. */
+		json_object_clear(v);
+		for (void *it = json_object_iter(copy); it; it = json_object_iter_next(copy, it))
+			json_object_setn_nocheck(v, json_object_iter_key(it), json_object_iter_key_len(it),
+			                         json_incref(json_object_iter_value(it)));
+		json_decref(copy);
+	}
+}
+
 json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e)
 {
+	const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL;
 	json_error_t je;
-	json_t *v = json_loadb(text, len,
-	                       JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL,
-	                       &je);
+	json_t *v = json_loadb(text, len, flags, &je);
+	if (!v && strstr(je.text, "NUL byte in object key")) {
+		for (size_t k = 0; k < sizeof nul_standins / sizeof *nul_standins; k++) {
+			const char *const *si = nul_standins[k];
+			if (contains(text, len, si[0]) || contains(text, len, si[1]) || contains(text, len, si[2]))
+				continue;
+			/* Rewrite every escape \u0000 (not a literal backslash followed
+			 * by "u0000") into the stand-in's escape. */
+			struct buf b = {0};
+			for (size_t i = 0; i < len; i++) {
+				if (text[i] == '\\' && i + 1 < len) {
+					if (i + 5 < len && memcmp(text + i + 1, "u0000", 5) == 0) {
+						buf_add(&b, si[1], 6);
+						i += 5;
+					} else {
+						buf_add(&b, text + i, 2);
+						i++;
+					}
+					continue;
+				}
+				buf_addc(&b, text[i]);
+			}
+			v = json_loadb(b.p ? b.p : "", b.len, flags, &je);
+			buf_free(&b);
+			if (v)
+				restore_nul(v, si[0]);
+			break;
+		}
+	}
 	if (!v)
 		err_set(e, "invalid JSON: %s at line %d column %d", je.text, je.line, je.column);
 	return v;

@@ -1,0 +1,45 @@
+/* chain.h - verification of a sha256-chain-v1 trace (CONTRACT.md section 6).
+ *
+ * A trace is streamed once, in blocks; the lines of a block are checked in
+ * parallel (each entry's hash depends only on its own bytes), then linked in
+ * order (each prevHash must be the previous entry's hash). Memory stays
+ * bounded by the block size and the longest allowed line. */
+#ifndef SFMA_CHAIN_H
+#define SFMA_CHAIN_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define CHAIN_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
+#define CHAIN_MAX_SEQ 9007199254740991.0 /* 2^53 - 1 */
+#define CHAIN_ID_MAX 128
+
+struct chain_opts {
+	int threads;              /* 0: one per online CPU, at most 8 */
+	uint64_t max_line;        /* 0: NDJSON_DEFAULT_MAX */
+	/* Optional trusted head: entry number trusted_count (1-based, legacy
+	 * lines included) must have hash trusted_hash. */
+	uint64_t trusted_count;
+	const char *trusted_hash;
+};
+
+struct chain_summary {
+	uint64_t entries;          /* all lines, legacy included */
+	uint64_t legacy;           /* unchained lines at the start */
+	char head[65];             /* hash of the last chained entry; with none: the
+	                              legacy digest, or 64 zeros for an empty trace */
+	double max_seq;            /* largest seq seen (0 if none) */
+	char anchor[CHAIN_ID_MAX]; /* id of the latest clock-anchor entry, or "unanchored" */
+	uint64_t torn_offset;      /* when verification failed on a torn final line */
+	int torn;                  /* 1 if so: the file ends inside a line */
+	uint64_t size;             /* bytes of complete lines */
+};
+
+/* Verify the trace readable on fd from its current offset to EOF. Returns 0
+ * with *out filled, or -1 with e naming the first thing that broke
+ * ("line 7: hash mismatch ..."); out->torn tells a torn final line apart. */
+int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary *out,
+                    struct sfma_err *e);
+
+#endif

@@ -1,0 +1,18 @@
+/* record.h - the result record's integrity commitments (CONTRACT.md section 7). */
+#ifndef SFMA_RECORD_H
+#define SFMA_RECORD_H
+
+#include <jansson.h>
+
+#include "err.h"
+
+#define RECORD_ALGORITHM "sha256-chain-v1"
+#define RECORD_TRACE ".sfma/trace.jsonl"
+#define RECORD_MAX_BYTES (64u << 20)
+
+/* manifestSha256 and resultSha256 of a record, ignoring any `integrity`
+ * member of it: SHA-256 of the canonical manifest and of the canonical
+ * record without `integrity`. 0, or -1 (e filled). */
+int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], struct sfma_err *e);
+
+#endif

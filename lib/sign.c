@@ -1,0 +1,128 @@
+/* sign.c - Ed25519 over libcrypto's EVP interface. */
+#include "sign.h"
+
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <string.h>
+
+static EVP_PKEY *load_pem(const char *pem, size_t n, int private_key, struct sfma_err *e)
+{
+	if (n > (1u << 16)) {
+		err_set(e, "key is larger than any Ed25519 PEM");
+		return NULL;
+	}
+	BIO *bio = BIO_new_mem_buf(pem, (int)n);
+	if (!bio) {
+		err_set(e, "out of memory");
+		return NULL;
+	}
+	EVP_PKEY *key = private_key ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)
+	                            : PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL);
+	BIO_free(bio);
+	if (!key) {
+		err_set(e, "not a PEM %s key", private_key ? "PKCS#8 private" : "public");
+		return NULL;
+	}
+	if (EVP_PKEY_get_id(key) != EVP_PKEY_ED25519) {
+		EVP_PKEY_free(key);
+		err_set(e, "not an Ed25519 key");
+		return NULL;
+	}
+	return key;
+}
+
+EVP_PKEY *ed25519_private_from_pem(const char *pem, size_t n, struct sfma_err *e)
+{
+	return load_pem(pem, n, 1, e);
+}
+
+EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e)
+{
+	return load_pem(pem, n, 0, e);
+}
+
+char *ed25519_public_pem(EVP_PKEY *key)
+{
+	BIO *bio = BIO_new(BIO_s_mem());
+	char *data, *out = NULL;
+	if (!bio)
+		return NULL;
+	if (PEM_write_bio_PUBKEY(bio, key)) {
+		long len = BIO_get_mem_data(bio, &data);
+		out = xmalloc((size_t)len + 1);
+		memcpy(out, data, (size_t)len);
+		out[len] = '\0';
+	}
+	BIO_free(bio);
+	return out;
+}
+
+int ed25519_sign(EVP_PKEY *key, const void *msg, size_t n, unsigned char sig[64])
+{
+	size_t siglen = 64;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	int ok = ctx && EVP_DigestSignInit(ctx, NULL, NULL, NULL, key) == 1 &&
+	         EVP_DigestSign(ctx, sig, &siglen, msg, n) == 1 && siglen == 64;
+	EVP_MD_CTX_free(ctx);
+	return ok ? 0 : -1;
+}
+
+int ed25519_verify(EVP_PKEY *key, const void *msg, size_t n, const unsigned char *sig, size_t siglen)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	int ok = ctx && EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, key) == 1 &&
+	         EVP_DigestVerify(ctx, sig, siglen, msg, n) == 1;
+	EVP_MD_CTX_free(ctx);
+	return ok;
+}
+
+int ed25519_same_public(EVP_PKEY *a, EVP_PKEY *b)
+{
+	unsigned char ra[32], rb[32];
+	size_t la = sizeof ra, lb = sizeof rb;
+	return EVP_PKEY_get_raw_public_key(a, ra, &la) == 1 &&
+	       EVP_PKEY_get_raw_public_key(b, rb, &lb) == 1 && la == lb && memcmp(ra, rb, la) == 0;
+}
+
+char *base64_encode(const unsigned char *in, size_t n)
+{
+	char *out = xmalloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)out, in, (int)n);
+	return out;
+}
+
+long base64_decode(const char *in, size_t n, unsigned char *out, size_t cap)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t pad = 0, len = 0;
+	unsigned acc = 0;
+	int bits = 0;
+	if (n % 4 != 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (in[i] == '=') {
+			if (i < n - 2 || ++pad > 2)
+				return -1;
+			continue;
+		}
+		if (pad)
+			return -1;
+		const char *p = in[i] ? strchr(alphabet, in[i]) : NULL;
+		if (!p)
+			return -1;
+		acc = (acc << 6) | (unsigned)(p - alphabet);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (len >= cap)
+				return -1;
+			out[len++] = (unsigned char)(acc >> bits);
+			acc &= (1u << bits) - 1;
+		}
+	}
+	/* The padding bits must be zero, so that one signature has one text. */
+	if (acc != 0)
+		return -1;
+	return (long)len;
+}

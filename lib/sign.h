@@ -1,0 +1,31 @@
+/* sign.h - Ed25519 keys and signatures (libcrypto), PEM and base64 forms
+ * as the OpenSSL CLI makes and reads them. */
+#ifndef SFMA_SIGN_H
+#define SFMA_SIGN_H
+
+#include <stddef.h>
+#include <openssl/evp.h>
+
+#include "err.h"
+
+/* Parse a PKCS#8 PEM private key / an SPKI PEM public key; NULL (e filled)
+ * unless it is an Ed25519 key. The caller frees with EVP_PKEY_free. */
+EVP_PKEY *ed25519_private_from_pem(const char *pem, size_t n, struct sfma_err *e);
+EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e);
+
+/* The SPKI PEM of a key's public half (new string, caller frees). */
+char *ed25519_public_pem(EVP_PKEY *key);
+
+/* Sign msg; the 64-byte signature goes to sig. 0 or -1. */
+int ed25519_sign(EVP_PKEY *key, const void *msg, size_t n, unsigned char sig[64]);
+/* 1 if sig is a valid signature of msg under key, else 0. */
+int ed25519_verify(EVP_PKEY *key, const void *msg, size_t n, const unsigned char *sig, size_t siglen);
+/* 1 if both hold the same public key. */
+int ed25519_same_public(EVP_PKEY *a, EVP_PKEY *b);
+
+/* Standard base64 with padding (new string). */
+char *base64_encode(const unsigned char *in, size_t n);
+/* Decode strict base64 into out (capacity cap); returns the length or -1. */
+long base64_decode(const char *in, size_t n, unsigned char *out, size_t cap);
+
+#endif

@@ -1,0 +1,286 @@
+/* sfma-verify - offline verification of a trace and its result record.
+ *
+ *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE | RESULT.json
+ *
+ * Recomputes the hash chain, its head and length, the manifest and result
+ * digests and the Ed25519 signature (CONTRACT.md section 7). Prints
+ * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
+ * and exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
+ * Usage errors exit 2. */
+#include "chain.h"
+#include "err.h"
+#include "ndjson.h"
+#include "record.h"
+#include "sign.h"
+#include "buf.h"
+#include "canon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static _Noreturn void invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void invalid(const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	for (char *p = text; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	fprintf(stderr, "AUDIT_INVALID: %s\n", text);
+	exit(1);
+}
+
+static _Noreturn void usage(void)
+{
+	fprintf(stderr, "usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE|RESULT.json\n"
+	                "       sfma-verify --canonicalize < JSON-LINES\n");
+	exit(2);
+}
+
+/* Where the record and the workspace are: a directory is a workspace; a
+ * file is a result record inside <workspace>/.sfma/. */
+static void locate(const char *target, char **record_path, char **workspace)
+{
+	struct stat st;
+	if (stat(target, &st) < 0)
+		invalid("%s: %s", target, strerror(errno));
+	if (S_ISDIR(st.st_mode)) {
+		*workspace = xstrdup(target);
+		*record_path = xmalloc(strlen(target) + 32);
+		sprintf(*record_path, "%s/.sfma/result.json", target);
+		return;
+	}
+	*record_path = xstrdup(target);
+	/* <workspace>/.sfma/result.json: the workspace is two levels up. */
+	char *ws = xmalloc(strlen(target) + 8);
+	const char *slash = strrchr(target, '/');
+	if (!slash)
+		strcpy(ws, "..");
+	else
+		sprintf(ws, "%.*s/..", (int)(slash - target), target);
+	*workspace = ws;
+}
+
+/* --canonicalize: print the canonical form (CONTRACT.md section 6) of each
+ * JSON line on stdin - the exact bytes that are hashed and signed. */
+static int canonicalize_stdin(void)
+{
+	struct line_reader r;
+	struct sfma_err e;
+	struct buf out = {0};
+	char *line;
+	size_t len;
+	int rc, status = 0;
+	lr_init(&r, 0, NDJSON_DEFAULT_MAX);
+	while ((rc = lr_next(&r, &line, &len, &e)) == 1) {
+		json_t *v = json_parse_strict(line, len, &e);
+		buf_reset(&out);
+		if (!v || canon_dump(v, &out, &e) < 0) {
+			warnx("line %llu: %s", (unsigned long long)r.line_no, e.text);
+			status = 1;
+		} else {
+			buf_addc(&out, '\n');
+			fwrite(out.p, 1, out.len, stdout);
+		}
+		json_decref(v);
+	}
+	if (rc < 0) {
+		warnx("%s", e.text);
+		status = 1;
+	}
+	lr_free(&r);
+	buf_free(&out);
+	return fflush(stdout) == 0 ? status : 1;
+}
+
+static void parse_trusted_head(const char *arg, struct chain_opts *opts)
+{
+	static char hex[65];
+	const char *colon = strchr(arg, ':');
+	char *end;
+	if (!colon || colon - arg != 64)
+		usage();
+	memcpy(hex, arg, 64);
+	hex[64] = '\0';
+	for (int i = 0; i < 64; i++)
+		if (!strchr("0123456789abcdef", hex[i]))
+			usage();
+	errno = 0;
+	unsigned long long count = strtoull(colon + 1, &end, 10);
+	if (errno || *end || count == 0 || colon[1] == '-')
+		usage();
+	opts->trusted_hash = hex;
+	opts->trusted_count = count;
+}
+
+/* The trace named by the record, relative to the workspace, never above it. */
+static char *trace_path(json_t *record, const char *workspace)
+{
+	json_t *t = json_object_get(record, "trace");
+	const char *rel = RECORD_TRACE;
+	if (t) {
+		if (!json_is_string(t))
+			invalid("record: trace is not a string");
+		rel = json_string_value(t);
+		if (!*rel || rel[0] == '/' || strstr(rel, "..") || strlen(rel) != json_string_length(t))
+			invalid("record: trace %s is not a path inside the workspace", rel);
+	}
+	char *p = xmalloc(strlen(workspace) + strlen(rel) + 2);
+	sprintf(p, "%s/%s", workspace, rel);
+	return p;
+}
+
+static const char *str_member(json_t *obj, const char *key, const char *where)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!json_is_string(v))
+		invalid("%s.%s is missing or not a string", where, key);
+	return json_string_value(v);
+}
+
+/* Check the signature block; returns the signature= word. */
+static const char *check_signature(json_t *integrity, json_t *signature)
+{
+	const char *trusted_pem = getenv("SFMA_AUDIT_PUBLIC_KEY");
+	struct sfma_err e;
+	EVP_PKEY *trusted = NULL;
+	if (trusted_pem && *trusted_pem) {
+		trusted = ed25519_public_from_pem(trusted_pem, strlen(trusted_pem), &e);
+		if (!trusted)
+			invalid("SFMA_AUDIT_PUBLIC_KEY: %s", e.text);
+	}
+	if (!signature) {
+		if (trusted)
+			invalid("record is unsigned but SFMA_AUDIT_PUBLIC_KEY demands a trusted signature");
+		return "none";
+	}
+	if (!json_is_object(signature))
+		invalid("integrity.signature is not an object");
+	if (strcmp(str_member(signature, "algorithm", "integrity.signature"), "ed25519") != 0)
+		invalid("integrity.signature.algorithm is not ed25519");
+	const char *pem = str_member(signature, "publicKey", "integrity.signature");
+	const char *value = str_member(signature, "value", "integrity.signature");
+	EVP_PKEY *embedded = ed25519_public_from_pem(pem, strlen(pem), &e);
+	if (!embedded)
+		invalid("integrity.signature.publicKey: %s", e.text);
+	unsigned char sig[96];
+	long siglen = base64_decode(value, strlen(value), sig, sizeof sig);
+	if (siglen != 64)
+		invalid("invalid audit signature (value is not a base64 Ed25519 signature)");
+
+	/* The signed message: the canonical integrity object without signature. */
+	json_t *unsigned_integrity = json_copy(integrity);
+	json_object_del(unsigned_integrity, "signature");
+	struct buf msg = {0};
+	if (canon_dump(unsigned_integrity, &msg, &e) < 0)
+		invalid("integrity: %s", e.text);
+	json_decref(unsigned_integrity);
+
+	/* Under a trusted key the signature must verify with that key first,
+	 * and the embedded key must be the same key. */
+	const char *word = "untrusted-key";
+	if (trusted) {
+		if (!ed25519_verify(trusted, msg.p, msg.len, sig, (size_t)siglen))
+			invalid("invalid audit signature");
+		if (!ed25519_same_public(trusted, embedded))
+			invalid("embedded public key is not the trusted key");
+		word = "trusted";
+	}
+	if (!ed25519_verify(embedded, msg.p, msg.len, sig, (size_t)siglen))
+		invalid("invalid audit signature");
+	buf_free(&msg);
+	EVP_PKEY_free(embedded);
+	EVP_PKEY_free(trusted);
+	return word;
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	struct chain_opts opts = {0};
+	static const struct option longopts[] = {
+		{"trusted-head", required_argument, NULL, 't'},
+		{"threads", required_argument, NULL, 'j'},
+		{"canonicalize", no_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 't': parse_trusted_head(optarg, &opts); break;
+		case 'j': opts.threads = atoi(optarg); break;
+		case 'c': return canonicalize_stdin();
+		default: usage();
+		}
+	}
+	if (optind != argc - 1)
+		usage();
+
+	char *record_path, *workspace;
+	locate(argv[optind], &record_path, &workspace);
+
+	struct sfma_err e;
+	json_t *record = json_load_strict(record_path, RECORD_MAX_BYTES, &e);
+	if (!record)
+		invalid("%s", e.text);
+	if (!json_is_object(record))
+		invalid("%s: not a JSON object", record_path);
+	json_t *integrity = json_object_get(record, "integrity");
+	if (!json_is_object(integrity))
+		invalid("record has no integrity object");
+	if (strcmp(str_member(integrity, "algorithm", "integrity"), RECORD_ALGORITHM) != 0)
+		invalid("integrity.algorithm is not %s", RECORD_ALGORITHM);
+	const char *head = str_member(integrity, "headHash", "integrity");
+	long long entries;
+	if (!json_integer_of(json_object_get(integrity, "entries"), &entries) || entries < 0)
+		invalid("integrity.entries is missing or not a count");
+
+	/* 1. The chain, streamed. */
+	char *tpath = trace_path(record, workspace);
+	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		invalid("%s: %s", tpath, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		invalid("%s: not a regular file", tpath);
+	struct chain_summary sum;
+	if (chain_verify_fd(fd, &opts, &sum, &e) < 0)
+		invalid("trace %s", e.text);
+	close(fd);
+
+	/* 2. The record's commitments to that chain. */
+	if (strcmp(sum.head, head) != 0)
+		invalid("integrity.headHash does not match the trace head %s", sum.head);
+	if ((unsigned long long)entries != sum.entries)
+		invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries, sum.entries);
+
+	/* 3. The digests of manifest and result. */
+	char manifest_hex[65], result_hex[65];
+	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
+		invalid("%s", e.text);
+	if (strcmp(manifest_hex, str_member(integrity, "manifestSha256", "integrity")) != 0)
+		invalid("integrity.manifestSha256 does not match the manifest");
+	if (strcmp(result_hex, str_member(integrity, "resultSha256", "integrity")) != 0)
+		invalid("integrity.resultSha256 does not match the record (a result field was altered)");
+
+	/* 4. The signature, if any, over the integrity object. */
+	const char *sigword = check_signature(integrity, json_object_get(integrity, "signature"));
+
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s\n", sigword, sum.entries, sum.head);
+	json_decref(record);
+	free(tpath);
+	free(record_path);
+	free(workspace);
+	return fflush(stdout) == 0 ? 0 : 1;
+}
