@@ -1,1 +1,284 @@
-int main(void) { return 0; }
+/* sfma-chain - append events to a hash-chained trace (sha256-chain-v1).
+ *
+ *   sfma-chain [--no-wait] TRACE            < events > entries
+ *   sfma-chain --recover-torn TRACE
+ *
+ * Each stdin line is an event {"kind":K,"data":{...}} with optional "loop",
+ * "refs", "class". Each is appended as one canonical trace line - seq,
+ * anchor, id, prevHash and hash filled in here (CONTRACT.md section 6) - and
+ * the appended entry is echoed on stdout so the caller learns its id.
+ *
+ * Before the first append the whole existing file is verified (legacy
+ * prefix included) under an exclusive lock held until exit: a broken chain
+ * refuses everything. The file is opened lazily, at the first event, so a
+ * pipeline that never sends one leaves nothing on disk.
+ *
+ * Exit: 0 at end of input, 1 on any error (nothing more is appended). */
+#include "buf.h"
+#include "canon.h"
+#include "chain.h"
+#include "err.h"
+#include "ndjson.h"
+#include "sha.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const kinds[] = {
+	"task", "result", "verdict", "mutation", "weight", "lifecycle", "clarification",
+	"candidate", "clock-anchor", "call", "message", "store", NULL,
+};
+
+struct trace {
+	const char *path;
+	int fd;
+	double seq;                 /* last seq used or seen */
+	char head[65];              /* hash of the last entry */
+	char anchor[CHAIN_ID_MAX];  /* the anchor of the next entry */
+	off_t size;                 /* bytes of verified, complete lines */
+};
+
+/* Open, lock and verify the trace. A second writer waits for the lock, or
+ * with no_wait fails at once; two writers never interleave. */
+static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chain_summary *sum)
+{
+	struct sfma_err e;
+	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+	if (t->fd < 0)
+		die("%s: %s", t->path, strerror(errno));
+	struct stat st;
+	if (fstat(t->fd, &st) < 0 || !S_ISREG(st.st_mode))
+		die("%s: not a regular file", t->path);
+	if (flock(t->fd, LOCK_EX | (no_wait ? LOCK_NB : 0)) < 0) {
+		if (errno == EWOULDBLOCK)
+			die("%s: locked by another writer (--no-wait)", t->path);
+		die("%s: lock: %s", t->path, strerror(errno));
+	}
+	if (lseek(t->fd, 0, SEEK_SET) < 0)
+		die("%s: seek: %s", t->path, strerror(errno));
+	if (chain_verify_fd(t->fd, NULL, sum, &e) < 0) {
+		if (!(allow_torn && sum->torn))
+			die("%s: failed hash-chain verification: %s%s", t->path, e.text,
+			    sum->torn ? " (see RECOVERY in sfma-chain(1): sfma-chain --recover-torn)" : "");
+	} else if (allow_torn) {
+		die("%s: no torn final line to recover", t->path);
+	}
+	t->seq = sum->max_seq;
+	memcpy(t->head, sum->head, sizeof t->head);
+	snprintf(t->anchor, sizeof t->anchor, "%s", sum->anchor);
+	t->size = (off_t)sum->size;
+}
+
+/* Build the chained entry for one event; returns its canonical line. */
+static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long *line_no)
+{
+	struct sfma_err e;
+	if (!json_is_object(ev))
+		die("event %lld: not a JSON object", *line_no);
+	const char *key;
+	json_t *v;
+	json_object_foreach(ev, key, v) {
+		if (strcmp(key, "kind") && strcmp(key, "data") && strcmp(key, "loop") &&
+		    strcmp(key, "refs") && strcmp(key, "class"))
+			die("event %lld: unknown field %s", *line_no, key);
+	}
+	const char *kind = json_string_value(json_object_get(ev, "kind"));
+	int known = 0;
+	for (const char *const *k = kinds; kind && *k; k++)
+		known |= strcmp(*k, kind) == 0;
+	if (!known)
+		die("event %lld: kind must be one of the trace kinds of CONTRACT.md section 6", *line_no);
+	json_t *data = json_object_get(ev, "data");
+	if (!json_is_object(data))
+		die("event %lld: data must be an object", *line_no);
+	long long loop = 0;
+	json_t *lv = json_object_get(ev, "loop");
+	if (lv && (!json_integer_of(lv, &loop) || loop < 0 || loop > 1000000))
+		die("event %lld: loop must be an integer >= 0", *line_no);
+	json_t *refs = json_object_get(ev, "refs");
+	if (refs) {
+		size_t i;
+		json_t *r;
+		if (!json_is_array(refs))
+			die("event %lld: refs must be an array of entry ids", *line_no);
+		json_array_foreach(refs, i, r)
+			if (!json_is_string(r))
+				die("event %lld: refs must be an array of entry ids", *line_no);
+	}
+	json_t *cls = json_object_get(ev, "class");
+	if (cls && !(json_is_string(cls) && (strcmp(json_string_value(cls), "reasoning") == 0 ||
+	                                     strcmp(json_string_value(cls), "mechanical") == 0)))
+		die("event %lld: class must be reasoning or mechanical", *line_no);
+
+	/* seq strictly increases over the whole file and stays an exact double. */
+	double seq = t->seq + 1;
+	if (seq > CHAIN_MAX_SEQ)
+		die("seq would exceed 2^53-1");
+	char id[CHAIN_ID_MAX];
+	snprintf(id, sizeof id, "%s-%.0f", kind, seq);
+
+	json_t *entry = json_object();
+	json_object_set_new(entry, "seq", json_real(seq));
+	json_object_set_new(entry, "anchor", json_string(t->anchor));
+	json_object_set_new(entry, "loop", json_real((double)loop));
+	json_object_set_new(entry, "kind", json_string(kind));
+	json_object_set_new(entry, "id", json_string(id));
+	json_object_set_new(entry, "refs", refs ? json_incref(refs) : json_array());
+	if (cls)
+		json_object_set(entry, "class", cls);
+	json_object_set(entry, "data", data);
+	json_object_set_new(entry, "prevHash", json_string(t->head));
+
+	char hash[65];
+	buf_reset(line);
+	if (canon_dump(entry, line, &e) < 0)
+		die("event %lld: %s", *line_no, e.text);
+	sha256_hex(line->p, line->len, hash);
+	json_object_set_new(entry, "hash", json_string(hash));
+	buf_reset(line);
+	canon_dump(entry, line, &e);
+	buf_addc(line, '\n');
+	json_decref(entry);
+
+	t->seq = seq;
+	memcpy(t->head, hash, sizeof t->head);
+	if (strcmp(kind, "clock-anchor") == 0)
+		snprintf(t->anchor, sizeof t->anchor, "%s", id);
+}
+
+/* One write per entry: a crash leaves either the whole line or a torn tail,
+ * which the next writer reports instead of extending. A short write is
+ * undone by truncating back to the last whole line. */
+static void append_line(struct trace *t, const struct buf *line)
+{
+	ssize_t w;
+	do
+		w = write(t->fd, line->p, line->len);
+	while (w < 0 && errno == EINTR);
+	if (w != (ssize_t)line->len) {
+		int saved = w < 0 ? errno : ENOSPC;
+		if (ftruncate(t->fd, t->size) < 0)
+			die("%s: write: %s; and the partial line could not be removed: %s",
+			    t->path, strerror(saved), strerror(errno));
+		die("%s: write: %s", t->path, strerror(saved));
+	}
+	/* The trace is evidence: each entry is on disk before it is reported. */
+	if (fdatasync(t->fd) < 0)
+		die("%s: fdatasync: %s", t->path, strerror(errno));
+	t->size += (off_t)line->len;
+}
+
+/* --recover-torn: keep the torn bytes aside, cut them off, and append a
+ * `result` entry that records what was cut - the recovery is evidence too. */
+static int recover_torn(struct trace *t)
+{
+	struct chain_summary sum;
+	trace_open(t, 0, 1, &sum);
+	struct stat st;
+	if (fstat(t->fd, &st) < 0)
+		die("%s: %s", t->path, strerror(errno));
+	size_t torn_len = (size_t)(st.st_size - (off_t)sum.torn_offset);
+	if (torn_len > (64u << 20))
+		die("%s: torn tail of %zu bytes is too large to keep", t->path, torn_len);
+	char *torn = xmalloc(torn_len + 1);
+	if (pread(t->fd, torn, torn_len, (off_t)sum.torn_offset) != (ssize_t)torn_len)
+		die("%s: read torn tail: %s", t->path, strerror(errno));
+
+	char saved[4096], digest[65];
+	snprintf(saved, sizeof saved, "%s.torn-%lld", t->path, (long long)time(NULL));
+	int sfd = open(saved, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (sfd < 0)
+		die("%s: %s", saved, strerror(errno));
+	if (write_all(sfd, torn, torn_len) < 0 || fsync(sfd) < 0 || close(sfd) < 0)
+		die("%s: %s", saved, strerror(errno));
+	sha256_hex(torn, torn_len, digest);
+	free(torn);
+	if (ftruncate(t->fd, (off_t)sum.torn_offset) < 0 || fsync(t->fd) < 0)
+		die("%s: truncate: %s", t->path, strerror(errno));
+
+	const char *base = strrchr(saved, '/');
+	json_t *ev = json_pack("{s:s, s:{s:s, s:I, s:s, s:s}}", "kind", "result", "data",
+	                       "error", "torn-write-recovered", "tornBytes", (json_int_t)torn_len,
+	                       "tornSha256", digest, "savedAs", base ? base + 1 : saved);
+	struct buf line = {0};
+	long long no = 1;
+	make_entry(t, ev, &line, &no);
+	append_line(t, &line);
+	fwrite(line.p, 1, line.len, stdout);
+	json_decref(ev);
+	buf_free(&line);
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+static _Noreturn void usage(void)
+{
+	fprintf(stderr, "usage: sfma-chain [--no-wait] [--max-line BYTES] TRACE < events\n"
+	                "       sfma-chain --recover-torn TRACE\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	int no_wait = 0, recover = 0;
+	size_t max_line = NDJSON_DEFAULT_MAX;
+	static const struct option longopts[] = {
+		{"no-wait", no_argument, NULL, 'n'},
+		{"recover-torn", no_argument, NULL, 'r'},
+		{"max-line", required_argument, NULL, 'm'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n': no_wait = 1; break;
+		case 'r': recover = 1; break;
+		case 'm': max_line = strtoul(optarg, NULL, 10); break;
+		default: usage();
+		}
+	}
+	if (optind != argc - 1 || max_line == 0)
+		usage();
+	struct trace t = {.path = argv[optind], .fd = -1};
+	if (recover)
+		return recover_torn(&t);
+
+	struct line_reader r;
+	struct sfma_err e;
+	struct buf line = {0};
+	char *text;
+	size_t len;
+	int rc;
+	lr_init(&r, 0, max_line);
+	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
+		long long no = (long long)r.line_no;
+		json_t *ev = json_parse_strict(text, len, &e);
+		if (!ev)
+			die("event %lld: %s", no, e.text);
+		if (t.fd < 0) {
+			struct chain_summary sum;
+			trace_open(&t, no_wait, 0, &sum);
+		}
+		make_entry(&t, ev, &line, &no);
+		json_decref(ev);
+		append_line(&t, &line);
+		if (fwrite(line.p, 1, line.len, stdout) != line.len || fflush(stdout) != 0)
+			die("stdout: %s", strerror(errno));
+	}
+	if (rc < 0)
+		die("stdin: %s", e.text);
+	lr_free(&r);
+	buf_free(&line);
+	if (t.fd >= 0)
+		close(t.fd);
+	return 0;
+}

@@ -1,0 +1,137 @@
+/* sfma-seal - commit a run's result record to its trace, and sign it.
+ *
+ *   sfma-seal WORKSPACE < result-body.json
+ *
+ * Reads the result body (CONTRACT.md section 7, without `integrity`),
+ * verifies WORKSPACE/.sfma/trace.jsonl, computes `integrity` (head, entry
+ * count, manifest and result digests), signs it with Ed25519 when
+ * SFMA_AUDIT_PRIVATE_KEY holds a PKCS#8 PEM key, and replaces
+ * WORKSPACE/.sfma/result.json atomically. Prints the integrity object as
+ * one canonical line. This is the only stage that sees the signing key;
+ * the key is wiped from memory and the environment once loaded, and never
+ * printed. Exit 0 when sealed, 1 on any error (nothing written), 2 on
+ * usage errors. */
+#include "atomic.h"
+#include "buf.h"
+#include "canon.h"
+#include "chain.h"
+#include "err.h"
+#include "ndjson.h"
+#include "record.h"
+#include "sign.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Load the signing key from the environment, then wipe the variable's
+ * bytes in place and unset it, so no later child or core dump holds it. */
+static EVP_PKEY *take_signing_key(void)
+{
+	char *pem = getenv("SFMA_AUDIT_PRIVATE_KEY");
+	struct sfma_err e;
+	if (!pem || !*pem)
+		return NULL;
+	size_t n = strlen(pem);
+	EVP_PKEY *key = ed25519_private_from_pem(pem, n, &e);
+	explicit_bzero(pem, n);
+	unsetenv("SFMA_AUDIT_PRIVATE_KEY");
+	if (!key)
+		die("SFMA_AUDIT_PRIVATE_KEY: %s; refusing to write an unsigned record", e.text);
+	return key;
+}
+
+static json_t *sign_integrity(EVP_PKEY *key, json_t *integrity)
+{
+	struct buf msg = {0};
+	struct sfma_err e;
+	unsigned char sig[64];
+	if (canon_dump(integrity, &msg, &e) < 0)
+		die("integrity: %s", e.text);
+	if (ed25519_sign(key, msg.p, msg.len, sig) < 0)
+		die("SFMA_AUDIT_PRIVATE_KEY: signing failed; refusing to write an unsigned record");
+	buf_free(&msg);
+	char *pub = ed25519_public_pem(key);
+	char *value = base64_encode(sig, sizeof sig);
+	if (!pub)
+		die("SFMA_AUDIT_PRIVATE_KEY: cannot derive the public key");
+	json_t *s = json_pack("{s:s, s:s, s:s}", "algorithm", "ed25519", "publicKey", pub, "value", value);
+	free(pub);
+	free(value);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: sfma-seal WORKSPACE < result-body.json\n");
+		return 2;
+	}
+	const char *ws = argv[1];
+	EVP_PKEY *key = take_signing_key();
+
+	/* 1. The body. */
+	struct sfma_err e;
+	size_t len;
+	char *text = read_all_fd(0, RECORD_MAX_BYTES, &len, &e);
+	if (!text)
+		die("stdin: %s", e.text);
+	json_t *record = json_parse_strict(text, len, &e);
+	free(text);
+	if (!record)
+		die("stdin: %s", e.text);
+	if (!json_is_object(record))
+		die("stdin: the result body must be a JSON object");
+	if (json_object_get(record, "integrity"))
+		die("stdin: the result body must not carry integrity; sfma-seal computes it");
+	json_t *trace = json_object_get(record, "trace");
+	if (!trace)
+		json_object_set_new(record, "trace", json_string(RECORD_TRACE));
+	else if (!json_is_string(trace) || strcmp(json_string_value(trace), RECORD_TRACE) != 0)
+		die("stdin: trace must be \"%s\"", RECORD_TRACE);
+
+	/* 2. The chain it commits to. */
+	char path[4096];
+	if (snprintf(path, sizeof path, "%s/%s", ws, RECORD_TRACE) >= (int)sizeof path)
+		die("%s: path too long", ws);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	if (fd < 0)
+		die("%s: %s", path, strerror(errno));
+	struct chain_summary sum;
+	if (chain_verify_fd(fd, NULL, &sum, &e) < 0)
+		die("%s: failed hash-chain verification: %s", path, e.text);
+	close(fd);
+
+	/* 3. The commitments, then the signature over them. */
+	char manifest_hex[65], result_hex[65];
+	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
+		die("stdin: %s", e.text);
+	json_t *integrity = json_pack("{s:s, s:s, s:f, s:s, s:s}", "algorithm", RECORD_ALGORITHM,
+	                              "headHash", sum.head, "entries", (double)sum.entries,
+	                              "manifestSha256", manifest_hex, "resultSha256", result_hex);
+	if (key) {
+		json_object_set_new(integrity, "signature", sign_integrity(key, integrity));
+		EVP_PKEY_free(key);
+	}
+	json_object_set(record, "integrity", integrity);
+
+	/* 4. result.json, replaced atomically. */
+	struct buf out = {0};
+	if (canon_dump_pretty(record, &out, &e) < 0)
+		die("record: %s", e.text);
+	buf_addc(&out, '\n');
+	snprintf(path, sizeof path, "%s/.sfma/result.json", ws);
+	if (atomic_write(path, out.p, out.len, 0644, &e) < 0)
+		die("%s", e.text);
+	if (json_print_line(stdout, integrity) < 0)
+		die("stdout: %s", strerror(errno));
+	buf_free(&out);
+	json_decref(integrity);
+	json_decref(record);
+	return 0;
+}
