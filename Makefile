@@ -53,7 +53,7 @@ $(LIBA): $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
 .SECONDEXPANSION:
-$(BINDIR)/%: $$(wildcard src/%.c src/%/*.c) $(LIBA) $(wildcard lib/*.h) $$(wildcard src/%/*.h)
+$(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(wildcard src/$$*/*.h)
 	@mkdir -p $(BINDIR)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 

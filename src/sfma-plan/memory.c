@@ -1,0 +1,120 @@
+/* memory.c - cross-run memory (CONTRACT.md section 8): run summaries,
+ * endpoint state, certification, pinning and demotion. Pure arithmetic. */
+#include "plan.h"
+#include "atomic.h"
+#include "buf.h"
+#include "canon.h"
+#include "err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MEMORY_MAX_RUNS 100
+
+int memory_load(struct memory *mem, const char *path, char *err, size_t errlen)
+{
+	struct sfma_err e;
+	struct stat st;
+	mem->doc = NULL;
+	if (stat(path, &st) == 0) {
+		mem->doc = json_load_strict(path, 16u << 20, &e);
+		if (!mem->doc || !json_is_object(mem->doc) ||
+		    !json_is_array(json_object_get(mem->doc, "runs"))) {
+			snprintf(err, errlen, "%s", mem->doc ? "memory.json: not a memory document" : e.text);
+			json_decref(mem->doc);
+			mem->doc = NULL;
+			return -1;
+		}
+	} else if (errno != ENOENT) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	} else {
+		mem->doc = json_pack("{s:i, s:[], s:n, s:{}}", "version", 1, "runs", "pinned", "endpoints");
+	}
+	if (!json_is_object(json_object_get(mem->doc, "endpoints")))
+		json_object_set_new(mem->doc, "endpoints", json_object());
+	if (!json_object_get(mem->doc, "pinned"))
+		json_object_set_new(mem->doc, "pinned", json_null());
+	return 0;
+}
+
+json_t *memory_pinned(struct memory *mem)
+{
+	json_t *p = json_object_get(mem->doc, "pinned");
+	return json_is_object(p) && json_is_object(json_object_get(p, "candidate")) ? p : NULL;
+}
+
+/* Over the last `window` non-dry runs: how many, how many completed, and
+ * whether any had a hard-tier failure. */
+static void window_stats(json_t *runs, int window, int *count, int *completed, int *failures)
+{
+	*count = *completed = *failures = 0;
+	for (size_t i = json_array_size(runs); i-- > 0 && *count < window;) {
+		json_t *r = json_array_get(runs, i);
+		if (json_is_true(json_object_get(r, "dryRun")))
+			continue;
+		(*count)++;
+		const char *v = json_string_value(json_object_get(r, "verdict"));
+		if (v && strcmp(v, "completed") == 0)
+			(*completed)++;
+		json_t *h = json_object_get(r, "hardTierFailures");
+		if (json_is_number(h) && json_number_value(h) > 0)
+			(*failures)++;
+	}
+}
+
+void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
+                       json_t *candidate, int pinned_run, int *certified, int *demoted)
+{
+	json_t *runs = json_object_get(mem->doc, "runs");
+	json_array_append(runs, run_summary);
+	while (json_array_size(runs) > MEMORY_MAX_RUNS)
+		json_array_remove(runs, 0);
+	*certified = *demoted = 0;
+
+	int count, completed, failures;
+	window_stats(runs, m->tuning.cert_window, &count, &completed, &failures);
+	double rate = count ? (double)completed / count : 0;
+	json_t *h = json_object_get(run_summary, "hardTierFailures");
+	int this_failed_hard = json_is_number(h) && json_number_value(h) > 0;
+	int dry = json_is_true(json_object_get(run_summary, "dryRun"));
+
+	if (memory_pinned(mem)) {
+		/* A pinned configuration is demoted by a hard-tier failure in a
+		 * pinned run, or when the completion rate falls below demotePass. */
+		if (!dry && ((pinned_run && this_failed_hard) ||
+		             (count >= m->tuning.cert_window && rate < m->tuning.demote_pass))) {
+			json_object_set_new(mem->doc, "pinned", json_null());
+			*demoted = 1;
+		}
+		return;
+	}
+	if (!dry && candidate && count >= m->tuning.cert_window && rate >= m->tuning.cert_completion &&
+	    failures == 0) {
+		json_object_set_new(mem->doc, "pinned",
+		                    json_pack("{s:O, s:s, s:s}", "candidate", candidate, "genesisVersion",
+		                              GENESIS_VERSION, "certifiedAt", iso_time(now_ms())));
+		*certified = 1;
+	}
+}
+
+int memory_save(struct memory *mem, const char *path, char *err, size_t errlen)
+{
+	struct buf b = {0};
+	struct sfma_err e;
+	canon_dump_pretty(mem->doc, &b, NULL);
+	buf_addc(&b, '\n');
+	int rc = atomic_write(path, b.p, b.len, 0644, &e);
+	buf_free(&b);
+	if (rc < 0)
+		snprintf(err, errlen, "%s", e.text);
+	return rc;
+}
+
+void memory_free(struct memory *mem)
+{
+	json_decref(mem->doc);
+	mem->doc = NULL;
+}
