@@ -81,6 +81,8 @@ int main(int argc, char **argv)
 	char *text = read_all_fd(0, RECORD_MAX_BYTES, &len, &e);
 	if (!text)
 		die("stdin: %s", e.text);
+	if (len == 0)
+		die("stdin: empty: no result body to seal");
 	json_t *record = json_parse_strict(text, len, &e);
 	free(text);
 	if (!record)

@@ -47,14 +47,35 @@ char *iso_time(int64_t ms)
 
 /* Open order matches a shell's `<to >from` redirections of each stage, so
  * named pipes opened by hand never deadlock. */
+/* Open one end. "/dev/fd/N" is taken as descriptor N itself, not reopened:
+ * a second descriptor for the same pipe end would keep it open after the
+ * planner closes "its" one, and the stage would never see end of input. */
+static int open_end(const char *path, int flags)
+{
+	char *end;
+	if (strncmp(path, "/dev/fd/", 8) == 0) {
+		long n = strtol(path + 8, &end, 10);
+		if (*end == '\0' && end != path + 8 && n > 2 && n < 65536) {
+			int accmode = fcntl((int)n, F_GETFL);
+			if (accmode < 0 || (accmode & O_ACCMODE) != (flags & O_ACCMODE)) {
+				errno = EBADF;
+				return -1;
+			}
+			fcntl((int)n, F_SETFD, FD_CLOEXEC);
+			return (int)n;
+		}
+	}
+	return open(path, flags | O_CLOEXEC);
+}
+
 void stages_open(const char *const paths[2 * STAGE_COUNT])
 {
 	for (int s = 0; s < STAGE_COUNT; s++) {
 		const char *to = paths[2 * s], *from = paths[2 * s + 1];
-		stages[s].to = open(to, O_WRONLY | O_CLOEXEC);
+		stages[s].to = open_end(to, O_WRONLY);
 		if (stages[s].to < 0)
 			die("%s: %s", to, strerror(errno));
-		stages[s].from = open(from, O_RDONLY | O_CLOEXEC);
+		stages[s].from = open_end(from, O_RDONLY);
 		if (stages[s].from < 0)
 			die("%s: %s", from, strerror(errno));
 		lr_init(&stages[s].reader, stages[s].from, NDJSON_DEFAULT_MAX);

@@ -1,0 +1,219 @@
+#!/usr/bin/env bats
+# End to end through `sfma run`: the planner with every real stage, the mock
+# model scripted by SFMA_MOCK. Every run, whatever its verdict, must verify.
+
+load helpers
+
+CAND='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+}
+
+manifest() { # manifest FILE [extra JSON members]
+	local extra=${2:-}
+	cat >"$1" <<JSON
+{"name":"t","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo","sleep"],"inputs":[],"outputs":["out.txt"],"maxTurns":8,
+ "dryRunDefault":false${extra:+,$extra}}
+JSON
+}
+
+verified() {
+	run sfma-verify ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == AUDIT_OK* ]]
+}
+
+mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
+	local IFS=,
+	export SFMA_MOCK="[$*]"
+}
+
+@test "the example runs end to end on the built-in mock and verifies" {
+	cp "$REPO/examples/hello/manifest.json" .
+	run sfma run manifest.json --apply
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"COMPLETED turns="*" dryRun=false record=ws/.sfma/result.json"* ]]
+	[ -s ws/hello.txt ]
+	# the allowlisted command ran in the sandbox
+	grep -q '"cmd":"echo hello from the sandbox"' ws/.sfma/trace.jsonl
+	jq -e 'select(.kind=="verdict" and .data.run != null) | .data.pass' ws/.sfma/trace.jsonl
+	verified
+}
+
+@test "a dry run records writes without applying them and completes" {
+	cp "$REPO/examples/hello/manifest.json" .
+	run sfma run manifest.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"COMPLETED"*"dryRun=true"* ]]
+	[ ! -e ws/hello.txt ]
+	jq -e '.dryRun == true and .outputs[0].ok == true' ws/.sfma/result.json
+	verified
+}
+
+@test "each hard-tier refusal ends the run failed, exit 1, and verifies" {
+	manifest m.json
+	local cases=(
+		'{"tool":"write","path":"../x","content":"x"}|outside workspace'
+		'{"tool":"write","path":"other.txt","content":"x"}|not a declared output'
+		'{"tool":"write","path":".sfma/memory.json","content":"x"}|reserved'
+		'{"tool":"run","cmd":"echo hi; id"}|shell metacharacters are not allowed'
+		'{"tool":"run","cmd":"cat /etc/passwd"}|not in allowedCommands'
+		'{"tool":"run","cmd":"   "}|empty command'
+		'{"tool":"teleport"}|unknown tool'
+	)
+	for c in "${cases[@]}"; do
+		rm -rf ws
+		mock "$CAND" "${c%%|*}" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+		run sfma run m.json
+		[ "$status" -eq 1 ] || { echo "case $c: $output"; return 1; }
+		[[ "$output" == *FAILED* ]]
+		jq -e --arg p "${c##*|}" 'select(.kind=="verdict" and .data.pass==false) | select(.data.reason | contains($p))' \
+			ws/.sfma/trace.jsonl >/dev/null || { echo "no refusal with ${c##*|}"; return 1; }
+		jq -e '.hardTierFailures == 1 and .verdict == "failed"' ws/.sfma/result.json
+		verified
+	done
+}
+
+@test "maxTurns halts the run with exact counts" {
+	manifest m.json '"maxTurns":3'
+	mock "$CAND" '"not json"' '{"tool":"read","path":"nothing"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"HALTED-MAXTURNS turns=3"* ]]
+	jq -e '.turns == 3 and .modelCalls == 3 and .verdict == "halted-maxTurns"' ws/.sfma/result.json
+	verified
+}
+
+@test "maxModelCalls halts the run when every attempt is spent" {
+	manifest m.json '"maxModelCalls":2'
+	mock "$CAND" '{"tool":"read","path":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *HALTED-BUDGET* ]]
+	jq -e '.modelCalls == 2 and .verdict == "halted-budget"' ws/.sfma/result.json
+	[ "$(grep -c '"kind":"call"' ws/.sfma/trace.jsonl)" -eq 2 ]
+	verified
+}
+
+@test "maxSeconds cuts a slow command at the deadline" {
+	manifest m.json '"maxSeconds":2'
+	mock "$CAND" '{"tool":"run","cmd":"sleep 30"}' '{"tool":"done","summary":"s"}'
+	SECONDS=0
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *HALTED-BUDGET* ]]
+	[ "$SECONDS" -lt 15 ]
+	verified
+}
+
+@test "a HALT file stops the run before its next turn, with no model call" {
+	manifest m.json
+	mkdir -p ws/.sfma && touch ws/.sfma/HALT
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"HALTED-OPERATOR turns=0"* ]]
+	! grep -q '"kind":"call"' ws/.sfma/trace.jsonl
+	verified
+}
+
+@test "an invalid manifest prints every reason, exits 2 and creates nothing" {
+	cat >m.json <<'JSON'
+{"name":"","workspace":"ws","modelEndpoints":[],"allowedCommands":["a b","/bin/x"],
+ "inputs":["../up"],"outputs":[".sfma/x"],"maxTurns":0,"dryRunDefault":"yes","tuning":{"bogus":1}}
+JSON
+	run sfma run m.json
+	[ "$status" -eq 2 ]
+	[[ "$output" == *TASK_INVALID* ]]
+	for r in name modelEndpoints "allowedCommands[0]" "allowedCommands[1]" "inputs[0]" "outputs[0]" maxTurns dryRunDefault tuning.bogus; do
+		[[ "$output" == *"- "*"$r"* ]] || { echo "missing reason for $r"; return 1; }
+	done
+	[ ! -e ws ]
+	run sfma run missing.json
+	[ "$status" -eq 2 ]
+	printf '{"name":"a","name":"b"}' >dup.json
+	run sfma-plan --check dup.json
+	[ "$status" -eq 2 ]
+	[[ "$output" == *duplicate* ]]
+}
+
+@test "a v1 manifest with modelAdapter is rejected" {
+	manifest m.json '"modelAdapter":"mock"'
+	run sfma run m.json
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"modelAdapter was replaced by modelEndpoints"* ]]
+	[ ! -e ws ]
+}
+
+@test "certification after certWindow clean runs, pinned replay saves a call, demotion on a refusal" {
+	manifest m.json '"tuning":{"certWindow":2}'
+	for i in 1 2; do
+		mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+		run sfma run m.json
+		[ "$status" -eq 0 ]
+		verified
+	done
+	jq -e '.lifecycle == ["probation","certified","completed"]' ws/.sfma/result.json
+	jq -e '.pinned.candidate.mission == "m"' ws/.sfma/memory.json
+	# pinned replay: no bootstrap call, so the first reply is already work
+	mock '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 0 ]
+	jq -e '.lifecycle[0] == "pinned-replay" and .modelCalls == 2' ws/.sfma/result.json
+	verified
+	# a hard-tier failure in a pinned run demotes
+	mock '{"tool":"write","path":"../escape","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	jq -e '.lifecycle == ["pinned-replay","demoted","failed"]' ws/.sfma/result.json
+	jq -e '.pinned == null' ws/.sfma/memory.json
+	verified
+}
+
+@test "the inbox is consumed and traced; notify and ask land in the outbox" {
+	manifest m.json
+	mkdir -p ws/.sfma/inbox
+	echo "use plain text" >ws/.sfma/inbox/001-operator.txt
+	mock "$CAND" '{"tool":"notify","text":"started"}' '{"tool":"ask","question":"which format?"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 0 ]
+	[ ! -e ws/.sfma/inbox/001-operator.txt ]
+	jq -e 'select(.kind=="message" and .data.dir=="in" and .data.file=="001-operator.txt") | .data.text | contains("use plain text")' ws/.sfma/trace.jsonl
+	[ "$(ls ws/.sfma/outbox | wc -l)" -eq 2 ]
+	cat ws/.sfma/outbox/*-ask.json | jq -e '.kind == "ask" and .text == "which format?"'
+	jq -e 'select(.kind=="message" and .data.dir=="out" and .data.kind=="notify")' ws/.sfma/trace.jsonl
+	verified
+}
+
+@test "a tampered trace refuses the next run and nothing is appended" {
+	manifest m.json
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json
+	[ "$status" -eq 0 ]
+	sed -i '3s/"loop":1/"loop":2/' ws/.sfma/trace.jsonl
+	cp ws/.sfma/trace.jsonl before
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification"* ]]
+	cmp before ws/.sfma/trace.jsonl
+}
+
+@test "a signed run verifies as trusted with the right key only" {
+	require openssl
+	openssl genpkey -algorithm ed25519 -out k.pem 2>/dev/null
+	openssl pkey -in k.pem -pubout -out k.pub
+	openssl genpkey -algorithm ed25519 -out other.pem 2>/dev/null
+	openssl pkey -in other.pem -pubout -out other.pub
+	cp "$REPO/examples/hello/manifest.json" .
+	SFMA_AUDIT_PRIVATE_KEY="$(cat k.pem)" run sfma run manifest.json --apply
+	[ "$status" -eq 0 ]
+	SFMA_AUDIT_PUBLIC_KEY="$(cat k.pub)" run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=trusted "* ]]
+	SFMA_AUDIT_PUBLIC_KEY="$(cat other.pub)" run sfma-verify ws
+	[ "$status" -eq 1 ]
+	! grep -rqF "$(sed -n 2p k.pem)" ws
+}
