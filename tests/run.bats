@@ -26,6 +26,11 @@ verified() {
 	[[ "$output" == AUDIT_OK* ]]
 }
 
+# trace_has FILTER: some entry of the trace matches the jq condition.
+trace_has() {
+	jq -s -e "any(.[]; $1)" ws/.sfma/trace.jsonl >/dev/null
+}
+
 mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
 	local IFS=,
 	export SFMA_MOCK="[$*]"
@@ -39,7 +44,7 @@ mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON 
 	[ -s ws/hello.txt ]
 	# the allowlisted command ran in the sandbox
 	grep -q '"cmd":"echo hello from the sandbox"' ws/.sfma/trace.jsonl
-	jq -e 'select(.kind=="verdict" and .data.run != null) | .data.pass' ws/.sfma/trace.jsonl
+	trace_has '.kind=="verdict" and .data.run != null and .data.pass and .data.run.exit == 0'
 	verified
 }
 
@@ -70,15 +75,16 @@ mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON 
 		run sfma run m.json
 		[ "$status" -eq 1 ] || { echo "case $c: $output"; return 1; }
 		[[ "$output" == *FAILED* ]]
-		jq -e --arg p "${c##*|}" 'select(.kind=="verdict" and .data.pass==false) | select(.data.reason | contains($p))' \
-			ws/.sfma/trace.jsonl >/dev/null || { echo "no refusal with ${c##*|}"; return 1; }
+		trace_has ".kind==\"verdict\" and .data.pass==false and (.data.reason | contains(\"${c##*|}\"))" ||
+			{ echo "no refusal with ${c##*|}"; grep verdict ws/.sfma/trace.jsonl; return 1; }
 		jq -e '.hardTierFailures == 1 and .verdict == "failed"' ws/.sfma/result.json
 		verified
 	done
 }
 
 @test "maxTurns halts the run with exact counts" {
-	manifest m.json '"maxTurns":3'
+	manifest m.json
+	sed -i 's/"maxTurns":8/"maxTurns":3/' m.json
 	mock "$CAND" '"not json"' '{"tool":"read","path":"nothing"}' '{"tool":"done","summary":"s"}'
 	run sfma run m.json
 	[ "$status" -eq 1 ]
@@ -181,10 +187,10 @@ JSON
 	run sfma run m.json
 	[ "$status" -eq 0 ]
 	[ ! -e ws/.sfma/inbox/001-operator.txt ]
-	jq -e 'select(.kind=="message" and .data.dir=="in" and .data.file=="001-operator.txt") | .data.text | contains("use plain text")' ws/.sfma/trace.jsonl
+	trace_has '.kind=="message" and .data.dir=="in" and .data.file=="001-operator.txt" and (.data.text | contains("use plain text"))'
 	[ "$(ls ws/.sfma/outbox | wc -l)" -eq 2 ]
 	cat ws/.sfma/outbox/*-ask.json | jq -e '.kind == "ask" and .text == "which format?"'
-	jq -e 'select(.kind=="message" and .data.dir=="out" and .data.kind=="notify")' ws/.sfma/trace.jsonl
+	trace_has '.kind=="message" and .data.dir=="out" and .data.kind=="notify"'
 	verified
 }
 
