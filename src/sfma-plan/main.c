@@ -12,6 +12,7 @@
  * Exit: 0 completed, 1 any other verdict or a runtime failure, 2 an invalid
  * manifest or usage. */
 #include "plan.h"
+#include "store.h"
 #include "buf.h"
 #include "canon.h"
 #include "err.h"
@@ -52,6 +53,9 @@ struct run {
 	const char *verdict;
 	char error[600];
 	const char *last_lifecycle;
+	struct store store;
+	int store_ok;             /* containment guards passed */
+	const char *commit_sha;
 };
 
 static void on_halt_signal(int sig)
@@ -385,6 +389,48 @@ static void judge_done(struct run *r)
 		end_with(r, "completed", NULL);
 }
 
+/* recall is served here, with the runner's rights over .sfma/mem and the
+ * trace only, after the same hard-tier gate as every tool (a mode that is
+ * not one of the five is refused). */
+static void recall(struct run *r, json_t *call)
+{
+	json_t *shown = json_pack("{s:s}", "tool", "recall");
+	if (json_is_string(json_object_get(call, "mode")))
+		json_object_set(shown, "mode", json_object_get(call, "mode"));
+	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), 1, NULL, NULL);
+	const char *task_id = entry_id(task);
+	const char *refusal = NULL;
+	json_t *entry = NULL;
+	char *text = store_recall(&r->store, call, &entry, &refusal);
+	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", refusal == NULL, "reason",
+	                                    refusal ? refusal : "recall"),
+	            1, task_id ? json_pack("[s]", task_id) : NULL);
+	if (refusal) {
+		char shown_text[300];
+		r->hard_failures++;
+		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal);
+		tool_result(r, shown_text);
+		progress(r, "recall: refused: %s", refusal);
+	} else {
+		trace_quiet(r, "store", entry, 1, task_id ? json_pack("[s]", task_id) : NULL);
+		tool_result(r, text);
+		progress(r, "recall: pass");
+	}
+	free(text);
+	json_decref(task);
+}
+
+/* The adopted candidate is a record: written to a durable tier, the fast
+ * tier keeping only a pointer. */
+static void keep_candidate(struct run *r, json_t *candidate_entry)
+{
+	const char *id = entry_id(candidate_entry);
+	if (!r->store_ok || !id)
+		return;
+	trace_quiet(r, "store", store_put(&r->store, id, r->candidate, r->m->tuning.fast_tier_max_bytes), 0,
+	            json_pack("[s]", id));
+}
+
 static int halt_file_present(struct run *r)
 {
 	char path[4200];
@@ -426,7 +472,9 @@ static void turns(struct run *r)
 		if (!r->candidate) {
 			if (is_candidate(v)) {
 				r->candidate = json_incref(v);
-				trace_quiet(r, "candidate", json_deep_copy(v), 1, NULL);
+				json_t *ce = trace(r, "candidate", json_deep_copy(v), 1, NULL, NULL);
+				keep_candidate(r, ce);
+				json_decref(ce);
 				tool_result(r, "candidate adopted; now reply with one tool call per turn");
 				progress(r, "bootstrap candidate adopted");
 			} else {
@@ -448,6 +496,8 @@ static void turns(struct run *r)
 			json_decref(task);
 			progress(r, "done");
 			judge_done(r);
+		} else if (tool && strcmp(tool, "recall") == 0) {
+			recall(r, v);
 		} else if (!tool) {
 			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
 			                                    "reason", "invalid reply: no tool"), 1, NULL);
@@ -503,9 +553,16 @@ static json_t *result_body(struct run *r)
 	json_object_set_new(body, "genesisVersion", json_string(GENESIS_VERSION));
 	json_object_set(body, "bootstrap", r->candidate ? r->candidate : json_null());
 	json_object_set(body, "lifecycle", r->lifecycle);
-	json_object_set_new(body, "memory", json_pack("{s:I, s:b}", "runs",
-	                    (json_int_t)json_array_size(json_object_get(r->mem.doc, "runs")),
-	                    "pinned", memory_pinned(&r->mem) != NULL));
+	json_t *memory = json_pack("{s:I, s:b}", "runs",
+	                           (json_int_t)json_array_size(json_object_get(r->mem.doc, "runs")),
+	                           "pinned", memory_pinned(&r->mem) != NULL);
+	if (r->store_ok)
+		json_object_set_new(memory, "store", r->store.git_available
+		    ? json_pack("{s:s, s:f, s:s?}", "name", "git-long", "latencyMs", r->store.latency_git,
+		                "commit", r->commit_sha)
+		    : json_pack("{s:s, s:b, s:s}", "name", "git-long", "available", 0, "reason",
+		                r->store.git_unavailable_why));
+	json_object_set_new(body, "memory", memory);
 	json_object_set_new(body, "outputs", outputs_list(r));
 	json_object_set_new(body, "criteria", criteria);
 	json_object_set(body, "weights", r->endpoints ? r->endpoints : json_object());
@@ -529,6 +586,8 @@ static json_t *result_body(struct run *r)
 	return body;
 }
 
+static void commit_memory(struct run *r);
+
 /* Close the run in the trace and in memory.json. */
 static void finish(struct run *r)
 {
@@ -551,17 +610,34 @@ static void finish(struct run *r)
 	json_decref(summary);
 	if (r->endpoints)
 		json_object_set(r->mem.doc, "endpoints", r->endpoints);
+	char mem_path[4200], mem_err[600];
+	snprintf(mem_path, sizeof mem_path, "%s/memory.json", r->sfma_dir);
+	if (memory_save(&r->mem, mem_path, mem_err, sizeof mem_err) < 0)
+		warnx("memory.json: %s", mem_err);
+	commit_memory(r);
 	if (certified)
 		lifecycle(r, "certified");
 	if (demoted)
 		lifecycle(r, "demoted");
 	lifecycle(r, r->verdict);
 	clock_anchor(r);
+}
 
-	char path[4200], err[600];
-	snprintf(path, sizeof path, "%s/memory.json", r->sfma_dir);
-	if (memory_save(&r->mem, path, err, sizeof err) < 0)
-		warnx("memory.json: %s", err);
+/* One commit per run in .sfma/mem: memory.json and the run's records. */
+static void commit_memory(struct run *r)
+{
+	if (!r->store_ok || !r->store.git_available)
+		return;
+	char subject[600];
+	struct buf mem = {0};
+	snprintf(subject, sizeof subject, "run %s %s turns=%ld calls=%ld", r->m->name, r->verdict, r->turns,
+	         r->model_calls);
+	canon_dump_pretty(r->mem.doc, &mem, NULL);
+	buf_addc(&mem, '\n');
+	json_t *entry = store_commit(&r->store, mem.p, subject, &r->commit_sha);
+	buf_free(&mem);
+	if (entry)
+		trace_quiet(r, "store", entry, 0, NULL);
 }
 
 /* Hand the body to sfma-seal and wait for its integrity line. */
@@ -742,6 +818,19 @@ int main(int argc, char **argv)
 	json_t *pinned = memory_pinned(&r.mem);
 	r.pinned_run = pinned != NULL;
 	lifecycle(&r, r.pinned_run ? "pinned-replay" : "probation");
+
+	/* Long-term memory: the containment guards run before any git command;
+	 * a failed guard ends the run before anything is committed anywhere. */
+	char guard[600];
+	if (store_open(&r.store, r.sfma_dir, guard, sizeof guard) < 0) {
+		end_with(&r, "failed", "memory store: %s", guard);
+	} else {
+		json_t *git_entry, *placement;
+		r.store_ok = 1;
+		store_profile(&r.store, &git_entry, &placement);
+		trace_quiet(&r, "store", git_entry, 0, NULL);
+		trace_quiet(&r, "store", placement, 0, NULL);
+	}
 	char *inbox = consume_inbox(&r);
 	if (task)
 		trace_quiet(&r, "clarification", json_pack("{s:s, s:s}", "source", "--task", "text", task), 0, NULL);
@@ -764,7 +853,8 @@ int main(int argc, char **argv)
 	say(&r, "user", first.p);
 	buf_free(&first);
 	free(inbox);
-	turns(&r);
+	if (!r.verdict)
+		turns(&r);
 	if (!r.verdict)
 		end_with(&r, "failed", "run ended without a verdict");
 	if (!r.chain_alive && strcmp(r.verdict, "completed") == 0)
@@ -797,6 +887,7 @@ int main(int argc, char **argv)
 	json_decref(r.written);
 	json_decref(r.endpoints);
 	memory_free(&r.mem);
+	store_close(&r.store);
 	manifest_free(r.m);
 	close(lock);
 	return status;

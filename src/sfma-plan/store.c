@@ -1,0 +1,721 @@
+/* store.c - the memory stores: in-process, files, git (CONTRACT.md section 9).
+ *
+ * Git is run only as a plain program with fixed arguments: model text never
+ * becomes an option (queries follow -e or are glued to -S), the environment
+ * is rebuilt (no GIT_DIR, GIT_CONFIG_*, host or global configuration, no
+ * hooks, no templates), and every command after the guards names the store
+ * explicitly with --git-dir/--work-tree, so git never goes looking for a
+ * repository of its own choosing. */
+#include "store.h"
+#include "plan.h"
+#include "atomic.h"
+#include "buf.h"
+#include "canon.h"
+#include "err.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECALL_MAX_TEXT 8192
+#define GIT_MAX_OUTPUT (256u << 10)
+
+static double elapsed_ms(const struct timespec *a)
+{
+	struct timespec b;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double ms = (double)(b.tv_sec - a->tv_sec) * 1e3 + (double)(b.tv_nsec - a->tv_nsec) / 1e6;
+	return round(ms * 1000) / 1000;
+}
+
+/* Run git with fixed arguments; stdout captured (bounded) into out when
+ * given. explicit_repo names the store with --git-dir/--work-tree. Returns
+ * the exit status, 127 when git cannot be started. */
+static int git(struct store *st, int explicit_repo, const char *const *args, struct buf *out)
+{
+	const char *argv[40];
+	char gd[4300], wt[4300];
+	int n = 0;
+	argv[n++] = "git";
+	if (explicit_repo) {
+		snprintf(gd, sizeof gd, "--git-dir=%s", st->git_dir);
+		snprintf(wt, sizeof wt, "--work-tree=%s", st->mem_dir);
+		argv[n++] = gd;
+		argv[n++] = wt;
+	}
+	static const char *const fixed[] = {"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+	                                    "-c", "gc.auto=0", "-c", "commit.gpgSign=false", NULL};
+	for (int i = 0; fixed[i]; i++)
+		argv[n++] = fixed[i];
+	for (int i = 0; args[i] && n < 38; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+
+	char path_env[4200], ceiling[4200], home[4200];
+	const char *path = getenv("PATH");
+	snprintf(path_env, sizeof path_env, "PATH=%s", path ? path : "/usr/bin:/bin");
+	/* Discovery may never climb above .sfma: an enclosing repository is
+	 * not found, let alone written to. */
+	snprintf(ceiling, sizeof ceiling, "GIT_CEILING_DIRECTORIES=%.*s", (int)(strrchr(st->mem_dir, '/') - st->mem_dir),
+	         st->mem_dir);
+	snprintf(home, sizeof home, "HOME=%s", st->mem_dir);
+	char *envp[] = {path_env, ceiling, home, "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+	                "XDG_CONFIG_HOME=/nonexistent", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0",
+	                "GIT_NO_REPLACE_OBJECTS=1", "GIT_PAGER=cat", NULL};
+
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return 127;
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return 127;
+	}
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull < 0 || chdir(st->mem_dir) < 0)
+			_exit(127);
+		dup2(devnull, 0);
+		dup2(pfd[1], 1);
+		dup2(devnull, 2);
+		execvpe("git", (char *const *)argv, envp);
+		_exit(127);
+	}
+	close(pfd[1]);
+	char chunk[8192];
+	ssize_t got;
+	while ((got = read(pfd[0], chunk, sizeof chunk)) != 0) {
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (out && out->len + (size_t)got <= GIT_MAX_OUTPUT)
+			buf_add(out, chunk, (size_t)got);
+	}
+	close(pfd[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void chomp(struct buf *b)
+{
+	while (b->len && (b->p[b->len - 1] == '\n' || b->p[b->len - 1] == '\r'))
+		b->p[--b->len] = '\0';
+}
+
+int store_open(struct store *st, const char *sfma_dir, char *err, size_t errlen)
+{
+	struct stat sb;
+	memset(st, 0, sizeof *st);
+	st->inproc = json_object();
+	snprintf(st->mem_dir, sizeof st->mem_dir, "%s/mem", sfma_dir);
+	snprintf(st->records_dir, sizeof st->records_dir, "%s/records", st->mem_dir);
+	snprintf(st->trace_path, sizeof st->trace_path, "%s/trace.jsonl", sfma_dir);
+
+	/* Guard 1: the store itself is a real directory, never a link that
+	 * could point the runner's writes anywhere on the host. */
+	if (lstat(st->mem_dir, &sb) == 0) {
+		if (S_ISLNK(sb.st_mode)) {
+			snprintf(err, errlen, ".sfma/mem must not be a symlink");
+			return -1;
+		}
+		if (!S_ISDIR(sb.st_mode)) {
+			snprintf(err, errlen, ".sfma/mem must be a directory");
+			return -1;
+		}
+	} else if (mkdir(st->mem_dir, 0755) < 0) {
+		snprintf(err, errlen, "%s: %s", st->mem_dir, strerror(errno));
+		return -1;
+	}
+	if (mkdir(st->records_dir, 0755) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "%s: %s", st->records_dir, strerror(errno));
+		return -1;
+	}
+	if (lstat(st->records_dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+		snprintf(err, errlen, ".sfma/mem/records must be a real directory");
+		return -1;
+	}
+
+	/* Guard 2: .git must be the store's own repository directory, not a
+	 * `gitdir:` file or a link that sends objects somewhere else. It is
+	 * checked before git is even asked whether it exists. */
+	snprintf(st->git_dir, sizeof st->git_dir, "%s/.git", st->mem_dir);
+	int have_git_dir = lstat(st->git_dir, &sb) == 0;
+	if (have_git_dir && !S_ISDIR(sb.st_mode)) {
+		snprintf(err, errlen, ".sfma/mem/.git must be a real repository directory");
+		return -1;
+	}
+
+	static const char *const version[] = {"--version", NULL};
+	if (git(st, 0, version, NULL) != 0) {
+		snprintf(st->git_unavailable_why, sizeof st->git_unavailable_why, "git not found on PATH");
+		return 0;
+	}
+	if (!have_git_dir) {
+		static const char *const init[] = {"-c", "init.defaultBranch=main", "init", "-q", "--template=", ".", NULL};
+		if (git(st, 0, init, NULL) != 0) {
+			snprintf(st->git_unavailable_why, sizeof st->git_unavailable_why, "git init failed");
+			return 0;
+		}
+	}
+	/* Guard 3: the repository git itself resolves from inside the store
+	 * must be the store's own. */
+	struct buf out = {0};
+	static const char *const where[] = {"rev-parse", "--absolute-git-dir", NULL};
+	char *real = realpath(st->git_dir, NULL);
+	int rc = git(st, 0, where, &out);
+	chomp(&out);
+	if (rc != 0 || !real || !out.p || strcmp(out.p, real) != 0) {
+		snprintf(err, errlen, "git resolves %s, not .sfma/mem/.git: refusing an enclosing repository",
+		         out.p && *out.p ? out.p : "no repository");
+		free(real);
+		buf_free(&out);
+		return -1;
+	}
+	snprintf(st->git_dir, sizeof st->git_dir, "%s", real);
+	free(real);
+	buf_free(&out);
+	/* The identity lives in the store's own configuration only. */
+	static const char *const name[] = {"config", "user.name", "sfma", NULL};
+	static const char *const mail[] = {"config", "user.email", "sfma@localhost", NULL};
+	git(st, 1, name, NULL);
+	git(st, 1, mail, NULL);
+	st->git_available = 1;
+	return 0;
+}
+
+static const char *tier_of(struct store *st, const char *name)
+{
+	if (st->fast && strcmp(st->fast, name) == 0)
+		return "fast";
+	if (st->medium && strcmp(st->medium, name) == 0)
+		return "medium";
+	if (st->longer && strcmp(st->longer, name) == 0)
+		return "long";
+	return "none";
+}
+
+/* An in-memory put that cannot be read back: nothing sensible can follow. */
+static _Noreturn void file_probe_failed_in_memory(void)
+{
+	die("memory store: in-process probe failed");
+}
+
+void store_profile(struct store *st, json_t **git_entry, json_t **placement)
+{
+	struct timespec t0;
+	/* In-process: a put and a get of a small pointer. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	json_object_set_new(st->inproc, ".probe", json_string("probe"));
+	if (!json_object_get(st->inproc, ".probe"))
+		file_probe_failed_in_memory();
+	json_object_del(st->inproc, ".probe");
+	st->latency_inproc = elapsed_ms(&t0);
+	/* Files: a durable write and a read back. */
+	char probe[4300];
+	snprintf(probe, sizeof probe, "%s/.probe", st->records_dir);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int file_ok = atomic_write(probe, "probe", 5, 0644, NULL) == 0;
+	if (file_ok) {
+		char back[8];
+		int fd = open(probe, O_RDONLY | O_CLOEXEC);
+		file_ok = fd >= 0 && read(fd, back, sizeof back) == 5;
+		if (fd >= 0)
+			close(fd);
+		unlink(probe);
+	}
+	st->latency_file = elapsed_ms(&t0);
+	/* Git: hashing an object, the cheapest real round trip. */
+	if (st->git_available) {
+		static const char *const hash[] = {"hash-object", "--", "records", NULL};
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		git(st, 1, hash, NULL);
+		st->latency_git = elapsed_ms(&t0);
+	}
+	/* Place by measured latency. */
+	struct { const char *name; double ms; int ok; } s[3] = {
+		{"inproc", st->latency_inproc, 1}, {"file", st->latency_file, file_ok},
+		{"git", st->latency_git, st->git_available},
+	};
+	for (int i = 0; i < 3; i++)
+		for (int j = i + 1; j < 3; j++)
+			if (s[j].ok && (!s[i].ok || s[j].ms < s[i].ms)) {
+				__typeof__(s[0]) t = s[i];
+				s[i] = s[j];
+				s[j] = t;
+			}
+	const char **tiers[3] = {&st->fast, &st->medium, &st->longer};
+	json_t *measured = json_array(), *place = json_object();
+	int usable = 0;
+	for (int i = 0; i < 3; i++) {
+		*tiers[i] = s[i].ok ? s[i].name : NULL;
+		usable += s[i].ok;
+		if (s[i].ok)
+			json_array_append_new(measured, json_pack("{s:s, s:f}", "name", s[i].name, "latencyMs", s[i].ms));
+	}
+	json_object_set_new(place, "fast", st->fast ? json_string(st->fast) : json_null());
+	json_object_set_new(place, "medium", st->medium ? json_string(st->medium) : json_null());
+	json_object_set_new(place, "long", st->longer ? json_string(st->longer) : json_null());
+	*placement = json_pack("{s:s, s:o, s:o, s:b}", "op", "placement", "placement", place, "measured", measured,
+	                       "singleStore", usable == 1);
+	if (usable == 1)
+		json_object_set_new(*placement, "notice", json_string("only one usable store on this host"));
+
+	*git_entry = json_pack("{s:s, s:s, s:s, s:b, s:{s:b, s:b, s:b, s:b, s:b}}", "name", "git-long", "kind", "git",
+	                       "dir", ".sfma/mem", "available", st->git_available, "capabilities",
+	                       "referential", 1, "episodic", 1, "lexical", 1, "changePoint", 1, "semantic", 0);
+	if (st->git_available)
+		json_object_set_new(*git_entry, "latencyMs", json_real(st->latency_git));
+	else
+		json_object_set_new(*git_entry, "reason", json_string(st->git_unavailable_why));
+}
+
+/* An id that is safe as a file name under records/: recall must never read
+ * outside the store. */
+static int safe_id(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+	if (n == 0 || n > 128 || id[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)id[i]) && !strchr("._-", id[i]))
+			return 0;
+	return strstr(id, "..") == NULL;
+}
+
+json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes)
+{
+	struct buf b = {0};
+	char path[4400];
+	canon_dump(payload, &b, NULL);
+	size_t bytes = b.len;
+	snprintf(path, sizeof path, "%s/%s.json", st->records_dir, id);
+	json_t *entry = json_pack("{s:s, s:s, s:I}", "op", "put", "id", id, "bytes", (json_int_t)bytes);
+	struct sfma_err e;
+	if (!safe_id(id) || atomic_write(path, b.p, b.len, 0644, &e) < 0) {
+		json_object_set_new(entry, "ok", json_false());
+		buf_free(&b);
+		return entry;
+	}
+	buf_free(&b);
+	char ref[200];
+	const char *tier;
+	if ((long)bytes > fast_max_bytes && st->git_available) {
+		/* Over the fast tier's ceiling: a git blob, committed with this
+		 * run's records at the end of the run, so never dangling. */
+		char rel[300];
+		struct buf out = {0};
+		snprintf(rel, sizeof rel, "records/%s.json", id);
+		const char *const hash[] = {"hash-object", "-w", "--", rel, NULL};
+		int rc = git(st, 1, hash, &out);
+		chomp(&out);
+		if (rc == 0 && out.len == 40) {
+			snprintf(ref, sizeof ref, "git:%s", out.p);
+			tier = tier_of(st, "git");
+			char reason[160];
+			snprintf(reason, sizeof reason, "%zu bytes exceed fastTierMaxBytes %ld", bytes, fast_max_bytes);
+			json_object_set_new(entry, "reason", json_string(reason));
+		} else {
+			snprintf(ref, sizeof ref, "file:%s", id);
+			tier = tier_of(st, "file");
+		}
+		buf_free(&out);
+	} else {
+		snprintf(ref, sizeof ref, "file:%s", id);
+		tier = tier_of(st, "file");
+		if ((long)bytes > fast_max_bytes)
+			json_object_set_new(entry, "reason", json_string("over fastTierMaxBytes, git unavailable"));
+	}
+	json_object_set_new(st->inproc, id, json_string(ref));
+	json_object_set_new(entry, "tier", json_string(tier));
+	json_object_set_new(entry, "ref", json_string(ref));
+	json_object_set_new(entry, "fastHolds", json_string("pointer"));
+	return entry;
+}
+
+/* ---- recall ----------------------------------------------------------- */
+
+static long limit_of(json_t *call, long def, long max)
+{
+	long long v;
+	if (!json_integer_of(json_object_get(call, "limit"), &v) || v < 1)
+		return def;
+	return v > max ? max : (long)v;
+}
+
+/* A string read from a record or git, made safe as a JSON string. */
+static json_t *text_value(const char *s, size_t n)
+{
+	json_t *v = json_stringn(s, n);
+	return v ? v : json_string("(not valid UTF-8)");
+}
+
+static json_t *read_record(const char *path)
+{
+	struct sfma_err e;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return NULL;
+	struct stat sb;
+	json_t *v = NULL;
+	size_t len;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+		char *text = read_all_fd(fd, 1u << 20, &len, &e);
+		if (text)
+			v = json_parse_strict(text, len, &e);
+		free(text);
+	}
+	close(fd);
+	return v;
+}
+
+static void referential(struct store *st, json_t *call, json_t *ans, const char **refusal)
+{
+	const char *id = json_string_value(json_object_get(call, "id"));
+	if (!safe_id(id)) {
+		*refusal = "recall referential: id must be an entry id (letters, digits, . _ -)";
+		return;
+	}
+	char path[4400];
+	snprintf(path, sizeof path, "%s/%s.json", st->records_dir, id);
+	json_t *pointer = json_object_get(st->inproc, id);
+	json_t *record = NULL;
+	const char *tier = NULL;
+	if (pointer) {
+		tier = "fast"; /* the fast tier answers with its pointer; the record behind it follows */
+		record = read_record(path);
+	} else if ((record = read_record(path))) {
+		tier = tier_of(st, "file");
+	} else if (st->git_available) {
+		char spec[300];
+		struct buf out = {0};
+		snprintf(spec, sizeof spec, "HEAD:records/%s.json", id);
+		const char *const show[] = {"cat-file", "blob", spec, NULL};
+		if (git(st, 1, show, &out) == 0 && out.p)
+			record = json_parse_strict(out.p, out.len, NULL);
+		buf_free(&out);
+		if (record)
+			tier = tier_of(st, "git");
+	}
+	json_object_set_new(ans, "id", json_string(id));
+	json_object_set_new(ans, "found", json_boolean(record != NULL));
+	if (tier)
+		json_object_set_new(ans, "tier", json_string(tier));
+	if (pointer)
+		json_object_set(ans, "pointer", pointer);
+	if (record)
+		json_object_set_new(ans, "record", record);
+}
+
+static void episodic(struct store *st, json_t *call, json_t *ans)
+{
+	long long since = 0, until = 9007199254740991LL;
+	json_integer_of(json_object_get(call, "since"), &since);
+	json_integer_of(json_object_get(call, "until"), &until);
+	long limit = limit_of(call, 20, 200);
+	json_t *entries = json_array();
+	int fd = open(st->trace_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0) {
+		struct line_reader r;
+		struct sfma_err e;
+		char *line;
+		size_t len;
+		lr_init(&r, fd, NDJSON_DEFAULT_MAX);
+		while ((long)json_array_size(entries) < limit && lr_next(&r, &line, &len, &e) == 1) {
+			json_t *v = json_parse_strict(line, len, &e);
+			double seq = json_number_value(json_object_get(v, "seq"));
+			if (v && seq >= (double)since && seq <= (double)until)
+				json_array_append_new(entries, json_pack("{s:O?, s:O?, s:O?, s:O?}", "seq",
+				                      json_object_get(v, "seq"), "kind", json_object_get(v, "kind"), "id",
+				                      json_object_get(v, "id"), "data", json_object_get(v, "data")));
+			json_decref(v);
+		}
+		lr_free(&r);
+		close(fd);
+	}
+	json_object_set_new(ans, "found", json_boolean(json_array_size(entries) > 0));
+	json_object_set_new(ans, "tier", json_string("trace"));
+	json_object_set_new(ans, "results", entries);
+}
+
+static int query_of(json_t *call, const char **q, const char **refusal, const char *mode_refusal)
+{
+	*q = json_string_value(json_object_get(call, "query"));
+	if (!*q || !**q || strlen(*q) > 200 || strchr(*q, '\n') ||
+	    strlen(*q) != json_string_length(json_object_get(call, "query"))) {
+		*refusal = mode_refusal;
+		return -1;
+	}
+	return 0;
+}
+
+/* Literal search over committed history: git grep over the recent commits. */
+static void lexical(struct store *st, json_t *call, json_t *ans, const char **refusal)
+{
+	const char *q;
+	if (query_of(call, &q, refusal, "recall lexical: query must be a non-empty one-line string") < 0)
+		return;
+	long limit = limit_of(call, 20, 100);
+	json_t *results = json_array();
+	struct buf revs = {0};
+	static const char *const list[] = {"rev-list", "--max-count=64", "--all", NULL};
+	if (git(st, 1, list, &revs) == 0 && revs.len) {
+		const char *argv[80];
+		int n = 0;
+		argv[n++] = "grep";
+		argv[n++] = "-I";
+		argv[n++] = "-F";
+		argv[n++] = "-n";
+		argv[n++] = "-e";
+		argv[n++] = q; /* after -e: a pattern, never an option */
+		char *save = NULL;
+		for (char *rev = strtok_r(revs.p, "\n", &save); rev && n < 26; rev = strtok_r(NULL, "\n", &save))
+			argv[n++] = rev;
+		argv[n++] = "--";
+		argv[n] = NULL;
+		struct buf out = {0};
+		git(st, 1, argv, &out);
+		save = NULL;
+		json_t *seen = json_object();
+		for (char *line = out.p ? strtok_r(out.p, "\n", &save) : NULL;
+		     line && (long)json_array_size(results) < limit; line = strtok_r(NULL, "\n", &save)) {
+			/* <commit>:<path>:<line>:<text>; the same hit in older commits once. */
+			char *path = strchr(line, ':');
+			if (!path || json_object_get(seen, path + 1))
+				continue;
+			json_object_set_new(seen, path + 1, json_true());
+			*path = '\0';
+			char *num = strchr(path + 1, ':');
+			char *text = num ? strchr(num + 1, ':') : NULL;
+			if (!text)
+				continue;
+			*num = *text = '\0';
+			json_array_append_new(results, json_pack("{s:s, s:s, s:i, s:o}", "commit", line, "path", path + 1,
+			                      "line", atoi(num + 1), "text", text_value(text + 1, strlen(text + 1))));
+		}
+		json_decref(seen);
+		buf_free(&out);
+	}
+	buf_free(&revs);
+	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
+	json_object_set_new(ans, "tier", json_string(tier_of(st, "git")));
+	json_object_set_new(ans, "results", results);
+}
+
+/* Which commits (and so which runs) made the string enter or leave memory:
+ * git's pickaxe. */
+static void change(struct store *st, json_t *call, json_t *ans, const char **refusal)
+{
+	const char *q;
+	if (query_of(call, &q, refusal, "recall change: query must be a non-empty one-line string") < 0)
+		return;
+	long limit = limit_of(call, 20, 100);
+	char pickaxe[220], max[40];
+	snprintf(pickaxe, sizeof pickaxe, "-S%s", q); /* glued: the query cannot be an option */
+	snprintf(max, sizeof max, "--max-count=%ld", limit);
+	const char *const argv[] = {"log", "--all", "--format=%H%x09%s", max, pickaxe, "--", NULL};
+	struct buf out = {0};
+	json_t *results = json_array();
+	git(st, 1, argv, &out);
+	char *save = NULL;
+	for (char *line = out.p ? strtok_r(out.p, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+		char *tab = strchr(line, '\t');
+		if (!tab)
+			continue;
+		*tab = '\0';
+		json_array_append_new(results, json_pack("{s:s, s:o}", "commit", line, "run", text_value(tab + 1, strlen(tab + 1))));
+	}
+	buf_free(&out);
+	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
+	json_object_set_new(ans, "tier", json_string(tier_of(st, "git")));
+	json_object_set_new(ans, "results", results);
+}
+
+/* No store here does similarity search: rank records by shared terms and
+ * say so, plainly. */
+static void semantic(struct store *st, json_t *call, json_t *ans, const char **refusal)
+{
+	const char *q;
+	if (query_of(call, &q, refusal, "recall semantic: query must be a non-empty one-line string") < 0)
+		return;
+	long limit = limit_of(call, 10, 50);
+	char terms[16][64];
+	int nterms = 0;
+	char word[64];
+	size_t wl = 0;
+	for (const char *p = q;; p++) {
+		if (*p && (isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)) {
+			if (wl < sizeof word - 1)
+				word[wl++] = (char)tolower((unsigned char)*p);
+			continue;
+		}
+		if (wl > 1 && nterms < 16) {
+			word[wl] = '\0';
+			snprintf(terms[nterms++], sizeof terms[0], "%s", word);
+		}
+		wl = 0;
+		if (!*p)
+			break;
+	}
+	json_t *results = json_array();
+	DIR *d = opendir(st->records_dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (de->d_name[0] == '.' || n < 6 || strcmp(de->d_name + n - 5, ".json") != 0)
+			continue;
+		char path[4400];
+		snprintf(path, sizeof path, "%s/%s", st->records_dir, de->d_name);
+		json_t *rec = read_record(path);
+		struct buf b = {0};
+		if (rec)
+			canon_dump(rec, &b, NULL);
+		json_decref(rec);
+		int score = 0;
+		for (size_t i = 0; b.p && i < b.len; i++)
+			b.p[i] = (char)tolower((unsigned char)b.p[i]);
+		for (int t = 0; b.p && t < nterms; t++)
+			score += strstr(b.p, terms[t]) != NULL;
+		buf_free(&b);
+		if (score > 0)
+			json_array_append_new(results, json_pack("{s:s%, s:i}", "id", de->d_name, n - 5, "overlap", score));
+	}
+	if (d)
+		closedir(d);
+	/* Highest overlap first (insertion sort: a handful of records). */
+	size_t n = json_array_size(results);
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0; j--) {
+			json_t *a = json_array_get(results, j - 1), *b = json_array_get(results, j);
+			if (json_number_value(json_object_get(a, "overlap")) >= json_number_value(json_object_get(b, "overlap")))
+				break;
+			json_incref(a);
+			json_array_set(results, j - 1, b);
+			json_array_set_new(results, j, a);
+		}
+	while ((long)json_array_size(results) > limit)
+		json_array_remove(results, json_array_size(results) - 1);
+	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
+	json_object_set_new(ans, "tier", json_string(tier_of(st, "file")));
+	json_object_set_new(ans, "degraded", json_true());
+	json_object_set_new(ans, "notice", json_string("no store here does similarity search: this is a "
+	                                               "term-overlap ranking, not semantic similarity"));
+	json_object_set_new(ans, "results", results);
+}
+
+char *store_recall(struct store *st, json_t *call, json_t **entry, const char **refusal)
+{
+	const char *mode = json_string_value(json_object_get(call, "mode"));
+	static const char *const modes[] = {"referential", "episodic", "lexical", "change", "semantic", NULL};
+	int known = 0;
+	*refusal = NULL;
+	*entry = NULL;
+	for (int i = 0; mode && modes[i]; i++)
+		known |= strcmp(mode, modes[i]) == 0;
+	if (!known) {
+		*refusal = "recall: unknown recall mode";
+		return NULL;
+	}
+	json_t *ans = json_pack("{s:s}", "mode", mode);
+	int needs_git = strcmp(mode, "lexical") == 0 || strcmp(mode, "change") == 0;
+	if (needs_git && !st->git_available) {
+		json_object_set_new(ans, "available", json_false());
+		json_object_set_new(ans, "found", json_false());
+		json_object_set_new(ans, "notice", json_string(st->git_unavailable_why));
+	} else {
+		json_object_set_new(ans, "available", json_true());
+		if (strcmp(mode, "referential") == 0)
+			referential(st, call, ans, refusal);
+		else if (strcmp(mode, "episodic") == 0)
+			episodic(st, call, ans);
+		else if (strcmp(mode, "lexical") == 0)
+			lexical(st, call, ans, refusal);
+		else if (strcmp(mode, "change") == 0)
+			change(st, call, ans, refusal);
+		else
+			semantic(st, call, ans, refusal);
+	}
+	if (*refusal) {
+		json_decref(ans);
+		return NULL;
+	}
+	/* Bounded answer: drop results from the end, or clip a large record. */
+	struct buf b = {0};
+	json_t *results = json_object_get(ans, "results");
+	for (;;) {
+		buf_reset(&b);
+		canon_dump(ans, &b, NULL);
+		if (b.len <= RECALL_MAX_TEXT)
+			break;
+		json_object_set_new(ans, "clipped", json_true());
+		if (json_array_size(results) > 0) {
+			json_array_remove(results, json_array_size(results) - 1);
+		} else if (json_object_get(ans, "record")) {
+			struct buf r = {0};
+			canon_dump(json_object_get(ans, "record"), &r, NULL);
+			size_t keep = RECALL_MAX_TEXT / 2;
+			while (keep > 0 && ((unsigned char)r.p[keep] & 0xC0) == 0x80)
+				keep--; /* never cut a character in half */
+			json_object_set_new(ans, "record", json_stringn(r.p, keep));
+			buf_free(&r);
+		} else {
+			break;
+		}
+	}
+	*entry = json_pack("{s:s, s:s, s:O?, s:I}", "op", "recall", "mode", mode, "found", json_object_get(ans, "found"),
+	                   "count", (json_int_t)json_array_size(results));
+	if (!results)
+		json_object_set_new(*entry, "count", json_integer(json_is_true(json_object_get(ans, "found")) ? 1 : 0));
+	static const char *const copy[] = {"tier", "degraded", "available"};
+	for (int i = 0; i < 3; i++)
+		if (json_object_get(ans, copy[i]))
+			json_object_set(*entry, copy[i], json_object_get(ans, copy[i]));
+	json_decref(ans);
+	return b.p;
+}
+
+json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha)
+{
+	static char commit[64];
+	*sha = NULL;
+	if (!st->git_available)
+		return NULL;
+	char path[4300];
+	snprintf(path, sizeof path, "%s/memory.json", st->mem_dir);
+	atomic_write(path, memory_json, strlen(memory_json), 0644, NULL);
+	static const char *const add[] = {"add", "-A", "--", ".", NULL};
+	const char *const cm[] = {"commit", "-q", "--allow-empty", "--no-verify", "-m", subject, NULL};
+	static const char *const head[] = {"rev-parse", "HEAD", NULL};
+	struct buf out = {0};
+	int ok = git(st, 1, add, NULL) == 0 && git(st, 1, cm, NULL) == 0 && git(st, 1, head, &out) == 0;
+	chomp(&out);
+	json_t *entry = json_pack("{s:s, s:b, s:s, s:s}", "name", "git-long", "ok", ok, "stage", "commit",
+	                          "message", subject);
+	if (ok && out.len == 40) {
+		snprintf(commit, sizeof commit, "%s", out.p);
+		json_object_set_new(entry, "sha", json_string(commit));
+		*sha = commit;
+	}
+	buf_free(&out);
+	return entry;
+}
+
+void store_close(struct store *st)
+{
+	json_decref(st->inproc);
+	st->inproc = NULL;
+}

@@ -1,0 +1,47 @@
+/* store.h - tiered memory stores and the recall tool (CONTRACT.md section 9).
+ *
+ * Three stores: in-process (this run only), files (.sfma/mem/records/) and
+ * git (.sfma/mem as its own repository: one commit per run). Each run
+ * measures them and places them fast / medium / long by latency. */
+#ifndef SFMA_PLAN_STORE_H
+#define SFMA_PLAN_STORE_H
+
+#include <jansson.h>
+
+struct store {
+	char mem_dir[4096];        /* <ws>/.sfma/mem */
+	char records_dir[4200];    /* <ws>/.sfma/mem/records */
+	char git_dir[4200];        /* <ws>/.sfma/mem/.git (real path once checked) */
+	char trace_path[4200];
+	int git_available;
+	char git_unavailable_why[200];
+	double latency_inproc, latency_file, latency_git;
+	const char *fast, *medium, *longer; /* store names by tier */
+	json_t *inproc;            /* id -> pointer ("file:<id>" / "git:<sha>") */
+};
+
+/* Set up the stores for the workspace's .sfma directory, running the
+ * containment guards before any git command. Returns 0, or -1 with err set
+ * to a message containing the contract's phrase (the run must abort). */
+int store_open(struct store *st, const char *sfma_dir, char *err, size_t errlen);
+
+/* Measure the stores and place them. Returns the two `store` entries'
+ * data: the git store's description and the placement. */
+void store_profile(struct store *st, json_t **git_entry, json_t **placement);
+
+/* Write a record durably; returns the `store` entry data (op "put"). */
+json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes);
+
+/* Serve a recall call. Returns the text shown to the model (owned), fills
+ * *entry with the `store` entry data (op "recall"); *refusal is set (static
+ * text) when the hard tier refuses the call. */
+char *store_recall(struct store *st, json_t *call, json_t **entry, const char **refusal);
+
+/* Commit memory.json and the records: one commit per run. Returns the
+ * `store` entry data (stage "commit"), or NULL without git. *sha receives
+ * the commit id (static buffer) or NULL. */
+json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha);
+
+void store_close(struct store *st);
+
+#endif
