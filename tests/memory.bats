@@ -1,0 +1,158 @@
+#!/usr/bin/env bats
+# Long-term memory in git, tiered stores and the recall tool (CONTRACT.md §9).
+
+load helpers
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK
+	cat >m.json <<'JSON'
+{"name":"mem","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo"],"inputs":[],"outputs":["out.txt"],"maxTurns":12,"dryRunDefault":false,
+ "tuning":{"fastTierMaxBytes":64}}
+JSON
+}
+
+cand() { # cand MARKER
+	printf '{"mission":"remember %s","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"keep %s"}],"firstTasks":[],"schedule":[]}' "$1" "$1"
+}
+
+finish='{"tool":"write","path":"out.txt","content":"x"}'
+done_='{"tool":"done","summary":"s"}'
+
+trace_has() {
+	jq -s -e "any(.[]; $1)" ws/.sfma/trace.jsonl >/dev/null
+}
+
+verified() {
+	run sfma-verify ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}
+
+run_a() {
+	export SFMA_MOCK="[$(cand MARKER-A-7f3q),$finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}
+
+@test "two runs leave two commits named after the runs, the second holding memory.json" {
+	run_a
+	export SFMA_MOCK="[$(cand second-run),$finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 0 ]
+	[ "$(git -C ws/.sfma/mem rev-list --count HEAD)" -eq 2 ]
+	git -C ws/.sfma/mem log --format=%s | grep -qx 'run mem completed turns=3 calls=3'
+	git -C ws/.sfma/mem show HEAD:memory.json | jq -e '.runs | length == 2'
+	jq -e '.memory.store.commit == "'"$(git -C ws/.sfma/mem rev-parse HEAD)"'"' ws/.sfma/result.json
+	trace_has '.kind=="store" and .data.stage=="commit" and .data.ok'
+	verified
+}
+
+@test "stores are profiled and placed; git claims no semantic capability" {
+	run_a
+	trace_has '.kind=="store" and .data.op=="placement" and .data.placement.fast=="inproc" and (.data.measured|length)==3'
+	trace_has '.kind=="store" and .data.kind=="git" and .data.capabilities.semantic==false and .data.capabilities.lexical and .data.capabilities.changePoint'
+	! jq -s -e 'any(.[]; .kind=="store" and .data.capabilities.semantic==true)' ws/.sfma/trace.jsonl
+	verified
+}
+
+@test "a record over fastTierMaxBytes becomes a committed git blob, never dangling" {
+	run_a
+	ref=$(jq -r 'select(.kind=="store" and .data.op=="put") | .data.ref' ws/.sfma/trace.jsonl)
+	[[ "$ref" == git:* ]]
+	jq -s -e 'any(.[]; .kind=="store" and .data.op=="put" and .data.tier=="long" and .data.fastHolds=="pointer" and (.data.reason|contains("fastTierMaxBytes")))' ws/.sfma/trace.jsonl
+	git -C ws/.sfma/mem ls-tree -r HEAD | grep -q "${ref#git:}"
+	[ -z "$(git -C ws/.sfma/mem fsck --unreachable --no-reflogs 2>/dev/null)" ]
+	verified
+}
+
+@test "every recall mode in run B finds what run A stored" {
+	run_a
+	id=$(jq -r 'select(.kind=="candidate") | .id' ws/.sfma/trace.jsonl)
+	export SFMA_MOCK="[$(cand run-b),
+	 {\"tool\":\"recall\",\"mode\":\"referential\",\"id\":\"$id\"},
+	 {\"tool\":\"recall\",\"mode\":\"episodic\",\"since\":1,\"until\":8,\"limit\":5},
+	 {\"tool\":\"recall\",\"mode\":\"lexical\",\"query\":\"MARKER-A-7f3q\"},
+	 {\"tool\":\"recall\",\"mode\":\"change\",\"query\":\"MARKER-A-7f3q\"},
+	 {\"tool\":\"recall\",\"mode\":\"semantic\",\"query\":\"remember marker\"},
+	 $finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for mode in referential episodic lexical change semantic; do
+		trace_has ".kind==\"store\" and .data.op==\"recall\" and .data.mode==\"$mode\" and .data.found==true and .data.count>=1" ||
+			{ echo "mode $mode found nothing"; grep recall ws/.sfma/trace.jsonl; return 1; }
+	done
+	trace_has '.kind=="store" and .data.op=="recall" and .data.mode=="referential" and .data.tier=="medium"'
+	trace_has '.kind=="store" and .data.op=="recall" and .data.mode=="semantic" and .data.degraded==true'
+	verified
+}
+
+@test "recall refusals: unknown mode, an id that climbs out, an empty query" {
+	for call in '{"tool":"recall","mode":"telepathy"}|unknown recall mode' \
+	            '{"tool":"recall","mode":"referential","id":"../../../etc/passwd"}|must be an entry id' \
+	            '{"tool":"recall","mode":"lexical","query":""}|query must be'; do
+		rm -rf ws
+		export SFMA_MOCK="[$(cand x),${call%%|*},$finish,$done_]"
+		run sfma run m.json
+		[ "$status" -eq 1 ]
+		trace_has ".kind==\"verdict\" and .data.pass==false and (.data.reason|contains(\"${call##*|}\"))"
+		verified
+	done
+}
+
+@test "guard: .sfma/mem as a symlink aborts the run before git touches anything" {
+	mkdir -p elsewhere ws/.sfma
+	ln -s "$PWD/elsewhere" ws/.sfma/mem
+	export SFMA_MOCK="[$(cand x),$finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"must not be a symlink"* ]]
+	[ -z "$(ls -A elsewhere)" ]
+	! grep -q '"kind":"call"' ws/.sfma/trace.jsonl
+	verified
+}
+
+@test "guard: a .git file pointing into an enclosing repository; not one object lands there" {
+	git init -q outer
+	git -C outer -c user.name=t -c user.email=t@t commit -q --allow-empty -m base
+	before=$(find outer/.git/objects -type f | wc -l)
+	commits=$(git -C outer rev-list --count --all)
+	mkdir -p outer/ws/.sfma/mem
+	echo "gitdir: $PWD/outer/.git" >outer/ws/.sfma/mem/.git
+	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
+	export SFMA_MOCK="[$(cand x),$finish,$done_]"
+	run sfma run outer.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"must be a real repository directory"* ]]
+	[ "$(find outer/.git/objects -type f | wc -l)" -eq "$before" ]
+	[ "$(git -C outer rev-list --count --all)" -eq "$commits" ]
+	run sfma-verify outer/ws
+	[ "$status" -eq 0 ]
+}
+
+@test "guard: a store git does not resolve to itself is an enclosing repository" {
+	git init -q outer
+	mkdir -p outer/ws/.sfma/mem/.git  # an empty .git: git would look further up
+	before=$(find outer/.git -type f | wc -l)
+	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
+	export SFMA_MOCK="[$(cand x),$finish,$done_]"
+	run sfma run outer.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"enclosing repository"* ]]
+	[ "$(find outer/.git -type f | wc -l)" -eq "$before" ]
+	run sfma-verify outer/ws
+	[ "$status" -eq 0 ]
+}
+
+@test "without git on PATH runs complete, the store says unavailable, recall does not crash" {
+	mkdir nogit
+	for t in jq; do ln -s "$(command -v $t)" nogit/; done
+	export SFMA_MOCK="[$(cand x),{\"tool\":\"recall\",\"mode\":\"lexical\",\"query\":\"x\"},{\"tool\":\"recall\",\"mode\":\"change\",\"query\":\"x\"},{\"tool\":\"recall\",\"mode\":\"referential\",\"id\":\"none\"},$finish,$done_]"
+	PATH="$SFMA_BINDIR:$PWD/nogit" run "$SFMA_BINDIR/sfma" run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ ! -d ws/.sfma/mem/.git ]
+	trace_has '.kind=="store" and .data.kind=="git" and .data.available==false'
+	trace_has '.kind=="store" and .data.op=="recall" and .data.mode=="lexical" and .data.available==false'
+	jq -e '.memory.store.available == false' ws/.sfma/result.json
+	verified
+}
