@@ -3,6 +3,7 @@
 #   make                 build every program into bin/
 #   make check           run the test suite (bats)
 #   make check-sanitize  the same suite against an ASan+UBSan build
+#   make check-valgrind  every stage under valgrind: no leaks, no errors
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
 #   make deps            install missing Debian packages (as root)
@@ -21,7 +22,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -30,7 +31,7 @@ LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
 LIBA     := $(BUILD)/libsfma.a
 
-BASE_LIBS := -ljansson -lcrypto -lpthread
+BASE_LIBS := -ljansson -lcrypto -lpthread -lm
 LIBS_sfma-model    := -lcurl
 LIBS_sfma-telegram := -lcurl
 LIBS_sfma-exec     := -lseccomp
@@ -40,7 +41,7 @@ DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 bubblewrap util-linux valgrind python3 procps
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-sanitize bench lint-man deps install clean
+.PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean
 
 all: $(BINS)
 
@@ -68,6 +69,9 @@ check-sanitize:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=98 \
 	        bats --print-output-on-failure tests
+
+check-valgrind: all
+	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/valgrind.sh
 
 bench: all
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/bench/run.sh

@@ -31,13 +31,15 @@ void lr_free(struct line_reader *r)
  * line maximum. Returns -1 if the pending line already exceeds it. */
 static int make_room(struct line_reader *r)
 {
-	if (r->start > 0 && (r->end == r->cap || r->start > r->cap / 2)) {
+	/* A read needs one free byte beyond the data: the last byte of the
+	 * buffer stays spare for the NUL that terminates a returned line. */
+	if (r->start > 0 && (r->end + 1 >= r->cap || r->start > r->cap / 2)) {
 		memmove(r->buf, r->buf + r->start, r->end - r->start);
 		r->consumed += r->start;
 		r->end -= r->start;
 		r->start = 0;
 	}
-	if (r->end < r->cap)
+	if (r->end + 1 < r->cap)
 		return 0;
 	size_t limit = r->max_line + 2; /* the line, its '\n', the NUL */
 	if (r->cap >= limit)
@@ -160,14 +162,14 @@ static void restore_nul(json_t *v, const char *standin)
 			restore_nul(value, standin);
 			json_t *key = json_stringn_nocheck(json_object_iter_key(it), json_object_iter_key_len(it));
 			restore_nul(key, standin);
-			json_object_setn_nocheck(copy, json_string_value(key), json_string_length(key),
+			json_object_setn_new_nocheck(copy, json_string_value(key), json_string_length(key),
 			                         json_incref(value));
 			json_decref(key);
 		}
 		/* json_object_update() would cut keys at U+0000: copy by length. */
 		json_object_clear(v);
 		for (void *it = json_object_iter(copy); it; it = json_object_iter_next(copy, it))
-			json_object_setn_nocheck(v, json_object_iter_key(it), json_object_iter_key_len(it),
+			json_object_setn_new_nocheck(v, json_object_iter_key(it), json_object_iter_key_len(it),
 			                         json_incref(json_object_iter_value(it)));
 		json_decref(copy);
 	}

@@ -1,0 +1,274 @@
+/* http.c - one bounded HTTP POST over libcurl, and the incremental
+ * Server-Sent Events parser the codex provider streams through.
+ *
+ * Bounds: the whole transfer (connect included) ends by the request's
+ * deadline; the body is cut off at MODEL_BODY_MAX bytes as it arrives, so
+ * memory stays bounded whatever a server sends; TLS peer and host
+ * verification are set explicitly on (libcurl's default, made
+ * unconditional); redirects are not followed, since a redirect would carry
+ * the key headers to wherever the server points. */
+#include "model.h"
+#include "ndjson.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* What an SSE stream has told so far. */
+struct sse {
+	struct buf line;        /* the current, incomplete line */
+	struct buf data;        /* data: lines of the current event */
+	struct buf deltas;      /* response.output_text.delta, concatenated */
+	struct buf completed;   /* output_text parts of response.completed */
+	int saw_completed, bad_events;
+	char failure[256];      /* message of a response.failed / error event */
+};
+
+struct sink {
+	struct buf *body;
+	struct sse *sse;
+	size_t total;
+	int too_big;
+};
+
+/* Keep this many leading bytes of a streamed body: enough for an error excerpt. */
+#define STREAM_HEAD_KEEP 4096
+
+static void sse_line(struct sse *s, char *line, size_t n);
+
+static void sse_feed(struct sse *s, const char *p, size_t n)
+{
+	while (n > 0) {
+		const char *nl = memchr(p, '\n', n);
+		size_t take = nl ? (size_t)(nl - p) : n;
+		buf_add(&s->line, p, take);
+		if (!nl)
+			return;
+		size_t len = s->line.len;
+		if (len > 0 && s->line.p[len - 1] == '\r')
+			len--;
+		sse_line(s, s->line.p ? s->line.p : "", len);
+		buf_reset(&s->line);
+		p += take + 1;
+		n -= take + 1;
+	}
+}
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *userdata)
+{
+	struct sink *k = userdata;
+	size_t n = size * nmemb;
+	if (n > MODEL_BODY_MAX - k->total) {
+		k->too_big = 1;
+		return 0; /* any other count aborts the transfer */
+	}
+	k->total += n;
+	if (k->sse) {
+		if (k->body->len < STREAM_HEAD_KEEP)
+			buf_add(k->body, p, n < STREAM_HEAD_KEEP - k->body->len ? n : STREAM_HEAD_KEEP - k->body->len);
+		sse_feed(k->sse, p, n);
+	} else {
+		buf_add(k->body, p, n);
+	}
+	return n;
+}
+
+#define SET(opt, val) \
+	do { \
+		if (curl_easy_setopt(c, opt, val) != CURLE_OK) \
+			return err_set(e, "cannot set %s", #opt); \
+	} while (0)
+
+int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *body,
+              size_t body_len, long long deadline_ms, struct sse *sse,
+              struct http_reply *out, struct sfma_err *e)
+{
+	long long left = deadline_ms - now_epoch_ms();
+	if (left <= 0)
+		return err_set(e, "deadline passed");
+	char errbuf[CURL_ERROR_SIZE] = "";
+	struct sink k = {.body = &out->body, .sse = sse};
+	out->status = 0;
+	buf_reset(&out->body);
+
+	/* reset keeps the connection cache: consecutive calls reuse a connection. */
+	curl_easy_reset(c);
+	SET(CURLOPT_URL, url);
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+	SET(CURLOPT_SSL_VERIFYPEER, 1L);
+	SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	/* No signals: libcurl must not arm SIGALRM for DNS timeouts in a
+	 * program that serves requests in a loop. */
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_TIMEOUT_MS, (long)left);
+	SET(CURLOPT_CONNECTTIMEOUT_MS, (long)(left < MODEL_CONNECT_MAX_MS ? left : MODEL_CONNECT_MAX_MS));
+	/* A declared length over the ceiling fails before any byte is read;
+	 * the write callback enforces the same ceiling on undeclared ones. */
+	SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)MODEL_BODY_MAX);
+	SET(CURLOPT_ACCEPT_ENCODING, ""); /* decoded bytes count toward the ceiling */
+	SET(CURLOPT_USERAGENT, "sfma-model");
+	SET(CURLOPT_HTTPHEADER, headers);
+	SET(CURLOPT_POST, 1L);
+	SET(CURLOPT_POSTFIELDS, body);
+	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+	SET(CURLOPT_WRITEFUNCTION, on_data);
+	SET(CURLOPT_WRITEDATA, &k);
+	SET(CURLOPT_ERRORBUFFER, errbuf);
+
+	CURLcode rc = curl_easy_perform(c);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+	if (k.too_big || rc == CURLE_FILESIZE_EXCEEDED)
+		return err_set(e, "response larger than %u bytes", MODEL_BODY_MAX);
+	if (rc == CURLE_OPERATION_TIMEDOUT)
+		return err_set(e, "deadline reached (gave up after %lld ms)", left);
+	if (rc != CURLE_OK)
+		return err_set(e, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+	return 0;
+}
+
+int http_status_error(const struct http_reply *r, struct sfma_err *e)
+{
+	/* Printable ASCII only (the excerpt must be valid UTF-8 and one line).
+	 * Secrets are scrubbed before clipping: clipping first could cut an
+	 * echoed key in two and leave a piece the scrub no longer recognises. */
+	char excerpt[MODEL_EXCERPT_MAX + 512 + 1];
+	size_t n = 0;
+	for (size_t i = 0; i < r->body.len && n < sizeof excerpt - 1; i++) {
+		unsigned char ch = (unsigned char)r->body.p[i];
+		char o = ch >= 0x20 && ch < 0x7f ? (char)ch : ' ';
+		if (o == ' ' && n > 0 && excerpt[n - 1] == ' ')
+			continue;
+		excerpt[n++] = o;
+	}
+	excerpt[n] = '\0';
+	secret_scrub(excerpt, sizeof excerpt);
+	n = strlen(excerpt);
+	if (n > MODEL_EXCERPT_MAX)
+		strcpy(excerpt + MODEL_EXCERPT_MAX - 3, "...");
+	if (n == 0)
+		return err_set(e, "HTTP %ld", r->status);
+	return err_set(e, "HTTP %ld: %s", r->status, excerpt);
+}
+
+void headers_wipe_free(struct curl_slist *h)
+{
+	for (struct curl_slist *p = h; p; p = p->next)
+		explicit_bzero(p->data, strlen(p->data));
+	curl_slist_free_all(h);
+}
+
+/* ---- Server-Sent Events (codex) ---------------------------------------- */
+
+struct sse *sse_new(void)
+{
+	return xcalloc(1, sizeof(struct sse));
+}
+
+void sse_free(struct sse *s)
+{
+	if (!s)
+		return;
+	buf_free(&s->line);
+	buf_free(&s->data);
+	buf_free(&s->deltas);
+	buf_free(&s->completed);
+	free(s);
+}
+
+/* The output_text parts of a response object, concatenated. */
+static void completed_text(struct sse *s, json_t *response)
+{
+	json_t *output = json_object_get(response, "output"), *item;
+	size_t i;
+	json_array_foreach(output, i, item) {
+		json_t *content = json_object_get(item, "content"), *part;
+		size_t j;
+		json_array_foreach(content, j, part) {
+			const char *type = json_string_value(json_object_get(part, "type"));
+			json_t *text = json_object_get(part, "text");
+			if (type && strcmp(type, "output_text") == 0 && json_is_string(text))
+				buf_add(&s->completed, json_string_value(text), json_string_length(text));
+		}
+	}
+	s->saw_completed = 1;
+}
+
+static void failure_text(struct sse *s, json_t *ev)
+{
+	json_t *msg = json_object_get(json_object_get(json_object_get(ev, "response"), "error"),
+	                              "message");
+	if (!json_is_string(msg))
+		msg = json_object_get(ev, "message");
+	if (!json_is_string(msg))
+		msg = json_object_get(json_object_get(ev, "error"), "message");
+	snprintf(s->failure, sizeof s->failure, "%s",
+	         json_is_string(msg) ? json_string_value(msg) : "stream reported a failure");
+}
+
+/* One whole event: its data is a JSON object whose "type" says what it is. */
+static void sse_dispatch(struct sse *s)
+{
+	if (s->data.len == 0 || strcmp(s->data.p, "[DONE]") == 0) {
+		buf_reset(&s->data);
+		return;
+	}
+	json_t *ev = json_parse_strict(s->data.p, s->data.len, NULL);
+	buf_reset(&s->data);
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	if (!type) {
+		s->bad_events++;
+	} else if (strcmp(type, "response.output_text.delta") == 0) {
+		json_t *d = json_object_get(ev, "delta");
+		if (json_is_string(d))
+			buf_add(&s->deltas, json_string_value(d), json_string_length(d));
+		else
+			s->bad_events++;
+	} else if (strcmp(type, "response.completed") == 0) {
+		completed_text(s, json_object_get(ev, "response"));
+	} else if (strcmp(type, "response.failed") == 0 || strcmp(type, "error") == 0 ||
+	           strcmp(type, "response.incomplete") == 0) {
+		failure_text(s, ev);
+	}
+	json_decref(ev);
+}
+
+static void sse_line(struct sse *s, char *line, size_t n)
+{
+	if (n == 0) {
+		sse_dispatch(s);
+		return;
+	}
+	if (n >= 5 && memcmp(line, "data:", 5) == 0) {
+		size_t skip = n > 5 && line[5] == ' ' ? 6 : 5;
+		if (s->data.len)
+			buf_addc(&s->data, '\n');
+		buf_add(&s->data, line + skip, n - skip);
+	}
+	/* event:, id:, retry: and comments carry nothing we use: the JSON
+	 * payload names its own type. */
+}
+
+int sse_result(struct sse *s, struct buf *text, struct sfma_err *e)
+{
+	if (s->line.len) { /* a last line without its newline */
+		sse_line(s, s->line.p, s->line.len);
+		buf_reset(&s->line);
+	}
+	sse_dispatch(s);
+	if (s->failure[0])
+		return err_set(e, "stream failed: %s", s->failure);
+	if (s->deltas.len) {
+		buf_add(text, s->deltas.p, s->deltas.len);
+		return 0;
+	}
+	if (s->completed.len) {
+		buf_add(text, s->completed.p, s->completed.len);
+		return 0;
+	}
+	if (s->saw_completed)
+		return err_set(e, "empty reply text");
+	if (s->bad_events)
+		return err_set(e, "malformed event stream (%d unreadable events)", s->bad_events);
+	return err_set(e, "no output text in event stream");
+}

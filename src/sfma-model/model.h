@@ -1,0 +1,145 @@
+/* model.h - the parts of sfma-model: request loop (main.c), endpoint grid
+ * (grid.c), providers (providers.c), HTTP and SSE (http.c), OAuth2 client
+ * credentials (oauth.c), the offline mock (mock.c) and secret scrubbing
+ * (secret.c). */
+#ifndef SFMA_MODEL_H
+#define SFMA_MODEL_H
+
+#include <stddef.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "buf.h"
+#include "err.h"
+#include "manifest.h"
+
+/* Largest response body accepted from a provider or token endpoint (after
+ * content decoding): a reply past it is aborted mid-transfer. */
+#define MODEL_BODY_MAX (8u << 20)
+/* Largest request line on stdin; a longer one is skipped and answered. */
+#define MODEL_REQUEST_MAX (16u << 20)
+/* Bytes of a failing response quoted in an error message. */
+#define MODEL_EXCERPT_MAX 200
+/* Connecting never takes more than this, even with a far deadline. */
+#define MODEL_CONNECT_MAX_MS 30000
+/* max_tokens sent to anthropic, which requires one. */
+#define MODEL_ANTHROPIC_MAX_TOKENS 8192
+
+enum provider { PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI, PROV_CODEX, PROV_MOCK };
+
+struct oauth {
+	const char *token_url, *scope;     /* borrowed from the manifest */
+	const char *client_id, *client_secret; /* borrowed from the environment */
+	char *token;                       /* cached bearer token, or NULL */
+	long long expires_mono_ms;         /* refresh at or after this instant */
+};
+
+struct endpoint {
+	const struct endpoint_cfg *cfg;
+	enum provider prov;
+	int usable;
+	char missing[160];                 /* variables to set before it is usable */
+	char unsupported[160];             /* configuration this stage cannot use */
+	const char *key;                   /* API key or codex token (environment) */
+	const char *account;               /* codex account (environment) */
+	struct oauth *oauth;               /* NULL without auth */
+	CURL *curl;                        /* one handle per endpoint: keeps its connection */
+	/* measured state */
+	long long calls, failures;
+	double latency_ewma;
+	int has_ewma;
+};
+
+struct model_request {
+	json_t *id;                        /* borrowed */
+	const char *system;
+	size_t system_len;
+	json_t *messages;                  /* borrowed: validated [{role,content}] */
+	int reasoning;                     /* class: 1 reasoning, 0 mechanical */
+	long long deadline_ms;             /* epoch ms */
+	long long calls_left;
+};
+
+struct grid {
+	struct endpoint *eps;
+	size_t n;
+	double alpha, target_latency_ms;
+	char no_usable[SFMA_ERR_MAX];       /* the error when no endpoint is usable */
+};
+
+/* ---- clocks (main.c) ---- */
+long long now_epoch_ms(void);
+long long now_mono_ms(void);
+double now_mono_ms_frac(void);          /* with sub-millisecond precision */
+
+/* ---- grid.c ---- */
+/* Resolve providers and credentials for every endpoint of m; an endpoint
+ * that cannot be used is marked so (and warned about once on stderr). */
+void grid_init(struct grid *g, const struct manifest *m);
+/* Replace the measured state with state ({"<name>":{calls,failures,
+ * latencyMsEwma}}); endpoints absent or malformed in it start unmeasured.
+ * 0, or -1 with e filled when state is not an object. */
+int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
+/* Serve one request: rank, try, fail over. Returns a new reply object
+ * (without "id"). */
+json_t *grid_serve(struct grid *g, const struct model_request *rq);
+json_t *grid_state(const struct grid *g);
+void grid_free(struct grid *g);
+
+/* ---- providers.c ---- */
+/* One attempt at ep: the reply text in *text, or -1 with e filled (not yet
+ * prefixed with the endpoint name, not yet scrubbed). */
+int provider_call(struct endpoint *ep, const struct model_request *rq, struct buf *text,
+                  struct sfma_err *e);
+int provider_parse(const char *name, enum provider *out);
+
+/* ---- http.c ---- */
+struct sse;
+struct http_reply {
+	long status;
+	struct buf body;                   /* whole body; with an SSE parser only its head */
+};
+/* POST body to url with headers, bounded by deadline_ms (epoch) and
+ * MODEL_BODY_MAX. With sse non-NULL the body is fed to it as it arrives.
+ * Returns 0 when a response was received (any status), -1 with e filled on
+ * a transport failure, a timeout or an oversized body. */
+int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *body,
+              size_t body_len, long long deadline_ms, struct sse *sse,
+              struct http_reply *out, struct sfma_err *e);
+/* "HTTP <status>: <clipped printable excerpt>" into e. Returns -1. */
+int http_status_error(const struct http_reply *r, struct sfma_err *e);
+/* Free a header list after overwriting every header (they hold secrets). */
+void headers_wipe_free(struct curl_slist *h);
+
+struct sse *sse_new(void);
+void sse_free(struct sse *s);
+/* The reply text of a finished stream, or -1 with e filled. */
+int sse_result(struct sse *s, struct buf *text, struct sfma_err *e);
+
+/* ---- oauth.c ---- */
+/* A bearer token for ep (cached until 60 s before expiry). NULL with e
+ * filled when the token endpoint fails. */
+const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_err *e);
+/* Forget the cached token (the provider refused it). */
+void oauth_forget(struct endpoint *ep);
+void oauth_free(struct oauth *o);
+
+/* ---- mock.c ---- */
+/* Read SFMA_MOCK (if set). 0, or -1 with e filled when it is invalid. */
+int mock_init(const struct manifest *m, struct sfma_err *e);
+/* The next scripted reply for a request of the given class. */
+void mock_reply(int reasoning, struct buf *text);
+void mock_free(void);
+
+/* ---- secret.c ---- */
+/* Remember a secret value so that no message ever carries it. */
+void secret_add(const char *value);
+/* Rewrite s (NUL-terminated, capacity cap) with every known secret and any
+ * "key=" query value replaced by "[redacted]". */
+void secret_scrub(char *s, size_t cap);
+void secret_free_all(void);
+/* A JSON string from bytes that may not be valid UTF-8: invalid bytes
+ * become '?'. Never NULL. */
+json_t *json_string_lossy(const char *s, size_t n);
+
+#endif
