@@ -237,10 +237,39 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 			reason(why, "modelEndpoints[%zu].baseUrl must be a string", i);
 			ok = 0;
 		}
+		static const char *const providers[] = {"anthropic", "openai", "gemini", "codex", "mock", NULL};
+		int known = 0;
+		for (int k = 0; val[1] && providers[k]; k++)
+			known |= strcmp(val[1], providers[k]) == 0;
+		if (val[1] && *val[1] && !known) {
+			reason(why, "modelEndpoints[%zu].provider %s is not one of anthropic, openai, gemini, codex, mock",
+			       i, val[1]);
+			ok = 0;
+		}
 		json_t *auth = json_object_get(e, "auth");
 		if (auth && !json_is_object(auth)) {
 			reason(why, "modelEndpoints[%zu].auth must be an object", i);
 			ok = 0;
+		} else if (auth) {
+			/* The manifest names variables, never secret values. */
+			const char *type = json_string_value(json_object_get(auth, "type"));
+			static const char *const need[] = {"tokenUrl", "clientIdEnv", "clientSecretEnv"};
+			if (!type || strcmp(type, "oauth2-client-credentials") != 0) {
+				reason(why, "modelEndpoints[%zu].auth.type must be oauth2-client-credentials", i);
+				ok = 0;
+			}
+			for (int k = 0; k < 3; k++) {
+				json_t *f = json_object_get(auth, need[k]);
+				if (!json_is_string(f) || !*json_string_value(f)) {
+					reason(why, "modelEndpoints[%zu].auth.%s must be a non-empty string", i, need[k]);
+					ok = 0;
+				}
+			}
+			json_t *scope = json_object_get(auth, "scope");
+			if (scope && !json_is_string(scope)) {
+				reason(why, "modelEndpoints[%zu].auth.scope must be a string", i);
+				ok = 0;
+			}
 		}
 		ep->prior_reasoning = ep->prior_mechanical = 0.5;
 		json_t *pr = json_object_get(e, "priors");

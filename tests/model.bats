@@ -477,18 +477,14 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	[ "$output" = "sfma-model: usage: sfma-model MANIFEST" ]
 }
 
-@test "an unknown provider or an unusable auth block is skipped, and said so" {
+@test "an unknown provider or an unusable auth block is an invalid manifest" {
 	manifest '[{"name":"x","provider":"llama","model":"m"},{"name":"y","provider":"openai","model":"m","auth":{"type":"basic"}},{"name":"m","provider":"mock","model":"m"}]'
-	export OPENAI_API_KEY=$OPENAI_KEY
-	req 1 mechanical 3 > requests.jsonl
-	model
-	line 1 '.ok and .endpoint == "m" and (.calls | length) == 1 and (.endpoints | keys) == ["m","x","y"]'
-	grep -qx 'sfma-model: endpoint x: provider llama is not one of anthropic, openai, gemini, codex, mock; skipped' err.txt
-	grep -qx 'sfma-model: endpoint y: auth.type is not "oauth2-client-credentials"; skipped' err.txt
-	manifest '[{"name":"x","provider":"llama","model":"m"}]'
-	model
-	line 1 '.error == "no usable endpoint: configure a supported provider or a mock endpoint; x: provider llama is not one of anthropic, openai, gemini, codex, mock"'
-	secret_free
+	run sfma-model m.json
+	[ "$status" -eq 2 ]
+	[[ "$output" == *TASK_INVALID* ]]
+	[[ "$output" == *"- modelEndpoints[0].provider llama is not one of anthropic, openai, gemini, codex, mock"* ]]
+	[[ "$output" == *"- modelEndpoints[1].auth.type must be oauth2-client-credentials"* ]]
+	[[ "$output" == *"- modelEndpoints[1].auth.tokenUrl must be a non-empty string"* ]]
 }
 
 @test "no leaks in a normal session (valgrind, or the sanitizer's leak check)" {
