@@ -56,7 +56,7 @@ int lr_next(struct line_reader *r, char **line, size_t *len, struct sfma_err *e)
 {
 	size_t scanned = r->start;
 	for (;;) {
-		char *nl = memchr(r->buf + scanned, '\n', r->end - scanned);
+		char *nl = r->end > scanned ? memchr(r->buf + scanned, '\n', r->end - scanned) : NULL;
 		if (nl) {
 			size_t n = (size_t)(nl - (r->buf + r->start));
 			if (n > r->max_line)

@@ -1,0 +1,642 @@
+/* sfma - the orchestrator: starts the stages of a run, wires them, supervises.
+ *
+ *   sfma run MANIFEST [--apply] [--task=TEXT]
+ *   sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]
+ *
+ * The pipeline is a star centred on the planner (PIPELINE.md): sfma-plan
+ * talks to sfma-model, sfma-exec, sfma-chain and sfma-seal over eight pipes,
+ * and no stage talks to another. sfma decides nothing about a run. It asks
+ * `sfma-plan --check` whether the manifest is valid, starts every stage with
+ * an environment holding only what that stage needs, forwards SIGINT and
+ * SIGTERM to the planner (which halts and still seals), reaps, and exits
+ * with the planner's status: 0 completed, 1 anything else, 2 invalid
+ * manifest or usage. */
+#include "err.h"
+#include "ndjson.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK_REPLY_MAX (1u << 20)
+#define GRACE_SECONDS 5 /* how long stages may take to exit on EOF */
+
+enum stage { MODEL, EXEC, CHAIN, SEAL, PLAN, N_STAGES };
+static const char *const stage_prog[N_STAGES] = {
+	"sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-plan",
+};
+static const char *const stage_flag[PLAN] = { "model", "exec", "chain", "seal" };
+static char *stage_path[N_STAGES];
+
+/* Least privilege by construction: what each stage's environment may hold.
+ * Everything else the operator's shell holds is left behind. */
+static const char *const env_everyone[] = {
+	"PATH", "LANG", "LC_ALL", "TZ", "TERM", "HOME",
+	"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL,
+};
+static const char *const env_model[] = {
+	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY",
+	"OPENAI_CODEX_TOKEN", "OPENAI_CODEX_ACCOUNT", "SFMA_MOCK",
+	"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
+	"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", NULL,
+};
+static const char *const env_seal[] = { "SFMA_AUDIT_PRIVATE_KEY", NULL };
+
+struct opts {
+	const char *cmd;        /* "run" or "relay" */
+	char *manifest;         /* as handed to the stages (owned) */
+	const char *task;       /* the whole "--task=TEXT" argument, or NULL */
+	bool apply;
+	double every;           /* seconds between relay run starts */
+	long max_runs;          /* 0: unbounded */
+};
+
+/* What `sfma-plan --check` reported about a valid manifest. */
+struct checked {
+	json_t *doc;            /* owns the strings below */
+	const char *workspace, *trace;
+	bool dry_run;
+	json_t *model_env;      /* array of variable names */
+};
+
+static sigset_t supervised;     /* SIGINT SIGTERM SIGHUP SIGCHLD, kept blocked */
+static bool interrupted;        /* the operator asked us to stop */
+
+static _Noreturn void usage(void)
+{
+	fprintf(stderr,
+	        "usage: sfma run MANIFEST [--apply] [--task=TEXT]\n"
+	        "       sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]\n");
+	exit(2);
+}
+
+/* The manifest name as handed to the stages (caller frees): a relative
+ * name that begins with '-' must not read as an option. */
+static char *safe_path(const char *p)
+{
+	char *s = xmalloc(strlen(p) + 3);
+	sprintf(s, "%s%s", p[0] == '-' ? "./" : "", p);
+	return s;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){0};
+	if (argc < 2 || (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "relay") != 0))
+		usage();
+	o->cmd = argv[1];
+	bool relay = strcmp(o->cmd, "relay") == 0, positional_only = false;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		char *end;
+		if (positional_only || a[0] != '-' || a[1] == '\0') {
+			if (o->manifest)
+				usage();
+			o->manifest = safe_path(a);
+		} else if (strcmp(a, "--") == 0) {
+			positional_only = true;
+		} else if (strcmp(a, "--apply") == 0) {
+			o->apply = true;
+		} else if (strncmp(a, "--task=", 7) == 0) {
+			o->task = a;
+		} else if (relay && strncmp(a, "--every=", 8) == 0) {
+			errno = 0;
+			o->every = strtod(a + 8, &end);
+			if (errno || end == a + 8 || *end || !isfinite(o->every) || o->every < 0 || o->every > 1e7)
+				die_status(2, "%s: expected a number of seconds", a);
+		} else if (relay && strncmp(a, "--max-runs=", 11) == 0) {
+			errno = 0;
+			o->max_runs = strtol(a + 11, &end, 10);
+			if (errno || end == a + 11 || *end || o->max_runs < 1)
+				die_status(2, "%s: expected a positive integer", a);
+		} else {
+			warnx("%s: unknown option", a);
+			usage();
+		}
+	}
+	if (!o->manifest)
+		usage();
+}
+
+/* A stage must never find its stdin or stdout pipe on fd 0..2 by accident:
+ * occupy any closed standard descriptor with /dev/null. */
+static void ensure_std_fds(void)
+{
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+			die("cannot open /dev/null: %s", strerror(errno));
+}
+
+/* Signals are taken synchronously (sigtimedwait) so that supervision is one
+ * plain loop. SIGCHLD must not be ignored, or the kernel reaps for us. */
+static void take_signals(void)
+{
+	signal(SIGCHLD, SIG_DFL);
+	sigemptyset(&supervised);
+	sigaddset(&supervised, SIGINT);
+	sigaddset(&supervised, SIGTERM);
+	sigaddset(&supervised, SIGHUP);
+	sigaddset(&supervised, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &supervised, NULL);
+}
+
+/* Stages are looked up next to the sfma binary first (an installed or built
+ * set belongs together), then on PATH. */
+static char *find_program(const char *name)
+{
+	char self[PATH_MAX], cand[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(cand, sizeof cand, "%s/%s", self, name);
+			if (access(cand, X_OK) == 0)
+				return xstrdup(cand);
+		}
+	}
+	const char *path = getenv("PATH");
+	for (const char *p = path ? path : ""; *p;) {
+		size_t len = strcspn(p, ":");
+		if (len > 0 && len < PATH_MAX) {
+			snprintf(cand, sizeof cand, "%.*s/%s", (int)len, p, name);
+			struct stat st;
+			if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+				return xstrdup(cand);
+		}
+		p += len + (p[len] == ':');
+	}
+	die("%s: not found next to sfma nor on PATH", name);
+}
+
+static void env_add(char **env, size_t *n, const char *name)
+{
+	const char *val = getenv(name);
+	size_t len = strlen(name);
+	if (!val || !*name || strchr(name, '='))
+		return;
+	for (size_t i = 0; i < *n; i++)
+		if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+			return;
+	char *kv = xmalloc(len + strlen(val) + 2);
+	sprintf(kv, "%s=%s", name, val);
+	env[(*n)++] = kv;
+}
+
+/* A fresh environment for stage s: the common minimum plus that stage's own
+ * secrets. Free it with env_free() once the stage has started. */
+static char **stage_env(enum stage s, const struct checked *c)
+{
+	size_t cap = 64 + json_array_size(c->model_env), n = 0;
+	char **env = xcalloc(cap + 1, sizeof *env);
+	for (const char *const *v = env_everyone; *v; v++)
+		env_add(env, &n, *v);
+	if (s == MODEL) {
+		for (const char *const *v = env_model; *v; v++)
+			env_add(env, &n, *v);
+		size_t i;
+		json_t *name;
+		json_array_foreach(c->model_env, i, name) {
+			const char *nm = json_string_value(name);
+			/* The signing key belongs to sfma-seal alone, whatever a
+			 * manifest names as an OAuth variable. */
+			if (!nm || strcmp(nm, "SFMA_AUDIT_PRIVATE_KEY") == 0)
+				warnx("modelEnv: %s is not passed to sfma-model", nm ? nm : "(not a string)");
+			else
+				env_add(env, &n, nm);
+		}
+	} else if (s == SEAL) {
+		for (const char *const *v = env_seal; *v; v++)
+			env_add(env, &n, *v);
+	}
+	return env;
+}
+
+static void env_free(char **env)
+{
+	for (char **v = env; *v; v++) {
+		explicit_bzero(*v, strlen(*v)); /* some hold keys */
+		free(*v);
+	}
+	free(env);
+}
+
+/* The child's half of spawn(); never returns. Async-signal-safe calls only
+ * from here to execve, apart from the error report. */
+static _Noreturn void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
+                                 int in, int out, const int *keep, size_t n_keep, int report)
+{
+	/* Its own process group: a terminal's ^C reaches sfma only, which
+	 * forwards it to the planner alone, so the other stages stay up for
+	 * the planner to seal the run. */
+	setpgid(0, 0);
+	/* If sfma dies, the stages must not linger. The death signal is set
+	 * after fork, so sfma may already be gone: check again. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(1);
+	/* ensure_std_fds() put every pipe above 2, so dup2 never aliases. */
+	if ((in >= 0 && dup2(in, 0) < 0) || (out >= 0 && dup2(out, 1) < 0))
+		goto fail;
+	/* Everything else inherited (pipes of other stages, a test harness's
+	 * descriptors) must not cross execve; keep exactly the listed fds. */
+	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+		for (int fd = 3; fd < 4096; fd++)
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
+	for (size_t i = 0; i < n_keep; i++)
+		if (fcntl(keep[i], F_SETFD, 0) < 0)
+			goto fail;
+	/* Dispositions set to "ignore" and the signal mask survive execve. */
+	const int reset[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD };
+	for (size_t i = 0; i < sizeof reset / sizeof *reset; i++)
+		signal(reset[i], SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execve(path, argv, envp);
+fail:;
+	int err = errno;
+	ssize_t ignored = write(report, &err, sizeof err);
+	(void)ignored;
+	_exit(127);
+}
+
+/* Start path with stdin on in (-1: /dev/null) and stdout on out (-1: ours).
+ * Returns the pid once execve succeeded, or -1 with errno (child reaped). */
+static pid_t spawn(const char *path, char *const argv[], char *const envp[],
+                   int in, int out, const int *keep, size_t n_keep)
+{
+	int report[2], devnull = -1, err = 0;
+	if (in < 0 && (in = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	if (pipe2(report, O_CLOEXEC) < 0) {
+		err = errno;
+		close(devnull);
+		errno = err;
+		return -1;
+	}
+	pid_t parent = getpid(), pid = fork();
+	if (pid == 0)
+		child_exec(parent, path, argv, envp, in, out, keep, n_keep, report[1]);
+	err = errno;
+	close(report[1]);
+	if (devnull >= 0)
+		close(devnull);
+	if (pid > 0) {
+		/* The report pipe closes on a successful execve: EOF means started. */
+		ssize_t r;
+		while ((r = read(report[0], &err, sizeof err)) < 0 && errno == EINTR)
+			;
+		if (r == (ssize_t)sizeof err) {
+			waitpid(pid, NULL, 0);
+			pid = -1;
+		}
+	}
+	close(report[0]);
+	errno = err;
+	return pid;
+}
+
+static void checked_free(struct checked *c)
+{
+	json_decref(c->doc);
+	*c = (struct checked){0};
+}
+
+/* Run `sfma-plan --check`. Returns 0 with *c filled, 2 for an invalid
+ * manifest (the planner has said why), 1 on any other failure. */
+static int check_manifest(const struct opts *o, const char *manifest, struct checked *c)
+{
+	struct checked none = {0};
+	*c = none;
+	char *argv[] = { stage_path[PLAN], "--check", (char *)manifest, o->apply ? "--apply" : NULL, NULL };
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) < 0)
+		die("pipe: %s", strerror(errno));
+	char **env = stage_env(PLAN, c);
+	pid_t pid = spawn(stage_path[PLAN], argv, env, -1, out[1], NULL, 0);
+	env_free(env);
+	if (pid < 0)
+		die("%s: %s", stage_path[PLAN], strerror(errno));
+	close(out[1]);
+	struct sfma_err e;
+	size_t len = 0;
+	char *reply = read_all_fd(out[0], CHECK_REPLY_MAX, &len, &e);
+	close(out[0]);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+		free(reply);
+		return 2;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		free(reply);
+		if (WIFSIGNALED(st))
+			warnx("sfma-plan --check killed by signal %d", WTERMSIG(st));
+		else
+			warnx("sfma-plan --check exited with status %d", WEXITSTATUS(st));
+		return 1;
+	}
+	if (!reply || !(c->doc = json_parse_strict(reply, len, &e))) {
+		warnx("sfma-plan --check: %s", e.text);
+		free(reply);
+		return 1;
+	}
+	free(reply);
+	json_t *dry = json_object_get(c->doc, "dryRun");
+	c->workspace = json_string_value(json_object_get(c->doc, "workspace"));
+	c->trace = json_string_value(json_object_get(c->doc, "trace"));
+	c->model_env = json_object_get(c->doc, "modelEnv");
+	if (!c->workspace || !c->trace || !json_is_boolean(dry) || (c->model_env && !json_is_array(c->model_env))) {
+		warnx("sfma-plan --check: reply lacks workspace, trace, dryRun or modelEnv");
+		checked_free(c);
+		return 1;
+	}
+	c->dry_run = json_is_true(dry);
+	return 0;
+}
+
+static double now_seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Wait for one supervised signal until the monotonic deadline (< 0: none;
+ * 0: just poll). Returns the signal, or 0 once the deadline has passed. */
+static int next_signal(double deadline)
+{
+	for (;;) {
+		int sig;
+		if (deadline < 0) {
+			sig = sigwaitinfo(&supervised, NULL);
+		} else {
+			double left = deadline - now_seconds();
+			if (left < 0)
+				left = 0;
+			time_t whole = (time_t)left;
+			struct timespec ts = { whole, (long)((left - (double)whole) * 1e9) };
+			sig = sigtimedwait(&supervised, NULL, &ts);
+		}
+		if (sig > 0)
+			return sig;
+		if (errno == EAGAIN)
+			return 0;
+		if (errno != EINTR)
+			die("sigtimedwait: %s", strerror(errno));
+	}
+}
+
+/* Take the signals that arrived while no run was being supervised. */
+static bool operator_stopped(void)
+{
+	int sig;
+	while ((sig = next_signal(0)) > 0)
+		if (sig != SIGCHLD)
+			interrupted = true;
+	return interrupted;
+}
+
+static void describe_exit(const char *what, int st)
+{
+	if (WIFSIGNALED(st))
+		warnx("stage %s killed by signal %d", what, WTERMSIG(st));
+	else
+		warnx("stage %s exited with status %d", what, WEXITSTATUS(st));
+}
+
+/* Reap the stages until all are gone; return the run's exit status. The
+ * planner decides everything: a dying stage is its to notice (EOF on its
+ * pipe), an operator's signal is its to act on. Once the planner is gone,
+ * the others get GRACE_SECONDS to finish on EOF before SIGKILL. */
+static int supervise(pid_t pid[N_STAGES])
+{
+	bool gone[N_STAGES] = {0}, killed = false;
+	int plan_status = 0, left = N_STAGES;
+	double deadline = -1;
+	while (left > 0) {
+		/* The planner is looked at first: a stage that ended because the
+		 * planner had already gone (EOF on its pipe) is no news. */
+		static const enum stage order[N_STAGES] = { PLAN, MODEL, EXEC, CHAIN, SEAL };
+		for (int i = 0; i < N_STAGES; i++) {
+			enum stage s = order[i];
+			int st;
+			if (gone[s] || waitpid(pid[s], &st, WNOHANG) != pid[s])
+				continue;
+			gone[s] = true;
+			left--;
+			if (s == PLAN) {
+				plan_status = st;
+				deadline = now_seconds() + GRACE_SECONDS;
+			} else if (!gone[PLAN] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+				/* A clean exit is a stage done with its input. */
+				describe_exit(stage_prog[s], st);
+			}
+		}
+		if (left == 0)
+			break;
+		int sig = next_signal(deadline);
+		if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP)) {
+			interrupted = true;
+			if (!gone[PLAN])
+				kill(pid[PLAN], SIGTERM);
+		} else if (sig == 0 && !killed) {
+			for (int s = 0; s < PLAN; s++) {
+				if (gone[s])
+					continue;
+				warnx("stage %s still running %d s after the planner ended; killing it",
+				      stage_prog[s], GRACE_SECONDS);
+				kill(pid[s], SIGKILL);
+			}
+			killed = true;
+			deadline = -1;
+		}
+	}
+	if (WIFSIGNALED(plan_status)) {
+		describe_exit(stage_prog[PLAN], plan_status);
+		return 1;
+	}
+	return WEXITSTATUS(plan_status);
+}
+
+/* The stages' command lines (their manual pages give the interface). */
+static void stage_args(enum stage s, const char *manifest, const struct checked *c, char *argv[4])
+{
+	size_t k = 0;
+	argv[k++] = stage_path[s];
+	if (s == MODEL) {
+		argv[k++] = (char *)manifest;
+	} else if (s == EXEC) {
+		if (!c->dry_run)
+			argv[k++] = "--apply";
+		argv[k++] = (char *)manifest;
+	} else if (s == CHAIN) {
+		argv[k++] = (char *)c->trace;
+	} else if (s == SEAL) {
+		argv[k++] = (char *)c->workspace;
+	}
+	argv[k] = NULL;
+}
+
+/* One run on an already checked manifest: eight pipes, five processes. */
+static int run_checked(const struct opts *o, const char *manifest, const struct checked *c)
+{
+	int to[PLAN][2], from[PLAN][2];       /* named from the planner's side */
+	int keep[2 * PLAN];
+	char fdpath[2 * PLAN][32], flag[2 * PLAN][16];
+	char *argv[8 + 4 * PLAN], *stage_argv[4];
+	size_t n = 0;
+	pid_t pid[N_STAGES];
+
+	for (int s = 0; s < PLAN; s++)
+		if (pipe2(to[s], O_CLOEXEC) < 0 || pipe2(from[s], O_CLOEXEC) < 0)
+			die("pipe: %s", strerror(errno));
+
+	argv[n++] = stage_path[PLAN];
+	argv[n++] = "run";
+	argv[n++] = (char *)manifest;
+	if (o->apply)
+		argv[n++] = "--apply";
+	if (o->task)
+		argv[n++] = (char *)o->task;
+	for (int s = 0; s < PLAN; s++) {
+		/* Opened by the planner in this order: to-model, from-model, ... */
+		for (int dir = 0; dir < 2; dir++) {
+			int k = 2 * s + dir, fd = dir == 0 ? to[s][1] : from[s][0];
+			snprintf(flag[k], sizeof flag[k], "--%s-%s", dir == 0 ? "to" : "from", stage_flag[s]);
+			snprintf(fdpath[k], sizeof fdpath[k], "/dev/fd/%d", fd);
+			keep[k] = fd;
+			argv[n++] = flag[k];
+			argv[n++] = fdpath[k];
+		}
+	}
+	argv[n] = NULL;
+
+	for (int s = 0; s < PLAN; s++) {
+		stage_args(s, manifest, c, stage_argv);
+		char **env = stage_env(s, c);
+		pid[s] = spawn(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0);
+		env_free(env);
+		if (pid[s] < 0) {
+			warnx("%s: %s", stage_path[s], strerror(errno));
+			for (int t = 0; t < s; t++) {
+				kill(pid[t], SIGKILL);
+				waitpid(pid[t], NULL, 0);
+			}
+			return 1;
+		}
+	}
+	char **env = stage_env(PLAN, c);
+	pid[PLAN] = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN);
+	int err = errno;
+	env_free(env);
+	/* Only the stages hold pipe ends now: EOF travels as each one exits. */
+	for (int s = 0; s < PLAN; s++) {
+		close(to[s][0]), close(to[s][1]);
+		close(from[s][0]), close(from[s][1]);
+	}
+	if (pid[PLAN] < 0) {
+		warnx("%s: %s", stage_path[PLAN], strerror(err));
+		for (int s = 0; s < PLAN; s++)
+			waitpid(pid[s], NULL, 0);
+		return 1;
+	}
+	return supervise(pid);
+}
+
+static int cmd_run(const struct opts *o)
+{
+	struct checked c;
+	int status = check_manifest(o, o->manifest, &c);
+	if (status != 0)
+		return status;
+	if (operator_stopped()) {
+		warnx("interrupted before the run started");
+		checked_free(&c);
+		return 1;
+	}
+	status = run_checked(o, o->manifest, &c);
+	checked_free(&c);
+	return status;
+}
+
+static bool halt_requested(const char *workspace)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/.sfma/HALT", workspace);
+	return lstat(path, &st) == 0;
+}
+
+/* Bounded runs one after another, each exactly `sfma run`. The manifest is
+ * checked again before every run so that an operator may edit it between
+ * runs; a signal lets the current run halt and seal, then ends the relay. */
+static int cmd_relay(const struct opts *o)
+{
+	char bound[32] = "inf";
+	if (o->max_runs > 0)
+		snprintf(bound, sizeof bound, "%ld", o->max_runs);
+	int status = 0;
+	for (long i = 1; !interrupted && (o->max_runs == 0 || i <= o->max_runs); i++) {
+		double started = now_seconds();
+		struct checked c;
+		int checked = check_manifest(o, o->manifest, &c);
+		if (checked != 0)
+			return checked;
+		if (halt_requested(c.workspace)) {
+			warnx("relay: halted by .sfma/HALT");
+			checked_free(&c);
+			break;
+		}
+		if (operator_stopped()) {
+			checked_free(&c);
+			break;
+		}
+		warnx("relay: run %ld/%s", i, bound);
+		status = run_checked(o, o->manifest, &c);
+		checked_free(&c);
+		if (interrupted || (o->max_runs > 0 && i == o->max_runs))
+			break;
+		double until = started + o->every;
+		while (!interrupted) {
+			int sig = next_signal(until);
+			if (sig == 0)
+				break;
+			if (sig != SIGCHLD)
+				interrupted = true;
+		}
+	}
+	if (interrupted)
+		warnx("relay: stopped by signal");
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0))
+		usage();
+	struct opts o;
+	parse_args(argc, argv, &o);
+	ensure_std_fds();
+	take_signals();
+	for (int s = 0; s < N_STAGES; s++)
+		stage_path[s] = find_program(stage_prog[s]);
+	int status = strcmp(o.cmd, "run") == 0 ? cmd_run(&o) : cmd_relay(&o);
+	free(o.manifest);
+	return status;
+}

@@ -1,0 +1,339 @@
+#!/usr/bin/env bats
+# sfma, the orchestrator: wiring, least-privilege environments, supervision
+# (a dying stage, an operator's signal), one run per workspace, and relay.
+# Every run that got past validation must leave a record sfma-verify accepts.
+
+load helpers
+
+CANDIDATE='{"mission":"m","successCriteria":["out.txt written"],"loopRoles":[],"firstTasks":[],"schedule":"now"}'
+# A script whose second turn keeps sfma-exec busy in the sandbox, so that a
+# test can look at the live stages; release_sleep lets the run go on.
+HOLD="[$CANDIDATE,{\"tool\":\"run\",\"cmd\":\"sleep 40\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
+QUICK="[$CANDIDATE,{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
+
+setup() {
+	require jq
+	cd "$BATS_TEST_TMPDIR"
+	write_manifest manifest.json '[{"name":"m","provider":"mock","model":"x"}]'
+}
+
+teardown() {
+	# A failed assertion must not leave a run behind.
+	if [ -n "${sfma_pid:-}" ]; then
+		kill -KILL "$sfma_child" "$sfma_pid" 2>/dev/null || true
+	fi
+}
+
+write_manifest() {
+	cat >"$1" <<-EOF
+	{"name":"orch","workspace":"ws","modelEndpoints":$2,"allowedCommands":["sleep"],
+	 "inputs":[],"outputs":["out.txt"],"maxTurns":6,"maxSeconds":60,"dryRunDefault":false}
+	EOF
+}
+
+# Start `sfma ARGS...` in the background (stdout in out, stderr in err).
+start_sfma() {
+	timeout -s KILL 60 sfma "$@" >out 2>err &
+	sfma_pid=$!
+	# timeout(1) forks sfma itself: follow it.
+	for _ in $(seq 300); do
+		child=$(pgrep -P "$sfma_pid" -x sfma || true)
+		[ -n "$child" ] && break
+		sleep 0.05
+	done
+	[ -n "$child" ] || { echo "sfma did not start: $(cat err)" >&2; return 1; }
+	sfma_child=$child
+}
+
+finish_sfma() {
+	status=0
+	wait "$sfma_pid" || status=$?
+	sfma_pid=
+	output=$(cat out)
+	stderr=$(cat err)
+}
+
+# Wait until the planner has handed `sleep` to sfma-exec: the run is held.
+wait_for_sleep() {
+	for _ in $(seq 200); do
+		grep -q '"cmd":"sleep' ws/.sfma/trace.jsonl 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "the run never reached its sleep" >&2
+	return 1
+}
+
+# End the held command: kill the `sleep` inside sfma-exec's sandbox (from
+# here it is a descendant of the stage, whatever its pid in there).
+release_sleep() {
+	local exec_pid; exec_pid=$(stage_pid sfma-exec) || return 1
+	for _ in $(seq 200); do
+		local queue=$exec_pid p
+		while [ -n "$queue" ]; do
+			set -- $queue
+			p=$1; shift; queue="$* $(pgrep -P "$p" | tr '\n' ' ')"
+			queue=${queue# }
+			if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ]; then
+				kill -KILL "$p"
+				return 0
+			fi
+		done
+		sleep 0.05
+	done
+	echo "no sleep to release under sfma-exec" >&2
+	return 1
+}
+
+# pid of the stage NAME among sfma's children.
+stage_pid() {
+	for p in $(pgrep -P "$sfma_child"); do
+		read -r -d '' argv0 <"/proc/$p/cmdline" || true
+		[ "$(basename "$argv0")" = "$1" ] && { echo "$p"; return 0; }
+	done
+	echo "stage $1 not found" >&2
+	return 1
+}
+
+verdict() { jq -r .verdict ws/.sfma/result.json; }
+
+# grep that must not match (a plain `! grep` never fails a bats test).
+refute_grep() {
+	if grep -Eq -- "$1" "$2"; then
+		echo "$2 unexpectedly matches $1" >&2
+		return 1
+	fi
+}
+runs() { jq '.runs | length' ws/.sfma/memory.json; }
+
+@test "run: the stages complete a run, the planner's summary is printed, the record verifies" {
+	SFMA_MOCK=$QUICK run sfma run manifest.json
+	[ "$status" -eq 0 ]
+	[ "$output" = "COMPLETED turns=3 dryRun=false record=ws/.sfma/result.json" ]
+	[ "$(cat ws/out.txt)" = x ]
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=none "* ]]
+}
+
+@test "run: stages are found next to sfma even when PATH lacks them" {
+	SFMA_MOCK=$QUICK PATH=/usr/bin:/bin run "$SFMA_BINDIR/sfma" run manifest.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == COMPLETED* ]]
+	sfma-verify ws
+}
+
+@test "run: a missing stage program is a clear runtime error and nothing is created" {
+	mkdir lone
+	cp "$SFMA_BINDIR/sfma" lone/
+	PATH=/usr/bin:/bin run lone/sfma run manifest.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"sfma: sfma-model: not found next to sfma nor on PATH"* ]]
+	[ ! -e ws ]
+}
+
+@test "run: each stage sees only its own secrets, in its own process group, without stray descriptors" {
+	write_manifest manifest.json '[{"name":"m","provider":"mock","model":"x","auth":{"type":"oauth2-client-credentials",
+		"tokenUrl":"http://127.0.0.1:9/token","clientIdEnv":"ORCH_CLIENT_ID","clientSecretEnv":"ORCH_CLIENT_SECRET"}}]'
+	key=$(openssl genpkey -algorithm ed25519)
+	exec 9>stray-marker
+	SFMA_MOCK=$HOLD OPENAI_API_KEY=sk-orch-test ANTHROPIC_API_KEY=ak-orch-test \
+		ORCH_CLIENT_ID=cid-orch ORCH_CLIENT_SECRET=csecret-orch SFMA_AUDIT_PRIVATE_KEY=$key \
+		HTTPS_PROXY=http://127.0.0.1:9 UNRELATED_SECRET=leak-me start_sfma run manifest.json
+	exec 9>&-
+	wait_for_sleep
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal; do
+		p=$(stage_pid "$s")
+		tr '\0' '\n' <"/proc/$p/environ" >"env.$s"
+		# Its own process group: a terminal's ^C reaches sfma alone.
+		[ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ]
+		# Nothing sfma inherited from its caller crosses into a stage.
+		for fd in /proc/"$p"/fd/*; do
+			[ "$(readlink "$fd")" != "$BATS_TEST_TMPDIR/stray-marker" ]
+		done
+		grep -qx 'PATH=.*' "env.$s"
+		refute_grep 'UNRELATED_SECRET|leak-me' "env.$s"
+	done
+	# Provider keys, OAuth variables, SFMA_MOCK and proxies: sfma-model only.
+	grep -qx 'OPENAI_API_KEY=sk-orch-test' env.sfma-model
+	grep -qx 'ANTHROPIC_API_KEY=ak-orch-test' env.sfma-model
+	grep -qx 'ORCH_CLIENT_ID=cid-orch' env.sfma-model
+	grep -qx 'ORCH_CLIENT_SECRET=csecret-orch' env.sfma-model
+	grep -qx 'HTTPS_PROXY=http://127.0.0.1:9' env.sfma-model
+	grep -q '^SFMA_MOCK=' env.sfma-model
+	refute_grep SFMA_AUDIT_PRIVATE_KEY env.sfma-model
+	for s in sfma-plan sfma-exec sfma-chain sfma-seal; do
+		refute_grep 'OPENAI_API_KEY|ANTHROPIC_API_KEY|ORCH_CLIENT|HTTPS_PROXY|SFMA_MOCK' "env.$s"
+		refute_grep 'sk-orch-test|ak-orch-test|cid-orch|csecret-orch' "env.$s"
+	done
+	# The signing key: sfma-seal only (it wipes the value once loaded, so
+	# only the name is certain to be seen here).
+	grep -q '^SFMA_AUDIT_PRIVATE_KEY=' env.sfma-seal
+	for s in sfma-plan sfma-model sfma-exec sfma-chain; do
+		refute_grep 'SFMA_AUDIT_PRIVATE_KEY|PRIVATE KEY' "env.$s"
+	done
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 0 ]
+	[[ "$output" == COMPLETED* ]]
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=untrusted-key "* ]]
+}
+
+@test "run: a stage killed mid-run ends the run failed, names the stage, and the record verifies" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	kill -KILL "$(stage_pid sfma-exec)"
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$output" == "FAILED turns="* ]]
+	[[ "$stderr" == *"sfma: stage sfma-exec killed by signal 9"* ]]
+	[[ "$stderr" == *"sfma-exec"*"died"* ]]
+	[ "$(verdict)" = failed ]
+	sfma-verify ws
+}
+
+@test "run: SIGTERM to sfma halts the run as halted-operator, sealed and verifiable" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	kill -TERM "$sfma_child"
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
+	[ "$(verdict)" = halted-operator ]
+	# Only the planner was told: no stage is reported dead.
+	[[ "$stderr" != *"sfma: stage"* ]]
+	sfma-verify ws
+}
+
+@test "run: SIGINT (an operator's ^C) halts the same way" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	kill -INT "$sfma_child"
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$output" == HALTED-OPERATOR* ]]
+	sfma-verify ws
+}
+
+@test "run: a second run on a busy workspace fails at once and touches nothing" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	before=$(sha256sum ws/.sfma/trace.jsonl)
+	SFMA_MOCK=$QUICK run sfma run manifest.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"workspace busy"* ]]
+	# It returned while the first run still holds the workspace.
+	kill -0 "$sfma_child"
+	[ "$(sha256sum ws/.sfma/trace.jsonl)" = "$before" ]
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 0 ]
+	[ "$(runs)" -eq 1 ]
+	sfma-verify ws
+}
+
+@test "run: an invalid manifest exits 2 and creates nothing" {
+	echo '{"name":"bad","workspace":"ws","modelAdapter":"x"}' >bad.json
+	run sfma run bad.json --apply
+	[ "$status" -eq 2 ]
+	[[ "$output" == *TASK_INVALID* ]]
+	[[ "$output" == *"modelAdapter was replaced by modelEndpoints"* ]]
+	[ ! -e ws ]
+}
+
+@test "usage errors exit 2 with the usage on stderr" {
+	for args in "" "--help" "help" "chat manifest.json" "run" "run a.json b.json" \
+	            "run manifest.json --bogus" "relay manifest.json --every=soon" \
+	            "relay manifest.json --max-runs=0" "run manifest.json --every=1"; do
+		run sfma $args
+		[ "$status" -eq 2 ] || { echo "sfma $args: status $status"; return 1; }
+		[[ "$output" == *"usage: sfma run MANIFEST"* || "$output" == *"expected a"* ]]
+	done
+	[ ! -e ws ]
+}
+
+@test "relay: two runs with --max-runs=2, each announced and each summarised in memory" {
+	SFMA_MOCK=$QUICK run sfma relay manifest.json --max-runs=2
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"sfma: relay: run 1/2"*"sfma: relay: run 2/2"* ]]
+	[ "$(grep -c '^COMPLETED ' <<<"$output")" -eq 2 ]
+	[ "$(runs)" -eq 2 ]
+	sfma-verify ws
+}
+
+@test "relay: a HALT file stops the current run and the relay" {
+	SFMA_MOCK=$HOLD start_sfma relay manifest.json --max-runs=3
+	wait_for_sleep
+	touch ws/.sfma/HALT
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"relay: run 1/3"* ]]
+	[[ "$stderr" != *"relay: run 2/3"* ]]
+	[[ "$stderr" == *"relay: halted by .sfma/HALT"* ]]
+	[ "$(verdict)" = halted-operator ]
+	[ "$(runs)" -eq 1 ]
+	sfma-verify ws
+}
+
+@test "relay: a HALT file present before the first run starts no run" {
+	mkdir -p ws/.sfma
+	touch ws/.sfma/HALT
+	run sfma relay manifest.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"relay: halted by .sfma/HALT"* ]]
+	[[ "$output" != *"relay: run 1"* ]]
+	[ ! -e ws/.sfma/trace.jsonl ]
+}
+
+@test "relay: a signal lets the current run halt and seal, then ends the relay" {
+	SFMA_MOCK=$HOLD start_sfma relay manifest.json
+	wait_for_sleep
+	kill -TERM "$sfma_child"
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"relay: run 1/inf"* ]]
+	[[ "$stderr" != *"relay: run 2/inf"* ]]
+	[[ "$stderr" == *"relay: stopped by signal"* ]]
+	[ "$(verdict)" = halted-operator ]
+	[ "$(runs)" -eq 1 ]
+	sfma-verify ws
+}
+
+@test "relay: an invalid manifest exits 2 before any run, and creates nothing" {
+	echo '{"name":"bad"}' >bad.json
+	run sfma relay bad.json --max-runs=2
+	[ "$status" -eq 2 ]
+	[[ "$output" == *TASK_INVALID* ]]
+	[[ "$output" != *"relay: run"* ]]
+	[ ! -e ws ]
+}
+
+@test "relay: the manifest is checked again before each run; an edit that breaks it ends the relay with 2" {
+	SFMA_MOCK=$HOLD start_sfma relay manifest.json --max-runs=3
+	wait_for_sleep
+	echo '{"name":"broken"' >manifest.json
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"relay: run 1/3"* ]]
+	[[ "$stderr" != *"relay: run 2/3"* ]]
+	[[ "$stderr" == *TASK_INVALID* ]]
+	[ "$(runs)" -eq 1 ]
+	sfma-verify ws
+}
+
+@test "relay: --every spaces the starts of runs" {
+	SFMA_MOCK=$QUICK run sfma relay manifest.json --max-runs=2 --every=1.5
+	[ "$status" -eq 0 ]
+	first=$(jq -r '.runs[0].at' ws/.sfma/memory.json)
+	second=$(jq -r '.runs[1].at' ws/.sfma/memory.json)
+	gap=$(( $(date -d "$second" +%s%3N) - $(date -d "$first" +%s%3N) ))
+	# Both runs take about as long: their ends are as far apart as their starts.
+	[ "$gap" -ge 1000 ]
+	sfma-verify ws
+}
