@@ -262,9 +262,18 @@ static _Noreturn void child_exec(pid_t parent, const char *path, char *const arg
 	const int reset[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD };
 	for (size_t i = 0; i < sizeof reset / sizeof *reset; i++)
 		signal(reset[i], SIG_DFL);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* The planner (the one child given extra descriptors) starts with the
+	 * halt signals blocked and unblocks them once its handler is in place:
+	 * a signal that arrives in between is held, not fatal, and the run is
+	 * still sealed. Every other stage starts with an empty mask. */
+	sigset_t mask;
+	sigemptyset(&mask);
+	if (n_keep > 0) {
+		sigaddset(&mask, SIGINT);
+		sigaddset(&mask, SIGTERM);
+		sigaddset(&mask, SIGHUP);
+	}
+	sigprocmask(SIG_SETMASK, &mask, NULL);
 	execve(path, argv, envp);
 fail:;
 	int err = errno;

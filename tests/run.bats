@@ -199,7 +199,9 @@ JSON
 	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
 	run sfma run m.json
 	[ "$status" -eq 0 ]
-	sed -i '3s/"loop":1/"loop":2/' ws/.sfma/trace.jsonl
+	cp ws/.sfma/trace.jsonl pristine
+	sed -i '2s/"probation"/"certified"/' ws/.sfma/trace.jsonl
+	! cmp -s pristine ws/.sfma/trace.jsonl
 	cp ws/.sfma/trace.jsonl before
 	run sfma run m.json
 	[ "$status" -eq 1 ]

@@ -565,7 +565,7 @@ static json_t *result_body(struct run *r)
 	json_object_set_new(body, "memory", memory);
 	json_object_set_new(body, "outputs", outputs_list(r));
 	json_object_set_new(body, "criteria", criteria);
-	json_object_set(body, "weights", r->endpoints ? r->endpoints : json_object());
+	json_object_set_new(body, "weights", r->endpoints ? json_incref(r->endpoints) : json_object());
 	json_object_set_new(body, "mutations", json_pack("{s:I, s:O}", "count",
 	                    (json_int_t)json_array_size(r->mutation_refs), "refs", r->mutation_refs));
 	json_object_set_new(body, "clock", json_pack("{s:f, s:f, s:s}", "firstSeq", r->first_seq,
@@ -660,6 +660,22 @@ static int seal(struct run *r, json_t *body)
 }
 
 /* ---- commands ----------------------------------------------------------- */
+
+static void run_free(struct run *r)
+{
+	free(r->system);
+	json_decref(r->candidate);
+	json_decref(r->lifecycle);
+	json_decref(r->messages);
+	json_decref(r->mutation_refs);
+	json_decref(r->written);
+	json_decref(r->endpoints);
+	memory_free(&r->mem);
+	store_close(&r->store);
+	manifest_free(r->m);
+	for (int s = 0; s < STAGE_COUNT; s++)
+		lr_free(&stages[s].reader);
+}
 
 static _Noreturn void usage(void)
 {
@@ -787,7 +803,16 @@ int main(int argc, char **argv)
 	struct sigaction sa = {.sa_handler = on_halt_signal};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* sfma starts the planner with these blocked so that none is lost
+	 * before the handler exists; from here on they mean "halt". */
+	sigset_t halts;
+	sigemptyset(&halts);
+	sigaddset(&halts, SIGTERM);
+	sigaddset(&halts, SIGINT);
+	sigaddset(&halts, SIGHUP);
+	sigprocmask(SIG_UNBLOCK, &halts, NULL);
 	stages_open(paths);
 
 	/* 3. The workspace, locked for this run alone. flock on the .sfma
@@ -813,6 +838,7 @@ int main(int argc, char **argv)
 	clock_anchor(&r);
 	if (!r.chain_alive) {
 		warnx("%s; nothing was appended", r.error);
+		run_free(&r);
 		return 1;
 	}
 	json_t *pinned = memory_pinned(&r.mem);
@@ -879,16 +905,7 @@ int main(int argc, char **argv)
 	       r.dry_run ? "true" : "false", r.m->workspace);
 	fflush(stdout);
 	int status = sealed == 0 && strcmp(r.verdict, "completed") == 0 ? 0 : 1;
-	free(r.system);
-	json_decref(r.candidate);
-	json_decref(r.lifecycle);
-	json_decref(r.messages);
-	json_decref(r.mutation_refs);
-	json_decref(r.written);
-	json_decref(r.endpoints);
-	memory_free(&r.mem);
-	store_close(&r.store);
-	manifest_free(r.m);
+	run_free(&r);
 	close(lock);
 	return status;
 }
