@@ -2,6 +2,7 @@
  *
  *   sfma run MANIFEST [--apply] [--task=TEXT]
  *   sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]
+ *   sfma chat WORKSPACE          (runs sfma-chat, the operator's client)
  *
  * The pipeline is a star centred on the planner (PIPELINE.md): sfma-plan
  * talks to sfma-model, sfma-exec, sfma-chain and sfma-seal over eight pipes,
@@ -77,7 +78,8 @@ static _Noreturn void usage(void)
 {
 	fprintf(stderr,
 	        "usage: sfma run MANIFEST [--apply] [--task=TEXT]\n"
-	        "       sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]\n");
+	        "       sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]\n"
+	        "       sfma chat WORKSPACE\n");
 	exit(2);
 }
 
@@ -639,6 +641,14 @@ int main(int argc, char **argv)
 	set_progname(argv[0]);
 	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0))
 		usage();
+	/* `sfma chat WORKSPACE` is the operator's client, a program of its
+	 * own: hand over to it with the same arguments. */
+	if (argc >= 2 && strcmp(argv[1], "chat") == 0) {
+		char *chat = find_program("sfma-chat");
+		argv[1] = chat;
+		execv(chat, argv + 1);
+		die("%s: %s", chat, strerror(errno));
+	}
 	struct opts o;
 	parse_args(argc, argv, &o);
 	ensure_std_fds();
