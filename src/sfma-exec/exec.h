@@ -1,0 +1,112 @@
+/* exec.h - the parts of sfma-exec: hard tier, staging, sandbox, seccomp. */
+#ifndef SFMA_EXEC_H
+#define SFMA_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "buf.h"
+#include "manifest.h"
+
+#define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
+#define REASON_PATH_MAX   160                    /* path bytes quoted in a reason */
+
+/* Ceilings of a sandboxed command (CONTRACT.md section 5). Defaults stop a
+ * fork bomb, a memory bomb and a disk bomb without getting in the way of
+ * compilers, git or test suites. */
+#define LIMIT_CPU_SECONDS 60
+#define LIMIT_AS_BYTES    (4ull << 30)
+#define LIMIT_FSIZE_BYTES (1ull << 30)
+#define LIMIT_NOFILE      256
+#define LIMIT_NPROC       256
+#define LIMIT_TMP_BYTES   (256ull << 20)         /* the private /tmp tmpfs */
+#define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
+#define STAGE_MAX_BYTES   (512ull << 20)         /* all declared inputs together */
+#define LIMIT_WORKSPACE_BYTES (2ull << 30)       /* the staging tmpfs, when private */
+
+/* What the hard tier and the sandbox share about the task at hand. */
+struct exec_ctx {
+	const struct manifest *m;
+	int ws_fd;              /* the workspace directory (O_PATH) */
+	char *ws_real;          /* its canonical path, to tell where a link leads */
+	int apply;              /* 0: dry run */
+	long timeout_s;         /* --timeout */
+	unsigned host_uid;      /* host uid the contained program runs as */
+	unsigned host_gid;
+};
+
+/* ---- hardtier.c ---- */
+
+/* A path argument made safe to quote in a one-line reason (owned). */
+char *quote_path(const char *s, size_t n);
+
+/* Resolve a model-given path for reading. Returns an open O_RDONLY fd, or -1
+ * with *refusal set to a reason (pass false) or *error set (pass true,
+ * an operational failure such as a missing file). Both owned by the caller. */
+int path_open_read(const struct exec_ctx *c, const char *path, size_t n,
+                   char **refusal, char **error);
+
+/* Gate a write of path: lexical rules, declared output, reserved, and where
+ * the parent directory really is. On success returns 0 and, when create is
+ * set (applied run), *dirfd is the parent directory (missing directories
+ * made) and *name its last component (owned); with create unset *dirfd is
+ * -1. On refusal returns -1 with *refusal set (owned). */
+int path_gate_write(const struct exec_ctx *c, const char *path, size_t n, int create,
+                    int *dirfd, char **name, char **refusal);
+
+/* Gate a command line. Returns a NULL-terminated argv (owned: free argv[0]
+ * storage with argv_free) whose argv[0] is the allowed basename, or NULL
+ * with *refusal set (owned). */
+char **command_gate(const struct manifest *m, const char *cmd, size_t n, char **refusal);
+void argv_free(char **argv);
+
+/* Open rel below dirfd (O_CLOEXEC added) the way openat2 RESOLVE_BENEATH
+ * does: a symlink leading out, or ".." above dirfd, fails with EXDEV; with
+ * no_symlinks every symlink fails with ELOOP. Returns an fd or -1/errno. */
+int open_beneath(int dirfd, const char *rel, int flags, int no_symlinks);
+
+/* Open (creating if asked, never following links) the directory rel below
+ * dirfd, one component at a time. Returns an fd or -1 with errno. */
+int open_dir_walk(int dirfd, const char *rel, int create, mode_t mode);
+
+/* ---- text.c ---- */
+
+/* A JSON string of s[0..n) with every invalid UTF-8 byte replaced by U+FFFD
+ * (file contents and names are bytes; JSON text must be UTF-8). */
+json_t *json_text(const char *s, size_t n);
+
+/* ---- seccomp.c ---- */
+
+/* Compile the filter once. Returns 0 or -1 with *why (static text) set. */
+int seccomp_prepare(const char **why);
+/* Install the compiled filter on the calling thread (no allocation: safe
+ * after RLIMIT_AS). Returns 0 or -1 with errno. */
+int seccomp_install(void);
+
+/* ---- sandbox.c ---- */
+
+struct run_outcome {
+	int executed;           /* 0 when refused before anything ran */
+	int exit_code;          /* 124 timeout, 128+N signal */
+	int timed_out;
+	char *unavailable;      /* "secure command sandbox unavailable: ..." or NULL */
+	struct buf out, err;    /* first OUTPUT_CLIP bytes of each stream */
+	uint64_t out_total, err_total;
+	json_t *copied;         /* array of paths */
+	json_t *refused;        /* array of {path, reason} */
+	json_t *limits;         /* object */
+};
+
+/* Run argv in a fresh sandbox over a staging copy of the declared inputs,
+ * then copy declared outputs back. timeout_ms > 0. Always discards the
+ * staging copy. The outcome is filled in all cases; free it with
+ * run_outcome_free. */
+void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
+                 struct run_outcome *o);
+void run_outcome_free(struct run_outcome *o);
+/* Release what the sandbox keeps between commands (at exit). */
+void sandbox_shutdown(void);
+void sandbox_shutdown_signal(void); /* async-signal-safe */
+
+#endif

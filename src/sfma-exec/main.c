@@ -1,0 +1,535 @@
+/* sfma-exec - carry out the model's tool calls behind the hard tier.
+ *
+ * Reads one request per line on stdin ({"id","call","seq"?,"deadlineMs"?}),
+ * answers each with one line on stdout ({"id","tool","pass","reason",
+ * "result",...}). The only stage that writes workspace files for the model
+ * and the only one that starts commands, each inside a fresh sandbox.
+ * See sfma-exec(1) and PIPELINE.md. */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "canon.h"
+#include "err.h"
+#include "ndjson.h"
+#include "sha.h"
+
+#define REQUEST_MAX NDJSON_DEFAULT_MAX
+#define NOBODY 65534u
+
+static _Noreturn void usage(void)
+{
+	die_status(2, "usage: sfma-exec [--apply] [--timeout=SECONDS] MANIFEST");
+}
+
+static long long epoch_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 1 if host uid/gid `id` is mapped in our user namespace (always so in the
+ * initial one; not so under an `unshare --map-root-user`). */
+static int id_mapped(const char *file, unsigned id)
+{
+	FILE *f = fopen(file, "re");
+	if (!f)
+		return 0;
+	unsigned inside, outside, count;
+	int found = 0;
+	while (fscanf(f, "%u %u %u", &inside, &outside, &count) == 3)
+		found |= id >= inside && id - inside < count;
+	fclose(f);
+	return found;
+}
+
+/* ---- replies ---- */
+
+static json_t *reply_new(json_t *id, const char *tool)
+{
+	json_t *r = json_object();
+	json_object_set(r, "id", id ? id : json_null());
+	json_object_set_new(r, "tool", tool ? json_string(tool) : json_null());
+	return r;
+}
+
+static json_t *refuse(json_t *r, const char *reason)
+{
+	struct buf b = {0};
+	buf_printf(&b, "EPSILON_HARD_FAIL: %s", reason);
+	json_object_set_new(r, "pass", json_false());
+	json_object_set_new(r, "reason", json_string(reason));
+	json_object_set_new(r, "result", json_string(b.p));
+	buf_free(&b);
+	return r;
+}
+
+static json_t *accept(json_t *r, const char *reason, json_t *result)
+{
+	json_object_set_new(r, "pass", json_true());
+	json_object_set_new(r, "reason", json_string(reason));
+	json_object_set_new(r, "result", result);
+	return r;
+}
+
+static void emit(json_t *r)
+{
+	if (json_print_line(stdout, r) < 0)
+		die("write reply: %s", strerror(errno));
+	json_decref(r);
+}
+
+static void emit_error(json_t *id, const char *text)
+{
+	json_t *r = json_object();
+	json_object_set(r, "id", id ? id : json_null());
+	json_object_set_new(r, "pass", json_false());
+	json_object_set_new(r, "error", json_string(text));
+	emit(r);
+}
+
+static const char *string_arg(json_t *call, const char *key, size_t *n)
+{
+	json_t *v = json_object_get(call, key);
+	if (!json_is_string(v))
+		return NULL;
+	*n = json_string_length(v);
+	return json_string_value(v);
+}
+
+static json_t *refuse_arg(json_t *r, const char *tool, const char *key)
+{
+	struct buf b = {0};
+	buf_printf(&b, "%s: %s must be a string", tool, key);
+	refuse(r, b.p);
+	buf_free(&b);
+	return r;
+}
+
+/* ---- tools ---- */
+
+static json_t *do_read(const struct exec_ctx *c, json_t *call, json_t *r)
+{
+	size_t n;
+	const char *path = string_arg(call, "path", &n);
+	if (!path)
+		return refuse_arg(r, "read", "path");
+	char *refusal, *error;
+	int fd = path_open_read(c, path, n, &refusal, &error);
+	if (fd < 0) {
+		if (refusal) {
+			refuse(r, refusal);
+		} else {
+			/* Not a policy refusal: the model asked for something absent. */
+			accept(r, error, json_string(error));
+			json_object_set_new(r, "error", json_string(error));
+		}
+		free(refusal);
+		free(error);
+		return r;
+	}
+	struct stat st;
+	char data[OUTPUT_CLIP];
+	size_t got = 0;
+	while (got < sizeof data) {
+		ssize_t k = read(fd, data + got, sizeof data - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	uint64_t size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : got;
+	close(fd);
+	struct buf text = {0};
+	buf_add(&text, data, got);
+	if (size > got)
+		buf_printf(&text, "\n[clipped: %llu bytes not shown]",
+		           (unsigned long long)(size - got));
+	struct buf why = {0};
+	buf_printf(&why, "read %llu bytes", (unsigned long long)size);
+	accept(r, why.p, json_text(text.p, text.len));
+	buf_free(&text);
+	buf_free(&why);
+	return r;
+}
+
+static json_t *do_write(const struct exec_ctx *c, json_t *call, json_t *r)
+{
+	size_t n, len;
+	const char *path = string_arg(call, "path", &n);
+	if (!path)
+		return refuse_arg(r, "write", "path");
+	const char *content = string_arg(call, "content", &len);
+	if (!content)
+		return refuse_arg(r, "write", "content");
+	int dirfd;
+	char *name, *refusal;
+	if (path_gate_write(c, path, n, c->apply, &dirfd, &name, &refusal) < 0) {
+		refuse(r, refusal);
+		free(refusal);
+		return r;
+	}
+	char hex[SHA256_HEX_LEN + 1];
+	sha256_hex(content, len, hex);
+	char *norm = path_normalize(path);
+	struct buf text = {0};
+	if (c->apply) {
+		struct sfma_err e;
+		int rc = atomic_write_at(dirfd, name, content, len, 0644, &e);
+		close(dirfd);
+		free(name);
+		if (rc < 0) {
+			buf_printf(&text, "write %s: %s", norm, e.text);
+			json_object_set_new(r, "error", json_string(text.p));
+			accept(r, text.p, json_string(text.p));
+			free(norm);
+			buf_free(&text);
+			return r;
+		}
+		buf_printf(&text, "wrote %zu bytes to %s", len, norm);
+	} else {
+		buf_printf(&text, "dry run: write of %zu bytes to %s recorded, not applied", len, norm);
+	}
+	accept(r, text.p, json_string(text.p));
+	json_object_set_new(r, "mutation",
+	                    json_pack("{s:s,s:I,s:s,s:b}", "path", norm, "bytes", (json_int_t)len,
+	                              "sha256", hex, "applied", c->apply));
+	free(norm);
+	buf_free(&text);
+	return r;
+}
+
+/* "exit=<code>\nstdout:<...>\nstderr:<...>" within OUTPUT_CLIP bytes: each
+ * stream gets half, or more when the other needs less. */
+static json_t *run_text(const struct run_outcome *o)
+{
+	const size_t avail = OUTPUT_CLIP - 128; /* header and markers */
+	size_t so = o->out.len, se = o->err.len;
+	if (so + se > avail) {
+		size_t half = avail / 2;
+		if (so > half && se > half)
+			so = se = half;
+		else if (so > half)
+			so = avail - se;
+		else
+			se = avail - so;
+	}
+	struct buf t = {0};
+	buf_printf(&t, "exit=%d\nstdout:", o->exit_code);
+	buf_add(&t, o->out.p ? o->out.p : "", so);
+	if (o->out_total > so)
+		buf_printf(&t, "\n[clipped: %llu bytes not shown]",
+		           (unsigned long long)(o->out_total - so));
+	buf_adds(&t, "\nstderr:");
+	buf_add(&t, o->err.p ? o->err.p : "", se);
+	if (o->err_total > se)
+		buf_printf(&t, "\n[clipped: %llu bytes not shown]",
+		           (unsigned long long)(o->err_total - se));
+	json_t *j = json_text(t.p, t.len);
+	buf_free(&t);
+	return j;
+}
+
+static json_t *do_run(const struct exec_ctx *c, json_t *call, json_t *req, json_t *r)
+{
+	size_t n;
+	const char *cmd = string_arg(call, "cmd", &n);
+	if (!cmd)
+		return refuse_arg(r, "run", "cmd");
+	char *refusal;
+	char **argv = command_gate(c->m, cmd, n, &refusal);
+	if (!argv) {
+		refuse(r, refusal);
+		free(refusal);
+		return r;
+	}
+	if (!c->apply) {
+		argv_free(argv);
+		accept(r, "dry run: not executed",
+		       json_string("dry run: the command passed the hard tier and was not executed"));
+		json_object_set_new(r, "run", json_pack("{s:b}", "executed", 0));
+		return r;
+	}
+	long long timeout_ms = (long long)c->timeout_s * 1000, deadline;
+	if (json_integer_of(json_object_get(req, "deadlineMs"), &deadline)) {
+		long long left = deadline - epoch_ms();
+		if (left <= 0) {
+			argv_free(argv);
+			return refuse(r, "run: the run's deadline has passed");
+		}
+		if (left < timeout_ms)
+			timeout_ms = left;
+	}
+	struct run_outcome o;
+	sandbox_run(c, argv, timeout_ms, &o);
+	argv_free(argv);
+	json_t *run = json_object();
+	json_object_set_new(run, "exit", o.executed ? json_integer(o.exit_code) : json_null());
+	json_object_set_new(run, "timedOut", json_boolean(o.timed_out));
+	json_object_set(run, "limits", o.limits);
+	json_object_set(run, "copiedBack", o.copied);
+	json_object_set(run, "refused", o.refused);
+	if (o.unavailable) {
+		refuse(r, o.unavailable);
+	} else {
+		char why[64];
+		snprintf(why, sizeof why, o.timed_out ? "timed out (exit=%d)" : "exit=%d", o.exit_code);
+		accept(r, why, run_text(&o));
+	}
+	json_object_set_new(r, "run", run);
+	run_outcome_free(&o);
+	return r;
+}
+
+/* notify and ask: one file in .sfma/outbox, written atomically; never waits. */
+static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, json_t *r,
+                          const char *kind, const char *key)
+{
+	size_t n;
+	const char *text = string_arg(call, key, &n);
+	if (!text)
+		return refuse_arg(r, kind, key);
+	char name[96], at[96];
+	long long seq;
+	long long ms = epoch_ms();
+	if (json_integer_of(json_object_get(req, "seq"), &seq) && seq >= 0)
+		snprintf(name, sizeof name, "%lld-%s.json", seq, kind);
+	else
+		snprintf(name, sizeof name, "t%lld-%s.json", ms, kind);
+	time_t secs = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&secs, &tm);
+	snprintf(at, sizeof at, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+
+	json_t *msg = json_object();
+	json_object_set_new(msg, "kind", json_string(kind));
+	json_object_set(msg, "text", json_object_get(call, key));
+	json_object_set_new(msg, "at", json_string(at));
+	struct buf doc = {0};
+	struct sfma_err e;
+	int ok = canon_dump(msg, &doc, &e) == 0;
+	json_decref(msg);
+	buf_addc(&doc, '\n');
+	/* .sfma and .sfma/outbox are opened without following links. */
+	int dir = ok ? open_dir_walk(c->ws_fd, ".sfma/outbox", 1, 0755) : -1;
+	struct buf err = {0};
+	if (dir < 0)
+		buf_printf(&err, "%s: .sfma/outbox: %s", kind, strerror(errno));
+	else if (atomic_write_at(dir, name, doc.p, doc.len, 0644, &e) < 0)
+		buf_printf(&err, "%s: .sfma/outbox/%s", kind, e.text);
+	if (dir >= 0)
+		close(dir);
+	buf_free(&doc);
+	if (err.p) {
+		json_object_set_new(r, "error", json_string(err.p));
+		accept(r, err.p, json_string(err.p));
+		buf_free(&err);
+		return r;
+	}
+	accept(r, strcmp(kind, "ask") == 0 ? "question sent" : "notified",
+	       json_string(strcmp(kind, "ask") == 0
+	                   ? "question delivered to the operator's outbox; an answer, if any, "
+	                     "arrives as an operator message"
+	                   : "message delivered to the operator's outbox"));
+	json_t *m = json_pack("{s:s,s:s,s:s}", "dir", "out", "kind", kind, "file", name);
+	json_object_set(m, "text", json_object_get(call, key));
+	json_object_set_new(r, "message", m);
+	return r;
+}
+
+static void handle(const struct exec_ctx *c, const char *line, size_t len)
+{
+	struct sfma_err e;
+	json_t *req = json_parse_strict(line, len, &e);
+	if (!req) {
+		emit_error(NULL, e.text);
+		return;
+	}
+	json_t *id = json_is_object(req) ? json_object_get(req, "id") : NULL;
+	json_t *call = json_is_object(req) ? json_object_get(req, "call") : NULL;
+	if (!json_is_object(req)) {
+		emit_error(NULL, "request must be a JSON object");
+	} else if (!call) {
+		emit_error(id, "request has no call");
+	} else if (!json_is_object(call)) {
+		emit_error(id, "call must be a JSON object");
+	} else {
+		json_t *tv = json_object_get(call, "tool");
+		const char *tool = json_is_string(tv) && strlen(json_string_value(tv)) ==
+		                   json_string_length(tv) ? json_string_value(tv) : NULL;
+		json_t *r = reply_new(id, tool);
+		if (!tool) {
+			refuse(r, "unknown tool");
+		} else if (strcmp(tool, "read") == 0) {
+			do_read(c, call, r);
+		} else if (strcmp(tool, "write") == 0) {
+			do_write(c, call, r);
+		} else if (strcmp(tool, "run") == 0) {
+			do_run(c, call, req, r);
+		} else if (strcmp(tool, "notify") == 0) {
+			do_message(c, call, req, r, "notify", "text");
+		} else if (strcmp(tool, "ask") == 0) {
+			do_message(c, call, req, r, "ask", "question");
+		} else if (strcmp(tool, "done") == 0) {
+			refuse(r, "done is handled by the planner");
+		} else if (strcmp(tool, "recall") == 0) {
+			refuse(r, "recall is not available");
+		} else {
+			char *q = quote_path(tool, strlen(tool));
+			struct buf b = {0};
+			buf_printf(&b, "%s: unknown tool", q);
+			refuse(r, b.p);
+			buf_free(&b);
+			free(q);
+		}
+		emit(r);
+	}
+	json_decref(req);
+}
+
+/* After an over-long line: drop bytes up to and including the next newline. */
+static int skip_line(struct line_reader *lr)
+{
+	for (;;) {
+		char *nl = memchr(lr->buf + lr->start, '\n', lr->end - lr->start);
+		if (nl) {
+			lr->start = (size_t)(nl - lr->buf) + 1;
+			return 1;
+		}
+		lr->consumed += lr->end;
+		lr->start = lr->end = 0;
+		if (lr->eof)
+			return 0;
+		ssize_t got = read(lr->fd, lr->buf, lr->cap - 1);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			lr->eof = 1;
+			return 0;
+		}
+		lr->end = (size_t)got;
+	}
+}
+
+static void on_signal(int sig)
+{
+	sandbox_shutdown_signal();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	struct exec_ctx c = {.timeout_s = 60};
+	const char *manifest_path = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--apply") == 0) {
+			c.apply = 1;
+		} else if (strncmp(argv[i], "--timeout=", 10) == 0) {
+			char *end;
+			errno = 0;
+			long t = strtol(argv[i] + 10, &end, 10);
+			if (errno || *end || end == argv[i] + 10 || t < 1 || t > 86400)
+				die_status(2, "--timeout: expected whole seconds 1..86400");
+			c.timeout_s = t;
+		} else if (argv[i][0] == '-' || manifest_path) {
+			usage();
+		} else {
+			manifest_path = argv[i];
+		}
+	}
+	if (!manifest_path)
+		usage();
+
+	struct reasons why = {0};
+	struct manifest *m = manifest_load(manifest_path, &why);
+	if (!m) {
+		fputs("TASK_INVALID\n", stderr);
+		for (size_t i = 0; i < why.n; i++)
+			fprintf(stderr, "- %s\n", why.items[i]);
+		reasons_free(&why);
+		return 2;
+	}
+	c.m = m;
+	/* The workspace is opened at the first request, not here: in a run the
+	 * planner creates it after every stage has started. */
+	c.ws_fd = -1;
+
+	/* This stage never gains privileges by exec (it execs nothing itself;
+	 * the sandboxed command inherits the flag). */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		die("no-new-privileges: %s", strerror(errno));
+	/* As root, the contained program must not be host uid 0: the kernel
+	 * exempts uid 0 from RLIMIT_NPROC and root owns most of the host. Map
+	 * it to nobody, and shed root's supplementary groups, which would
+	 * otherwise follow it into the sandbox. */
+	if (geteuid() == 0 && id_mapped("/proc/self/uid_map", NOBODY) &&
+	    id_mapped("/proc/self/gid_map", NOBODY)) {
+		c.host_uid = c.host_gid = NOBODY;
+		if (setgroups(0, NULL) < 0 && errno != EPERM)
+			die("setgroups: %s", strerror(errno));
+	} else {
+		c.host_uid = (unsigned)geteuid();
+		c.host_gid = (unsigned)getegid();
+	}
+	/* A reader that went away is noticed as a write error, not a signal. */
+	signal(SIGPIPE, SIG_IGN);
+	/* Also after die(): no staging directory is left behind. */
+	atexit(sandbox_shutdown);
+	/* Stopped by a signal, still leave no staging mount point behind. */
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+
+	struct line_reader lr;
+	lr_init(&lr, 0, REQUEST_MAX);
+	/* Start with a buffer: lr_next computes buf + 0 on a fresh reader,
+	 * undefined behaviour on a NULL buffer (UBSan stops there). The reader
+	 * grows it from any non-zero capacity. */
+	lr.cap = 64u << 10;
+	lr.buf = xmalloc(lr.cap);
+	for (;;) {
+		char *line;
+		size_t len;
+		struct sfma_err e;
+		int got = lr_next(&lr, &line, &len, &e);
+		if (got == 0)
+			break;
+		if (got < 0) {
+			emit_error(NULL, e.text);
+			if (lr.torn || !skip_line(&lr))
+				break;
+			continue;
+		}
+		if (c.ws_fd < 0) {
+			c.ws_fd = open(m->workspace_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (c.ws_fd < 0 || !(c.ws_real = realpath(m->workspace_path, NULL)))
+				die("workspace %s: %s", m->workspace_path, strerror(errno));
+		}
+		handle(&c, line, len);
+	}
+	lr_free(&lr);
+	if (c.ws_fd >= 0)
+		close(c.ws_fd);
+	free(c.ws_real);
+	manifest_free(m);
+	return 0;
+}

@@ -1,0 +1,147 @@
+/* seccomp.c - the syscall filter a contained command runs under.
+ *
+ * Compiled once per process with libseccomp and kept as raw BPF, so that
+ * installing it in the command's process is a single prctl with no
+ * allocation: it runs after RLIMIT_AS is set, and under AddressSanitizer a
+ * malloc at that point would fail (the sanitizer's shadow mappings alone
+ * exceed any sane address-space ceiling). */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "ndjson.h"
+
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
+static struct sock_filter *filter;
+static unsigned short filter_len;
+
+/* Kernel surface a build, test or git command has no use for, and which
+ * has carried most container escapes: debugging other processes, the
+ * io_uring side door around this filter, mount manipulation after setup,
+ * the kernel keyring, BPF, userfaultfd (a race-widening primitive), perf,
+ * kexec and modules, file handles (open_by_handle_at walks past a chroot). */
+static const char *const denied[] = {
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
+	"fsconfig", "fsmount", "fspick", "mount_setattr",
+	"keyctl", "add_key", "request_key",
+	"bpf", "userfaultfd", "perf_event_open",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"setns", "name_to_handle_at", "open_by_handle_at",
+	"acct", "swapon", "swapoff", "reboot", "syslog", "quotactl", "uselib",
+	NULL,
+};
+
+/* Spelled out: the SCMP_A0 macros leave a field implicit, which clang flags. */
+static struct scmp_arg_cmp arg_cmp(unsigned arg, enum scmp_compare op, scmp_datum_t a,
+                                   scmp_datum_t b)
+{
+	struct scmp_arg_cmp c = {.arg = arg, .op = op, .datum_a = a, .datum_b = b};
+	return c;
+}
+
+static int add_rules(scmp_filter_ctx ctx)
+{
+	const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
+	for (size_t i = 0; denied[i]; i++) {
+		int nr = seccomp_syscall_resolve_name(denied[i]);
+		if (nr == __NR_SCMP_ERROR)
+			continue; /* not on this architecture */
+		if (seccomp_rule_add(ctx, deny, nr, 0) < 0)
+			return -1;
+	}
+	/* A new user namespace hands the process a full capability set over
+	 * fresh namespaces: the most used step of unprivileged kernel exploits. */
+	if (seccomp_rule_add(ctx, deny, SCMP_SYS(unshare), 1,
+	                     arg_cmp(0, SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)) < 0 ||
+	    seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
+	                     arg_cmp(0, SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)) < 0)
+		return -1;
+	/* clone3 passes its flags in memory a filter cannot read: answer ENOSYS
+	 * so that libc falls back to clone, whose flags are checked above. */
+	if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) < 0)
+		return -1;
+	/* TIOCSTI pushes bytes into a terminal's input queue (typed as the
+	 * operator); TIOCLINUX can do the same on a virtual console. The ioctl
+	 * number is an int: compare the low 32 bits only. */
+	if (seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1,
+	                     arg_cmp(1, SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI)) < 0 ||
+	    seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1,
+	                     arg_cmp(1, SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX)) < 0)
+		return -1;
+	/* vsock reaches the hypervisor host, which a network namespace does not cover. */
+	if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+	                     arg_cmp(0, SCMP_CMP_EQ, AF_VSOCK, 0)) < 0)
+		return -1;
+	return 0;
+}
+
+int seccomp_prepare(const char **why)
+{
+	if (filter)
+		return 0;
+	*why = "seccomp_init";
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return -1;
+	int rc = -1, fd = -1;
+	/* Only the native architecture: a syscall of another ABI (int 0x80,
+	 * x32) kills the process instead of slipping past rules written for
+	 * native numbers. */
+	*why = "seccomp architecture";
+	if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) < 0 &&
+	    seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL) < 0) /* kernel < 4.14 */
+		goto out;
+	*why = "seccomp rules";
+	if (add_rules(ctx) < 0)
+		goto out;
+	*why = "seccomp export";
+	fd = memfd_create("sfma-seccomp", MFD_CLOEXEC);
+	if (fd < 0 || seccomp_export_bpf(ctx, fd) < 0)
+		goto out;
+	off_t size = lseek(fd, 0, SEEK_END);
+	if (size <= 0 || size % (off_t)sizeof *filter || size / (off_t)sizeof *filter > 4096 ||
+	    lseek(fd, 0, SEEK_SET) < 0)
+		goto out;
+	struct sfma_err e;
+	size_t got = 0;
+	char *raw = read_all_fd(fd, (size_t)size, &got, &e);
+	if (!raw || got != (size_t)size) {
+		free(raw);
+		goto out;
+	}
+	filter = (struct sock_filter *)(void *)raw;
+	filter_len = (unsigned short)(got / sizeof *filter);
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	seccomp_release(ctx);
+	return rc;
+}
+
+int seccomp_install(void)
+{
+	struct sock_fprog prog = {.len = filter_len, .filter = filter};
+	if (!filter) {
+		errno = EINVAL;
+		return -1;
+	}
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}

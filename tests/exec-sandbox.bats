@@ -1,0 +1,257 @@
+#!/usr/bin/env bats
+# sfma-exec: the command sandbox (CONTRACT.md section 5). Probes run inside
+# for real; every bomb is bounded itself (at most 2000 processes, 6 GiB of
+# memory, 3 GB of disk), so a sandbox bug fails a test instead of taking the
+# machine down. These tests run as root in CI: the fork bomb must hold there.
+
+load helpers
+
+FIX=$BATS_TEST_DIRNAME/fixtures/exec
+
+setup() {
+	require jq
+	require python3
+	W=$BATS_TEST_TMPDIR
+	mkdir -p "$W/ws/src" "$W/host"
+	printf 'hello\n' >"$W/ws/src/a.txt"
+	printf 'undeclared\n' >"$W/ws/undeclared.txt"
+	cp "$FIX"/*.sh "$FIX"/*.py "$W/ws/"
+	# A private staging base: lets the tests see that copies are discarded.
+	export TMPDIR=$W/stage
+	mkdir -p "$TMPDIR"
+	manifest '["sh","python3","env","echo","dd","head","true","touch"]' \
+		'["src","probe.sh","escape.sh","outputs.sh","fork.sh","mem.py","loop.sh","connect.py","seccomp.py","lnk"]' \
+		'["out/r.txt","out/link.txt","out/dir/passwd","out/fifo","out/big.bin","out/ok.txt"]'
+}
+
+manifest() { # manifest ALLOWED INPUTS OUTPUTS
+	cat >"$W/m.json" <<JSON
+{"name":"t","workspace":"$W/ws","modelEndpoints":[{"name":"m","provider":"mock","model":"x"}],
+ "allowedCommands":$1,"inputs":$2,"outputs":$3,"maxTurns":5,"dryRunDefault":false}
+JSON
+}
+
+calls() { # calls [--flags] CALL...: replies in $W/out
+	local flags=()
+	while [[ ${1:-} == --* ]]; do flags+=("$1"); shift; done
+	local i=0
+	for c in "$@"; do
+		i=$((i + 1))
+		printf '{"id":%d,"call":%s}\n' "$i" "$c"
+	done | sfma-exec --apply "${flags[@]}" "$W/m.json" >"$W/out"
+}
+
+run_cmd() { printf '{"tool":"run","cmd":"%s"}' "$1"; }
+reply() { sed -n "${1}p" "$W/out"; }
+field() { reply "$1" | jq -r "$2"; }
+alive() { [ "$(field "$1" .result)" = $'exit=0\nstdout:alive\n\nstderr:' ] || { reply "$1"; return 1; }; }
+no_leftovers() {
+	! pgrep -f 'sleep 31[37][12]' || { echo "processes left behind"; return 1; }
+	[ -z "$(ls -A "$TMPDIR")" ] || { echo "staging copy left behind:"; ls -A "$TMPDIR"; return 1; }
+}
+
+@test "a probe inside sees no host files, no /proc, only declared inputs" {
+	calls "$(run_cmd 'sh probe.sh')"
+	local r
+	r=$(field 1 .result)
+	[[ "$r" == exit=0* ]] || { echo "$r"; return 1; }
+	for f in /etc/passwd /etc/shadow /proc/1/environ /proc/self/environ /root /home /workspace/undeclared.txt; do
+		[[ "$r" == *"absent $f"* ]] || { echo "$f visible: $r"; return 1; }
+	done
+	[[ "$r" == *"present /workspace/src/a.txt"* ]]
+	[[ "$r" == *"hostname sfma"* ]]
+	[[ "$r" == *"cwd /workspace"* ]]
+	no_leftovers
+}
+
+@test "the environment is rebuilt from the fixed minimum; a runner secret is absent" {
+	SFMA_TEST_SECRET=s3cr3t-value ANTHROPIC_API_KEY=k3y-value calls "$(run_cmd env)"
+	[ "$(field 1 .result)" = $'exit=0\nstdout:PATH=/usr/bin:/bin\nHOME=/workspace\nTMPDIR=/tmp\nLANG=C.UTF-8\n\nstderr:' ]
+	! grep -q -e s3cr3t -e k3y "$W/out"
+}
+
+@test "a TCP connect to a listener on the host's 127.0.0.1 fails" {
+	python3 "$FIX/listen.py" "$W/port" "$W/verdict" 3 &
+	local lpid=$!
+	for _ in $(seq 50); do [ -s "$W/port" ] && break; sleep 0.1; done
+	[ -s "$W/port" ]
+	calls "$(run_cmd "python3 connect.py $(cat "$W/port")")"
+	wait "$lpid"
+	[[ "$(field 1 .result)" == *"connect failed:"* ]] || { reply 1; return 1; }
+	[ "$(cat "$W/verdict")" = none ]
+}
+
+@test "writes past /workspace do not reach the host; /tmp and outputs are writable" {
+	calls "$(run_cmd 'sh escape.sh')"
+	local r
+	r=$(field 1 .result)
+	[[ "$r" != *WROTE* ]] || { echo "$r"; return 1; }
+	[[ "$r" == *"tmp writable"*"output writable"*done* ]]
+	[ ! -e "$W/outside" ] && [ ! -e "$W/x" ] && [ ! -e /usr/sfma-x ] && [ ! -e /sfma-x ]
+	[ ! -e "$TMPDIR/outside" ] && [ ! -e "$TMPDIR/x" ]
+	# the declared output it wrote was copied back
+	[ "$(cat "$W/ws/out/r.txt")" = x ]
+	[ "$(reply 1 | jq -c .run.copiedBack)" = '["out/r.txt"]' ]
+	no_leftovers
+}
+
+@test "copy-back refuses a symlink, a linked directory, a FIFO and an oversize file" {
+	printf 'orig\n' >"$W/ws/host-view"
+	calls "$(run_cmd 'sh outputs.sh')"
+	local refused
+	refused=$(reply 1 | jq -c '.run.refused | map({(.path): .reason}) | add')
+	[ "$(jq -r '."out/link.txt"' <<<"$refused")" = "is a symlink" ]
+	[ "$(jq -r '."out/dir/passwd"' <<<"$refused")" = "a directory on its path is a symlink" ]
+	[ "$(jq -r '."out/fifo"' <<<"$refused")" = "is a FIFO" ]
+	[ "$(jq -r '."out/big.bin"' <<<"$refused")" = "over the copy-back size ceiling" ]
+	[ "$(reply 1 | jq -c .run.copiedBack)" = '["out/ok.txt"]' ]
+	[ "$(cat "$W/ws/out/ok.txt")" = fine ]
+	[ ! -e "$W/ws/out/link.txt" ] && [ ! -e "$W/ws/out/fifo" ] && [ ! -e "$W/ws/out/big.bin" ]
+	[ ! -e "$W/ws/out/dir" ]
+	no_leftovers
+}
+
+@test "a symlinked input is refused while staging and absent inside" {
+	ln -s /etc/passwd "$W/ws/lnk"
+	ln -s /etc "$W/ws/src/etc"
+	calls "$(run_cmd 'sh probe.sh')"
+	[ "$(reply 1 | jq -c '[.run.refused[] | select(.reason == "symlink refused while staging") | .path] | sort')" = '["lnk","src/etc"]' ]
+	[[ "$(field 1 .result)" == *"absent /etc/passwd"* ]]
+}
+
+@test "the seccomp filter is installed last and refuses the listed kernel surface" {
+	[ "$(uname -m)" = x86_64 ] || { echo "seccomp.py uses x86_64 syscall numbers"; return 1; }
+	calls "$(run_cmd 'python3 seccomp.py')"
+	local r
+	r=$(field 1 .result)
+	[[ "$r" == *"seccomp-mode 2"* ]] || { echo "$r"; return 1; }
+	[[ "$r" == *"no-new-privs 1"* ]]
+	[[ "$r" == *"bounding-cap-sys-admin 0"* ]]
+	[[ "$r" == *"clone3 ENOSYS"* ]]
+	for s in keyctl io_uring_setup perf_event_open process_vm_readv unshare-newuser clone-newuser \
+		tiocsti ptrace bpf userfaultfd mount umount2 pivot_root add_key request_key kexec_load \
+		init_module finit_module; do
+		[[ "$r" == *"$s EPERM"* ]] || { echo "$s not refused: $r"; return 1; }
+	done
+}
+
+@test "a fork bomb stops at the process ceiling, as root too, leaving nothing behind" {
+	calls "$(run_cmd 'sh fork.sh')" "$(run_cmd 'echo alive')"
+	local r last
+	r=$(field 1 .result)
+	[[ "$r" == *"fork"* ]] || { echo "$r"; return 1; }
+	[[ "$r" != *"started 2000"* ]]
+	last=$(grep -o '^[0-9]*$' <<<"$(field 1 .result)" | tail -1)
+	[ "${last:-0}" -le 256 ]
+	[ "$(field 1 .run.limits.processes)" = 256 ]
+	alive 2
+	no_leftovers
+}
+
+@test "a memory bomb stops at the address-space ceiling" {
+	calls "$(run_cmd 'python3 mem.py')" "$(run_cmd 'echo alive')"
+	local r
+	r=$(field 1 .result)
+	[[ "$r" == *"MemoryError after"* ]] || { echo "$r"; return 1; }
+	[ "$(grep -o 'after [0-9]*' <<<"$r" | cut -d' ' -f2)" -le 4096 ]
+	[ "$(field 1 .run.limits.addressSpaceBytes)" = 4294967296 ]
+	alive 2
+}
+
+@test "disk bombs stop at the file-size ceiling and the /tmp size" {
+	calls "$(run_cmd 'dd if=/dev/zero of=big bs=1M count=2900')" \
+		"$(run_cmd 'dd if=/dev/zero of=sparse bs=1 count=1 seek=10G')" \
+		"$(run_cmd 'dd if=/dev/zero of=/tmp/fill bs=1M count=400')" \
+		"$(run_cmd 'echo alive')"
+	# SIGXFSZ (25): exit=128+25
+	[ "$(field 1 .run.exit)" = 153 ] || { reply 1; return 1; }
+	[ "$(field 2 .run.exit)" = 153 ]
+	[[ "$(field 3 .result)" == *"No space left on device"* ]]
+	alive 4
+	no_leftovers
+}
+
+@test "an endless loop times out: the whole PID namespace dies, the stage serves on" {
+	local t0=$SECONDS
+	calls --timeout=2 "$(run_cmd 'sh loop.sh')" "$(run_cmd 'echo alive')"
+	[ $((SECONDS - t0)) -lt 15 ]
+	[ "$(field 1 .run.exit)" = 124 ]
+	[ "$(field 1 .run.timedOut)" = true ]
+	[[ "$(field 1 .result)" == exit=124* ]]
+	[ "$(field 1 .run.limits.timeoutMs)" = 2000 ]
+	alive 2
+	no_leftovers
+}
+
+@test "the run's deadline shortens the timeout" {
+	local deadline=$(( $(date +%s%3N) + 1500 ))
+	printf '{"id":1,"deadlineMs":%s,"call":{"tool":"run","cmd":"sh loop.sh"}}\n' "$deadline" |
+		sfma-exec --apply "$W/m.json" >"$W/out"
+	[ "$(field 1 .run.exit)" = 124 ]
+	[ "$(field 1 .run.limits.timeoutMs)" -le 1500 ]
+	no_leftovers
+}
+
+@test "gigabytes on stdout cost bounded memory and a clipped result" {
+	cat >"$W/rss.py" <<'PY'
+import resource, subprocess, sys
+req = b'{"id":1,"call":{"tool":"run","cmd":"head -c 1G /dev/zero"}}\n'
+p = subprocess.run(["sfma-exec", "--apply", sys.argv[1]], input=req, capture_output=True)
+sys.stdout.buffer.write(p.stdout)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+PY
+	python3 "$W/rss.py" "$W/m.json" >"$W/out"
+	local r
+	r=$(field 1 .result)
+	[ "${#r}" -le 8192 ]
+	[[ "$r" == *"[clipped: "*" bytes not shown]"* ]]
+	[ "$(field 1 .run.exit)" = 0 ]
+	# peak RSS (KiB) of the stage and its children, for 1 GiB of output
+	[ "$(reply 2)" -lt $((160 * 1024)) ] || { echo "peak RSS $(reply 2) KiB"; return 1; }
+}
+
+@test "fail closed: without user namespaces nothing runs, everything else works" {
+	require unshare
+	printf '%s\n' \
+		'{"id":1,"call":{"tool":"run","cmd":"touch out/r.txt"}}' \
+		'{"id":2,"call":{"tool":"write","path":"out/ok.txt","content":"w"}}' \
+		'{"id":3,"call":{"tool":"read","path":"src/a.txt"}}' \
+		'{"id":4,"seq":9,"call":{"tool":"notify","text":"n"}}' >"$W/req"
+	# A user namespace of the test's own, whose limit of nested user
+	# namespaces is 0: the sandbox's clone fails with ENOSPC.
+	unshare --user --map-root-user sh -c \
+		'echo 0 >/proc/sys/user/max_user_namespaces && exec sfma-exec --apply "$1" <"$2" >"$3"' \
+		sh "$W/m.json" "$W/req" "$W/out"
+	[ "$(field 1 .pass)" = false ]
+	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: clone namespaces: No space left on device" ]]
+	[ "$(field 1 .result)" = "EPSILON_HARD_FAIL: $(field 1 .reason)" ]
+	[ "$(field 1 .run.exit)" = null ]
+	[ ! -e "$W/ws/out/r.txt" ]
+	[ "$(field 2 .pass)" = true ] && [ "$(cat "$W/ws/out/ok.txt")" = w ]
+	[ "$(field 3 .result)" = hello ]
+	[ -e "$W/ws/.sfma/outbox/9-notify.json" ]
+	no_leftovers
+}
+
+@test "fail closed: a staging failure refuses the command" {
+	TMPDIR=$W/missing calls "$(run_cmd 'touch out/r.txt')"
+	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: staging directory: No such file or directory" ]]
+	[ ! -e "$W/ws/out/r.txt" ]
+}
+
+@test "the limits in force are recorded with every command" {
+	calls "$(run_cmd true)"
+	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(field 1 .run.limits.coreBytes)" = 0 ]
+	[ "$(field 1 .run.limits.cpuSeconds)" = 61 ]
+	[ "$(field 1 .run.exit)" = 0 ]
+	[ "$(field 1 .run.timedOut)" = false ]
+}
+
+@test "an unknown program inside is exit 127, not a sandbox failure" {
+	manifest '["no-such-program-x"]' '[]' '[]'
+	calls "$(run_cmd no-such-program-x)"
+	[ "$(field 1 .pass)" = true ]
+	[ "$(field 1 .run.exit)" = 127 ]
+	[[ "$(field 1 .result)" == *"no-such-program-x: command not found"* ]]
+}
