@@ -2,6 +2,7 @@
 #include "canon.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,9 @@ int utf16_cmp(const char *a, size_t an, const char *b, size_t bn)
 		i++;
 	if (i == m)
 		return an < bn ? -1 : an > bn;
+	/* ASCII bytes are whole code points and single UTF-16 units. */
+	if ((unsigned char)a[i] < 0x80 && (unsigned char)b[i] < 0x80)
+		return (unsigned char)a[i] < (unsigned char)b[i] ? -1 : 1;
 	/* Back up to the start of the code point holding the first difference. */
 	while (i > 0 && ((unsigned char)a[i] & 0xC0) == 0x80)
 		i--;
@@ -259,6 +263,16 @@ struct scanner {
 	struct canon_scan *top;
 };
 
+/* Bytes that stand for themselves inside a canonical string: printable
+ * ASCII but '"' and '\\'. Skipping runs of them is most of a trace's text. */
+static unsigned char plain_byte[256];
+
+static void init_plain_bytes(void)
+{
+	for (int c = 0x20; c < 0x80; c++)
+		plain_byte[c] = c != '"' && c != '\\';
+}
+
 /* A canonical string: raw UTF-8 (strictly valid), escapes only where the
  * canonical form puts them. Sets *escaped if any escape was seen. */
 static int scan_string(struct scanner *sc, int *escaped)
@@ -267,6 +281,10 @@ static int scan_string(struct scanner *sc, int *escaped)
 	size_t i = sc->i + 1, n = sc->n;
 	*escaped = 0;
 	while (i < n) {
+		while (i < n && plain_byte[s[i]])
+			i++;
+		if (i >= n)
+			break;
 		unsigned char c = s[i];
 		if (c == '"') {
 			sc->i = i + 1;
@@ -332,12 +350,13 @@ static int is_digit(unsigned char c)
 static int scan_number(struct scanner *sc)
 {
 	const unsigned char *s = sc->s;
-	size_t i = sc->i, n = sc->n, start = i;
+	size_t i = sc->i, n = sc->n, start = i, int_start, int_end = 0, frac_end = 0;
 	int simple = 1;
 	if (i < n && s[i] == '-')
 		i++;
 	if (i >= n || !is_digit(s[i]))
 		return 0;
+	int_start = i;
 	if (s[i] == '0') {
 		i++;
 		if (i < n && is_digit(s[i]))
@@ -348,11 +367,13 @@ static int scan_number(struct scanner *sc)
 	}
 	if (i < n && s[i] == '.') {
 		simple = 0;
+		int_end = i;
 		i++;
 		if (i >= n || !is_digit(s[i]))
 			return 0;
 		while (i < n && is_digit(s[i]))
 			i++;
+		frac_end = i;
 	}
 	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
 		simple = 0;
@@ -370,6 +391,26 @@ static int scan_number(struct scanner *sc)
 	 * themselves - except "-0", which prints as "0". */
 	if (simple && len <= 15 && !(len == 2 && s[start] == '-' && s[start + 1] == '0'))
 		return 1;
+	if (!simple && int_end && frac_end == i) {
+		/* A plain decimal of at most 15 significant digits (DBL_DIG) is the
+		 * only such decimal naming its double, so it is the shortest form;
+		 * ECMAScript prints it as is unless it ends in 0 or has 6 or more
+		 * zeros after "0." (then it takes an exponent). */
+		size_t int_len = int_end - int_start, frac_len = frac_end - int_end - 1;
+		if (s[frac_end - 1] == '0')
+			return 0;
+		if (int_len == 1 && s[int_start] == '0') {
+			size_t zeros = 0;
+			while (s[int_end + 1 + zeros] == '0')
+				zeros++;
+			if (zeros > 5)
+				return 0;
+			if (frac_len - zeros <= 15)
+				return 1;
+		} else if (int_len + frac_len <= 15) {
+			return 1;
+		}
+	}
 	if (len > 400)
 		return 0;
 	char tmp[408], canon[40];
@@ -497,6 +538,8 @@ static int scan_value(struct scanner *sc, int depth)
 
 int canon_scan(const char *line, size_t n, struct canon_scan *out)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, init_plain_bytes);
 	struct scanner sc = {(const unsigned char *)line, n, 0, out};
 	memset(out, 0, sizeof *out);
 	if (n == 0 || line[0] != '{')

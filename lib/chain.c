@@ -1,4 +1,12 @@
-/* chain.c - streaming, parallel verification of a sha256-chain-v1 trace. */
+/* chain.c - streaming, parallel verification of a sha256-chain-v1 trace.
+ *
+ * The trace is read in blocks of at most BLOCK bytes and BLOCK_LINES lines,
+ * with two blocks in flight: while worker threads check the lines of one
+ * (each entry's hash depends only on its own bytes), the calling thread
+ * reads and splits the next; then the checked block is linked in order
+ * (each prevHash must be the previous entry's hash). Memory is bounded by
+ * two blocks, their line tables and the longest allowed line, whatever the
+ * length of the trace or of its lines. */
 #include "chain.h"
 #include "buf.h"
 #include "canon.h"
@@ -15,63 +23,90 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BLOCK (4u << 20) /* bytes read per round: large enough to amortize threads */
+#define BLOCK (4u << 20)   /* bytes read per block: large enough to amortize threads */
+#define BLOCK_LINES 32768  /* lines per block: bounds the line table when lines are tiny */
+#define MAX_THREADS 8
 
-/* What one line proves on its own. */
+/* What one line proves on its own. Pointers go into the block's text, or
+ * into `owned` when the line had to be parsed into a tree. */
 struct line_info {
 	const char *text;
 	size_t len;
-	int chained;        /* carries hash and prevHash */
-	int is_anchor;      /* kind == "clock-anchor" */
-	int failed;
 	double seq;
-	char hash[65], prev[65];
-	char id[CHAIN_ID_MAX];
-	char error[200];
+	const char *hash, *prev; /* 64 hex digits each, not NUL-terminated (chained lines) */
+	const char *id;          /* clock-anchor entries only */
+	size_t id_len;
+	char *owned;             /* heap copies of hash, prev and id made by the tree path */
+	char *error;             /* heap message when the line failed */
+	unsigned char chained;   /* carries hash and prevHash */
+	unsigned char is_anchor; /* kind == "clock-anchor" */
 };
 
-static int fail(struct line_info *li, const char *msg)
+static void fail(struct line_info *li, const char *msg)
 {
-	size_t n = strlen(msg);
-	if (n >= sizeof li->error)
-		n = sizeof li->error - 1;
-	li->failed = 1;
-	memcpy(li->error, msg, n);
-	li->error[n] = '\0';
-	return -1;
+	if (!li->error)
+		li->error = xstrdup(msg);
 }
 
-static void copy_id(struct line_info *li, const char *s, size_t n)
+/* 64 lowercase hex digits, without the branch per digit that made this
+ * check as costly as hashing. */
+static int is_hex64(const char *s)
 {
-	if (n >= sizeof li->id)
-		n = sizeof li->id - 1;
-	memcpy(li->id, s, n);
-	li->id[n] = '\0';
+	static const unsigned char ok[256] = {
+		['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+		['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+	};
+	unsigned bad = 0;
+	for (int i = 0; i < 64; i++)
+		bad |= ok[(unsigned char)s[i]] ^ 1u;
+	return bad == 0;
 }
 
 /* Hash of a canonical line with its top-level "hash" member cut out: the
  * canonical form of the entry without `hash`, without building a tree. */
-static void hash_without_member(const char *line, size_t n, const struct canon_member *m,
-                                char out[65])
+static void hash_without_member(EVP_MD_CTX *ctx, const EVP_MD *md, const char *line, size_t n,
+                                const struct canon_member *m, unsigned char out[32])
 {
 	size_t cut_from = m->member_off, cut_to = m->member_off + m->member_len;
 	if (line[cut_from - 1] == ',')
 		cut_from--;             /* ",\"hash\":..." */
 	else if (line[cut_to] == ',')
 		cut_to++;               /* first member: "\"hash\":...," */
-	unsigned char md[32];
 	unsigned int mdlen;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	EVP_DigestInit_ex(ctx, md, NULL);
 	EVP_DigestUpdate(ctx, line, cut_from);
 	EVP_DigestUpdate(ctx, line + cut_to, n - cut_to);
-	EVP_DigestFinal_ex(ctx, md, &mdlen);
-	EVP_MD_CTX_free(ctx);
-	hex_encode(md, 32, out);
+	EVP_DigestFinal_ex(ctx, out, &mdlen);
+}
+
+/* 1 if the 64 hex digits at hex spell the 32 bytes of md. */
+static int hex_matches(const char *hex, const unsigned char md[32])
+{
+	char got[65];
+	hex_encode(md, 32, got);
+	return memcmp(got, hex, 64) == 0;
+}
+
+/* seq as JSON.parse reads it: plain digits are the common case. */
+static double number_at(const char *s, size_t n)
+{
+	if (n > 0 && n <= 15) {
+		double d = 0;
+		size_t i = 0;
+		for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+			d = d * 10 + (s[i] - '0');
+		if (i == n)
+			return d;
+	}
+	char tmp[64];
+	size_t l = n < 63 ? n : 63;
+	memcpy(tmp, s, l);
+	tmp[l] = '\0';
+	return strtod(tmp, NULL);
 }
 
 /* Fast path: the line is already canonical. Returns 1 if handled. */
-static int check_canonical(struct line_info *li)
+static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *md)
 {
 	struct canon_scan sc;
 	if (!canon_scan(li->text, li->len, &sc))
@@ -79,32 +114,29 @@ static int check_canonical(struct line_info *li)
 	/* An id or kind with escapes would need decoding: leave it to the tree. */
 	if (sc.id.present && memchr(li->text + sc.id.value_off, '\\', sc.id.value_len))
 		return 0;
-	if (sc.seq.present && li->text[sc.seq.value_off] != '"') {
-		char tmp[64];
-		size_t l = sc.seq.value_len < 63 ? sc.seq.value_len : 63;
-		memcpy(tmp, li->text + sc.seq.value_off, l);
-		tmp[l] = '\0';
-		li->seq = strtod(tmp, NULL);
-	}
+	if (sc.seq.present && li->text[sc.seq.value_off] != '"')
+		li->seq = number_at(li->text + sc.seq.value_off, sc.seq.value_len);
 	li->is_anchor = sc.kind.present && sc.kind.value_len == 14 &&
 	                memcmp(li->text + sc.kind.value_off, "\"clock-anchor\"", 14) == 0;
-	if (sc.id.present && li->text[sc.id.value_off] == '"')
-		copy_id(li, li->text + sc.id.value_off + 1, sc.id.value_len - 2);
+	if (li->is_anchor && sc.id.present && li->text[sc.id.value_off] == '"') {
+		li->id = li->text + sc.id.value_off + 1;
+		li->id_len = sc.id.value_len - 2;
+	}
 	if (!sc.hash.present && !sc.prev_hash.present)
 		return 1;
 	if (!sc.hash.present || !sc.prev_hash.present)
 		return fail(li, sc.hash.present ? "hash without prevHash" : "prevHash without hash"), 1;
-	if (sc.hash.value_len != 66 || !is_sha256_hex(li->text + sc.hash.value_off + 1, 64))
+	const char *hash = li->text + sc.hash.value_off + 1, *prev = li->text + sc.prev_hash.value_off + 1;
+	if (sc.hash.value_len != 66 || hash[-1] != '"' || !is_hex64(hash))
 		return fail(li, "hash is not 64 lowercase hex digits"), 1;
-	if (sc.prev_hash.value_len != 66 || !is_sha256_hex(li->text + sc.prev_hash.value_off + 1, 64))
+	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !is_hex64(prev))
 		return fail(li, "prevHash is not 64 lowercase hex digits"), 1;
 	li->chained = 1;
-	memcpy(li->hash, li->text + sc.hash.value_off + 1, 64);
-	memcpy(li->prev, li->text + sc.prev_hash.value_off + 1, 64);
-	li->hash[64] = li->prev[64] = '\0';
-	char got[65];
-	hash_without_member(li->text, li->len, &sc.hash, got);
-	if (memcmp(got, li->hash, 64) != 0)
+	li->hash = hash;
+	li->prev = prev;
+	unsigned char got[32];
+	hash_without_member(ctx, md, li->text, li->len, &sc.hash, got);
+	if (!hex_matches(hash, got))
 		fail(li, "hash mismatch (the entry's content was altered)");
 	return 1;
 }
@@ -129,8 +161,16 @@ static void check_tree(struct line_info *li)
 	if (json_is_number(seq))
 		li->seq = json_number_value(seq);
 	li->is_anchor = json_is_string(kind) && strcmp(json_string_value(kind), "clock-anchor") == 0;
-	if (json_is_string(id))
-		copy_id(li, json_string_value(id), json_string_length(id));
+	size_t id_len = li->is_anchor && json_is_string(id) ? json_string_length(id) : 0;
+	if (id_len >= CHAIN_ID_MAX)
+		id_len = CHAIN_ID_MAX - 1;
+	/* One allocation holds what outlives the tree: hash, prevHash, id. */
+	li->owned = xmalloc(128 + id_len + 1);
+	if (id_len) {
+		memcpy(li->owned + 128, json_string_value(id), id_len);
+		li->id = li->owned + 128;
+		li->id_len = id_len;
+	}
 	if (!h && !p) {
 		json_decref(v);
 		return;
@@ -143,8 +183,10 @@ static void check_tree(struct line_info *li)
 		fail(li, "prevHash is not 64 lowercase hex digits");
 	} else {
 		li->chained = 1;
-		memcpy(li->hash, json_string_value(h), 65);
-		memcpy(li->prev, json_string_value(p), 65);
+		memcpy(li->owned, json_string_value(h), 64);
+		memcpy(li->owned + 64, json_string_value(p), 64);
+		li->hash = li->owned;
+		li->prev = li->owned + 64;
 		json_object_del(v, "hash");
 		struct buf b = {0};
 		char got[65];
@@ -160,23 +202,132 @@ static void check_tree(struct line_info *li)
 	json_decref(v);
 }
 
-static void check_line(struct line_info *li)
-{
-	if (!check_canonical(li))
-		check_tree(li);
-}
-
 struct work {
 	struct line_info *lines;
 	size_t from, to;
+	const EVP_MD *md;
 };
 
 static void *worker(void *arg)
 {
 	struct work *w = arg;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (!ctx) { /* without a context every line takes the tree path */
+		for (size_t i = w->from; i < w->to; i++)
+			check_tree(&w->lines[i]);
+		return NULL;
+	}
 	for (size_t i = w->from; i < w->to; i++)
-		check_line(&w->lines[i]);
+		if (!check_canonical(&w->lines[i], ctx, w->md))
+			check_tree(&w->lines[i]);
+	EVP_MD_CTX_free(ctx);
 	return NULL;
+}
+
+/* Why a block stopped short of its buffer's end. */
+enum pending { PEND_NONE, PEND_LONG, PEND_TORN, PEND_READ };
+
+struct block {
+	char *buf;               /* cap + 1 bytes */
+	size_t have;             /* bytes in buf */
+	size_t used;             /* bytes of the complete lines split off */
+	struct line_info *lines; /* BLOCK_LINES entries */
+	size_t n;
+	enum pending pending;
+	int read_errno;
+	pthread_t tid[MAX_THREADS];
+	struct work w[MAX_THREADS];
+	int threads, started;
+};
+
+struct reader {
+	int fd, eof;
+	size_t cap, max_line;
+};
+
+static void release_lines(struct block *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		free(b->lines[i].owned);
+		free(b->lines[i].error);
+	}
+	b->n = 0;
+}
+
+/* Read into b, after the bytes it already holds, until it has a block's
+ * worth (or the longest line needs more), then split off complete lines. */
+static void load_block(struct reader *rd, struct block *b)
+{
+	size_t target = BLOCK;
+	b->used = 0;
+	b->pending = PEND_NONE;
+	for (;;) {
+		while (!rd->eof && b->have < target) {
+			ssize_t got = read(rd->fd, b->buf + b->have, target - b->have);
+			if (got < 0) {
+				if (errno == EINTR)
+					continue;
+				b->pending = PEND_READ;
+				b->read_errno = errno;
+				return;
+			}
+			if (got == 0)
+				rd->eof = 1;
+			b->have += (size_t)got;
+		}
+		if (rd->eof || b->have > rd->max_line || memrchr(b->buf, '\n', b->have))
+			break;
+		target = b->have + BLOCK < rd->cap ? b->have + BLOCK : rd->cap; /* a long line */
+	}
+	size_t start = 0;
+	while (b->n < BLOCK_LINES) {
+		char *nl = memchr(b->buf + start, '\n', b->have - start);
+		if (!nl)
+			break;
+		size_t len = (size_t)(nl - (b->buf + start));
+		if (len > rd->max_line) {
+			b->pending = PEND_LONG;
+			break;
+		}
+		struct line_info *li = &b->lines[b->n++];
+		memset(li, 0, sizeof *li);
+		li->text = b->buf + start;
+		li->len = len;
+		start += len + 1;
+	}
+	b->used = start;
+	if (b->pending == PEND_NONE && b->n < BLOCK_LINES) {
+		size_t rest = b->have - start;
+		if (rest > rd->max_line)
+			b->pending = PEND_LONG;
+		else if (rd->eof && rest > 0)
+			b->pending = PEND_TORN;
+	}
+}
+
+/* Hand the lines of b to worker threads; tiny blocks are not worth one. */
+static void start_workers(struct block *b, int threads, const EVP_MD *md)
+{
+	int t = b->n ? threads : 0;
+	if ((size_t)t > b->n / 64 + 1)
+		t = (int)(b->n / 64 + 1);
+	b->threads = t;
+	b->started = 0;
+	for (int k = 0; k < t; k++) {
+		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
+		                        b->n * (size_t)(k + 1) / (size_t)t, md};
+		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
+			break;
+		b->started = k + 1;
+	}
+}
+
+static void join_workers(struct block *b)
+{
+	for (int k = 0; k < b->started; k++)
+		pthread_join(b->tid[k], NULL);
+	for (int k = b->started; k < b->threads; k++) /* threads that could not start */
+		worker(&b->w[k]);
 }
 
 struct verifier {
@@ -184,7 +335,6 @@ struct verifier {
 	struct chain_summary *sum;
 	EVP_MD_CTX *legacy;
 	int seen_chained;
-	int threads;
 };
 
 /* Link the checked lines of one block in order. */
@@ -193,7 +343,7 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 	struct chain_summary *s = v->sum;
 	for (size_t i = 0; i < n; i++, li++) {
 		uint64_t no = s->entries + 1;
-		if (li->failed)
+		if (li->error)
 			return err_set(e, "line %llu: %s", (unsigned long long)no, li->error);
 		if (!li->chained) {
 			if (v->seen_chained)
@@ -220,16 +370,17 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 				                  "(a line was deleted, inserted or reordered)",
 				               (unsigned long long)no);
 			v->seen_chained = 1;
-			memcpy(s->head, li->hash, 65);
+			memcpy(s->head, li->hash, 64);
+			s->head[64] = '\0';
 		}
 		if (li->seq > s->max_seq)
 			s->max_seq = li->seq;
-		if (li->is_anchor && li->id[0])
-			snprintf(s->anchor, sizeof s->anchor, "%s", li->id);
+		if (li->is_anchor && li->id_len)
+			snprintf(s->anchor, sizeof s->anchor, "%.*s", (int)li->id_len, li->id);
 		s->entries = no;
 		s->size += li->len + 1;
 		if (v->opts->trusted_count && no == v->opts->trusted_count) {
-			if (!li->chained || strcmp(li->hash, v->opts->trusted_hash) != 0)
+			if (!li->chained || memcmp(li->hash, v->opts->trusted_hash, 64) != 0)
 				return err_set(e, "line %llu: trusted head not found (the trace was rewritten, not "
 				                  "only appended to)", (unsigned long long)no);
 		}
@@ -237,31 +388,25 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 	return 0;
 }
 
-/* Check lines [0, n) with the configured threads, then link them. */
-static int verify_lines(struct verifier *v, struct line_info *li, size_t n, struct sfma_err *e)
+/* The error that stopped block b after its complete lines were linked. */
+static int report_pending(const struct block *b, const struct reader *rd, struct chain_summary *out,
+                          struct sfma_err *e)
 {
-	int t = v->threads;
-	if ((size_t)t > n / 64 + 1)
-		t = (int)(n / 64 + 1); /* tiny blocks are not worth a thread */
-	pthread_t tid[8];
-	struct work w[8];
-	int started = 0;
-	for (int k = 0; k < t; k++) {
-		w[k].lines = li;
-		w[k].from = n * (size_t)k / (size_t)t;
-		w[k].to = n * (size_t)(k + 1) / (size_t)t;
+	unsigned long long next = (unsigned long long)out->entries + 1;
+	switch (b->pending) {
+	case PEND_LONG:
+		return err_set(e, "line %llu: longer than %zu bytes", next, rd->max_line);
+	case PEND_TORN:
+		out->torn = 1;
+		out->torn_offset = out->size;
+		return err_set(e, "line %llu: torn final line (%zu bytes without a newline)", next,
+		               b->have - b->used);
+	case PEND_READ:
+		return err_set(e, "read: %s", strerror(b->read_errno));
+	case PEND_NONE:
+		break;
 	}
-	for (int k = 1; k < t; k++) {
-		if (pthread_create(&tid[k], NULL, worker, &w[k]) != 0)
-			break;
-		started = k;
-	}
-	for (int k = started + 1; k < t; k++) /* threads that could not start */
-		worker(&w[k]);
-	worker(&w[0]);
-	for (int k = 1; k <= started; k++)
-		pthread_join(tid[k], NULL);
-	return link_lines(v, li, n, e);
+	return 0;
 }
 
 int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary *out,
@@ -274,93 +419,78 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	strcpy(out->head, CHAIN_ZERO_HASH);
 	strcpy(out->anchor, "unanchored");
 
-	struct verifier v = {opts, out, EVP_MD_CTX_new(), 0, opts->threads};
-	if (v.threads <= 0) {
+	int threads = opts->threads;
+	if (threads <= 0) {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		v.threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
+		threads = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus;
 	}
-	if (v.threads > 8)
-		v.threads = 8;
-	EVP_DigestInit_ex(v.legacy, EVP_sha256(), NULL);
+	if (threads > MAX_THREADS)
+		threads = MAX_THREADS;
+	/* Fetched once: the implicit fetch behind EVP_sha256() takes a lock on
+	 * every EVP_DigestInit_ex, which showed in profiles. */
+	EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	struct verifier v = {opts, out, EVP_MD_CTX_new(), 0};
+	if (!md || !v.legacy) {
+		EVP_MD_free(md);
+		EVP_MD_CTX_free(v.legacy);
+		return err_set(e, "SHA-256 is not available");
+	}
+	EVP_DigestInit_ex(v.legacy, md, NULL);
 
-	size_t max_line = opts->max_line ? opts->max_line : NDJSON_DEFAULT_MAX;
-	size_t cap = BLOCK > max_line + 1 ? BLOCK : max_line + 1;
-	char *buf = xmalloc(cap + 1);
-	size_t have = 0, lines_cap = 0;
-	struct line_info *lines = NULL;
-	int eof = 0, rc = 0;
-
-	while (!eof || have > 0) {
-		if (!eof) {
-			ssize_t got = read(fd, buf + have, cap - have);
-			if (got < 0) {
-				if (errno == EINTR)
-					continue;
-				rc = err_set(e, "read: %s", strerror(errno));
-				break;
-			}
-			if (got == 0)
-				eof = 1;
-			have += (size_t)got;
-			if (!eof && have < cap)
-				continue; /* fill the block before working on it */
+	struct reader rd = {fd, 0, 0, opts->max_line ? opts->max_line : NDJSON_DEFAULT_MAX};
+	rd.cap = BLOCK > rd.max_line + 1 ? BLOCK : rd.max_line + 1;
+	/* Two blocks: pages of a buffer are only touched as far as it is filled,
+	 * so a cap sized for the longest line costs no memory until used. */
+	struct block blk[2];
+	for (int i = 0; i < 2; i++) {
+		memset(&blk[i], 0, sizeof blk[i]);
+		blk[i].buf = xmalloc(rd.cap + 1);
+		blk[i].lines = xmalloc(BLOCK_LINES * sizeof *blk[i].lines);
+	}
+	struct block *cur = &blk[0], *nxt = &blk[1];
+	int rc = 0;
+	load_block(&rd, cur);
+	for (;;) {
+		start_workers(cur, threads, md);
+		/* Read ahead while the workers check. */
+		int more = cur->pending == PEND_NONE && !(rd.eof && cur->used == cur->have);
+		if (more) {
+			release_lines(nxt);
+			nxt->have = cur->have - cur->used;
+			memcpy(nxt->buf, cur->buf + cur->used, nxt->have);
+			load_block(&rd, nxt);
 		}
-		/* Split the complete lines of the block. */
-		size_t n = 0, start = 0;
-		for (;;) {
-			char *nl = memchr(buf + start, '\n', have - start);
-			if (!nl)
-				break;
-			size_t len = (size_t)(nl - (buf + start));
-			if (n == lines_cap) {
-				lines_cap = lines_cap ? lines_cap * 2 : 4096;
-				lines = xrealloc(lines, lines_cap * sizeof *lines);
-			}
-			memset(&lines[n], 0, offsetof(struct line_info, hash));
-			lines[n].hash[0] = lines[n].prev[0] = lines[n].id[0] = '\0';
-			lines[n].text = buf + start;
-			lines[n].len = len;
-			if (len > max_line) {
-				rc = err_set(e, "line %llu: longer than %zu bytes",
-				             (unsigned long long)(out->entries + n + 1), max_line);
-				break;
-			}
-			n++;
-			start += len + 1;
-		}
-		if (rc < 0)
-			break;
-		if (n > 0 && verify_lines(&v, lines, n, e) < 0) {
+		join_workers(cur);
+		if (link_lines(&v, cur->lines, cur->n, e) < 0) {
 			rc = -1;
 			break;
 		}
-		memmove(buf, buf + start, have - start);
-		have -= start;
-		if (eof && have > 0) {
-			out->torn = 1;
-			out->torn_offset = out->size;
-			rc = err_set(e, "line %llu: torn final line (%zu bytes without a newline)",
-			             (unsigned long long)out->entries + 1, have);
+		if (cur->pending != PEND_NONE) {
+			rc = report_pending(cur, &rd, out, e);
 			break;
 		}
-		if (!eof && have > max_line) {
-			rc = err_set(e, "line %llu: longer than %zu bytes",
-			             (unsigned long long)out->entries + 1, max_line);
+		if (!more)
 			break;
-		}
+		struct block *t = cur;
+		cur = nxt;
+		nxt = t;
 	}
 	if (rc == 0 && !v.seen_chained && out->legacy > 0) {
-		unsigned char md[32];
+		unsigned char digest[32];
 		unsigned int mdlen;
-		EVP_DigestFinal_ex(v.legacy, md, &mdlen);
-		hex_encode(md, 32, out->head);
+		EVP_DigestFinal_ex(v.legacy, digest, &mdlen);
+		hex_encode(digest, 32, out->head);
 	}
 	if (rc == 0 && opts->trusted_count && out->entries < opts->trusted_count)
 		rc = err_set(e, "trusted head not found: the trace has %llu entries, fewer than %llu "
 		                "(it was truncated)",
 		             (unsigned long long)out->entries, (unsigned long long)opts->trusted_count);
+	for (int i = 0; i < 2; i++) {
+		release_lines(&blk[i]);
+		free(blk[i].lines);
+		free(blk[i].buf);
+	}
 	EVP_MD_CTX_free(v.legacy);
-	free(lines);
-	free(buf);
+	EVP_MD_free(md);
 	return rc;
 }

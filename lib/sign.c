@@ -5,6 +5,15 @@
 #include <openssl/pem.h>
 #include <string.h>
 
+/* Keys come from the environment of a pipeline stage: an encrypted key is
+ * refused at once, where OpenSSL's default callback would prompt on the
+ * terminal and stall the run. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+	(void)buf, (void)size, (void)rwflag, (void)u;
+	return -1;
+}
+
 static EVP_PKEY *load_pem(const char *pem, size_t n, int private_key, struct sfma_err *e)
 {
 	if (n > (1u << 16)) {
@@ -16,8 +25,8 @@ static EVP_PKEY *load_pem(const char *pem, size_t n, int private_key, struct sfm
 		err_set(e, "out of memory");
 		return NULL;
 	}
-	EVP_PKEY *key = private_key ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL)
-	                            : PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL);
+	EVP_PKEY *key = private_key ? PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL)
+	                            : PEM_read_bio_PUBKEY(bio, NULL, no_passphrase, NULL);
 	BIO_free(bio);
 	if (!key) {
 		err_set(e, "not a PEM %s key", private_key ? "PKCS#8 private" : "public");

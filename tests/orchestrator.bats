@@ -245,7 +245,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 }
 
 @test "usage errors exit 2 with the usage on stderr" {
-	for args in "" "--help" "help" "chat manifest.json" "run" "run a.json b.json" \
+	for args in "" "--help" "help" "teleport manifest.json" "run" "run a.json b.json" \
 	            "run manifest.json --bogus" "relay manifest.json --every=soon" \
 	            "relay manifest.json --max-runs=0" "run manifest.json --every=1"; do
 		run sfma $args

@@ -1,0 +1,170 @@
+#!/usr/bin/env bats
+# Canonical JSON (CONTRACT.md section 6, RFC 8785): known-good vectors, and
+# the one-pass checker of canonical trace lines agreeing with the tree path.
+# Expected strings were produced by ECMAScript (JSON.stringify semantics,
+# keys sorted by UTF-16 code units) and are fixed here.
+
+load helpers
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+}
+
+canon() {
+	printf '%s\n' "$1" | sfma-verify --canonicalize
+}
+
+@test "numbers print as ECMAScript prints them" {
+	run canon '[0.1, 1e21, 1e-7, 5e-324, -0, 9007199254740991, 1e20, 1e300, 123.456, 1152921504606846976, -2.5e-8, 1e-6]'
+	[ "$status" -eq 0 ]
+	[ "$output" = '[0.1,1e+21,1e-7,5e-324,0,9007199254740991,100000000000000000000,1e+300,123.456,1152921504606847000,-2.5e-8,0.000001]' ]
+}
+
+@test "number edge cases: exponent thresholds, rounding, integers beyond 2^53 and 2^64" {
+	run canon '[0.000001, 0.0000001, 100000000000000000000, 1000000000000000000000, 999999999999999999999, 1.5e-7, 12345678901234567890, 9007199254740993, 18446744073709551616, 1E2, 1.0, -1e-7, 0.30000000000000004, 2.2250738585072014e-308, 1.7976931348623157e308, 4.35, 0.5e-6, 1e+2, -0.0, 0e10]'
+	[ "$status" -eq 0 ]
+	[ "$output" = '[0.000001,1e-7,100000000000000000000,1e+21,1e+21,1.5e-7,12345678901234567000,9007199254740992,18446744073709552000,100,1,-1e-7,0.30000000000000004,2.2250738585072014e-308,1.7976931348623157e+308,4.35,5e-7,100,0,0]' ]
+}
+
+@test "strings: control characters escaped, short forms where JSON has them, U+2028 and astral characters raw" {
+	run canon '["\u0000\u0001\u0007\b\t\n\u000b\f\r\u000e\u001f", "\"\\/", "\u007f", "\u2028\u2029", "\ud83d\ude00😀", "é\u00e9"]'
+	[ "$status" -eq 0 ]
+	[ "$output" = $'["\\u0000\\u0001\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u001f","\\"\\\\/","\x7f","\u2028\u2029","😀😀","éé"]' ]
+}
+
+@test "keys sort by UTF-16 code units, not by code points" {
+	# U+1F600 is a surrogate pair (0xD83D...) and so sorts before U+FB01
+	# (0xFB01), although its code point is larger.
+	run canon '{"\ud83d\ude00":1,"\ufb01":2,"a":3,"é":4,"":5,"\u0080":6,"b":{"z":1,"\u20ac":2,"y":[{"b":1,"a":2}]}}'
+	[ "$status" -eq 0 ]
+	[ "$output" = $'{"":5,"a":3,"b":{"y":[{"a":2,"b":1}],"z":1,"\u20ac":2},"\u0080":6,"é":4,"😀":1,"ﬁ":2}' ]
+}
+
+@test "U+0000 inside keys and values is kept, escaped, and sorts first" {
+	run canon '{"a\u0000b":1,"a":2,"a\u0000":3,"\u0000":4,"x":"v\u0000w"}'
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"\u0000":4,"a":2,"a\u0000":3,"a\u0000b":1,"x":"v\u0000w"}' ]
+}
+
+@test "whitespace and member order do not change the canonical form" {
+	run canon $' { "b" : [ 1 , 2.50 , { "d":true, "c":null } ] ,\t"a" : "x" } '
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"a":"x","b":[1,2.5,{"c":null,"d":true}]}' ]
+}
+
+@test "input with no canonical form is refused, one error line per bad input, good lines still printed" {
+	printf '%s\n' '{"a":1,"a":2}' '{"a":' '[NaN]' '{"ok":1}' > in
+	run sh -c 'sfma-verify --canonicalize < in 2>err'
+	[ "$status" -eq 1 ]
+	[ "$output" = '{"ok":1}' ]
+	run cat err
+	[ "${#lines[@]}" -eq 3 ]
+	[[ "${lines[0]}" == "sfma-verify: line 1: invalid JSON: duplicate object key"* ]]
+	[[ "${lines[1]}" == "sfma-verify: line 2: invalid JSON"* ]]
+	[[ "${lines[2]}" == "sfma-verify: line 3: invalid JSON"* ]]
+}
+
+# One chained entry per variant: the hash is computed over the canonical
+# form (via --canonicalize), the line keeps the variant's own text. Keys
+# hash < prevHash < seq < x are already in canonical order, so only the
+# variant decides whether the fast checker may hash the raw bytes. A checker
+# that took a non-canonical variant for canonical would hash the wrong bytes.
+chain_variants() {
+	local prev=0000000000000000000000000000000000000000000000000000000000000000 seq=0 v c h
+	mkdir -p ws/.sfma
+	: > ws/.sfma/trace.jsonl
+	while IFS= read -r v; do
+		seq=$((seq + 1))
+		c=$(printf '{"prevHash":"%s","seq":%d,"x":%s}\n' "$prev" "$seq" "$v" | sfma-verify --canonicalize) || return 1
+		h=$(printf '%s' "$c" | sha256sum | cut -d' ' -f1)
+		printf '{"hash":"%s","prevHash":"%s","seq":%d,"x":%s}\n' "$h" "$prev" "$seq" "$v" >> ws/.sfma/trace.jsonl
+		prev=$h
+	done
+	echo "$prev"
+}
+
+@test "fast path and tree path agree on near-canonical lines" {
+	cat > variants <<'VARIANTS'
+1
+1.0
+1.50
+1E2
+1e2
+1e+21
+1e21
+1000000000000000000000
+100000000000000000000
+-0
+-0.0
+0.0000001
+1e-7
+0.000001
+0.0000010
+5e-324
+4.9e-324
+123.456
+123.4560
+9007199254740993
+0.30000000000000004
+0.3000000000000000444
+"\u00e9"
+"é"
+"\/"
+"/"
+"\u001F"
+"\u001f"
+"\u000a"
+"\n"
+"\u2028"
+" "
+{"b":1,"a":2}
+{"a":2,"b":1}
+{"\u0061":1}
+{"a\u0000":1,"a":2}
+{"😀":1,"ﬁ":2}
+{"ﬁ":2,"😀":1}
+[1, 2]
+[1,2]
+VARIANTS
+	head=$(chain_variants < variants)
+	[ ${#head} -eq 64 ]
+	run sfma-seal ws <<<'{"manifest":{}}'
+	[ "$status" -eq 0 ]
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[ "$output" = "AUDIT_OK signature=none entries=40 head=$head" ]
+}
+
+@test "a trace written canonically by sfma-chain verifies the same when re-ordered and spaced out" {
+	mkdir -p ws/.sfma
+	sfma-chain ws/.sfma/trace.jsonl > /dev/null <<'EVENTS'
+{"kind":"clock-anchor","data":{"wallMs":1795985236340,"source":"system-wall"}}
+{"kind":"candidate","data":{"mission":"Résumé ✓ 😀 tab\there\nnewline \u0007bell \u2028 \"q\" back\\slash","numbers":[0.1,1e21,1e-7,5e-324,-0,9007199254740991,1e20,123.456,-2.5e-8]},"loop":1}
+{"kind":"call","data":{"endpoint":"e","latencyMs":12.5,"ok":true},"class":"reasoning","refs":["candidate-2"]}
+{"kind":"store","data":{"\ud83d\ude00":1,"\ufb01":2,"a\u0000b":3,"€":4}}
+EVENTS
+	# The writer's lines are canonical: --canonicalize leaves them as they are.
+	run sh -c 'sfma-verify --canonicalize < ws/.sfma/trace.jsonl | cmp - ws/.sfma/trace.jsonl'
+	[ "$status" -eq 0 ]
+	sfma-seal ws <<<'{"manifest":{}}' > /dev/null
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=none entries=4 head="* ]]
+	fast=$output
+
+	# Same entries, members reversed, spaces everywhere, non-ASCII escaped.
+	python3 - ws/.sfma/trace.jsonl <<'PY'
+import json, sys
+path = sys.argv[1]
+out = []
+for line in open(path, encoding="utf-8"):
+    obj = json.loads(line)
+    out.append(json.dumps(dict(reversed(list(obj.items()))), separators=(" , ", " : "), ensure_ascii=True))
+open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
+PY
+	run sh -c 'sfma-verify --canonicalize < ws/.sfma/trace.jsonl | cmp -s - ws/.sfma/trace.jsonl'
+	[ "$status" -ne 0 ]
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[ "$output" = "$fast" ]
+}
