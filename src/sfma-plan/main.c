@@ -230,6 +230,30 @@ static void tool_result(struct run *r, const char *text)
 	json_decref(msg);
 }
 
+/* One request to the model or exec stage, answered by the run's deadline
+ * (plus a grace for the stage to report it). On no answer the run's verdict
+ * says why: a halt, the time budget, or the stage that died. Consumes req. */
+static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
+{
+	const char *why = NULL;
+	enum stage_id dead;
+	json_t *reply = NULL;
+	if (stage_send(s, req) == 0)
+		reply = stage_wait(s, r->deadline_ms + EXEC_GRACE_MS, 1, &why, &dead);
+	json_decref(req);
+	if (reply)
+		return reply;
+	if (why && strcmp(why, "halt") == 0)
+		end_with(r, "halted-operator", "halted by signal");
+	else if (why && strcmp(why, "timeout") == 0)
+		end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
+	else if (why)
+		end_with(r, "failed", "%s", why);
+	else
+		end_with(r, "failed", "stage %s died", stages[s].name);
+	return NULL;
+}
+
 /* Ask the model for the next reply. Returns the text (owned) or NULL with
  * the run's verdict set. Every attempt is traced and counted. */
 static char *ask_model(struct run *r, const char *cls)
@@ -244,21 +268,9 @@ static char *ask_model(struct run *r, const char *cls)
 	                        "deadlineMs", (json_int_t)r->deadline_ms, "callsLeft", (json_int_t)left);
 	if (r->endpoints && r->turns == 0)
 		json_object_set(req, "state", r->endpoints);
-	const char *why = NULL;
-	enum stage_id dead;
-	json_t *reply = NULL;
-	if (stage_send(STAGE_MODEL, req) == 0)
-		reply = stage_wait(STAGE_MODEL, r->deadline_ms + EXEC_GRACE_MS, 1, &why, &dead);
-	json_decref(req);
-	if (!reply) {
-		if (why && strcmp(why, "halt") == 0)
-			end_with(r, "halted-operator", "halted by signal");
-		else if (why && strcmp(why, "timeout") == 0)
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-		else
-			end_with(r, "failed", "%s", why ? why : "stage sfma-model died");
+	json_t *reply = ask_stage(r, STAGE_MODEL, req);
+	if (!reply)
 		return NULL;
-	}
 	size_t i;
 	json_t *c;
 	json_array_foreach(json_object_get(reply, "calls"), i, c) {
@@ -306,19 +318,8 @@ static void carry_out(struct run *r, json_t *call)
 	const char *task_id = entry_id(task);
 	json_t *req = json_pack("{s:I, s:O, s:O, s:I}", "id", (json_int_t)r->turns, "call", call,
 	                        "seq", json_object_get(task, "seq"), "deadlineMs", (json_int_t)r->deadline_ms);
-	const char *why = NULL;
-	enum stage_id dead;
-	json_t *reply = NULL;
-	if (stage_send(STAGE_EXEC, req) == 0)
-		reply = stage_wait(STAGE_EXEC, r->deadline_ms + EXEC_GRACE_MS, 1, &why, &dead);
-	json_decref(req);
+	json_t *reply = ask_stage(r, STAGE_EXEC, req);
 	if (!reply) {
-		if (why && strcmp(why, "halt") == 0)
-			end_with(r, "halted-operator", "halted by signal");
-		else if (why && strcmp(why, "timeout") == 0)
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-		else
-			end_with(r, "failed", "%s", why ? why : "stage sfma-exec died");
 		json_decref(task);
 		return;
 	}
