@@ -1,0 +1,199 @@
+/* mailbox.c - listing and reading the outbox, opening mailbox directories. */
+#include "mailbox.h"
+#include "ndjson.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* openat a directory component without following a link; with create, make
+ * it first when missing. Returns the descriptor or -1 (errno set). */
+static int open_component(int at, const char *name, int create)
+{
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && create) {
+		if (mkdirat(at, name, 0755) < 0 && errno != EEXIST)
+			return -1;
+		fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	return fd;
+}
+
+int mailbox_dir(const char *workspace, const char *sub, int create, struct sfma_err *e)
+{
+	int ws = open(workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ws < 0)
+		return err_set(e, "%s: %s", workspace, strerror(errno));
+	int dot = open_component(ws, ".sfma", create);
+	int saved = errno;
+	close(ws);
+	if (dot < 0)
+		return err_set(e, "%s/.sfma: %s", workspace,
+		               saved == ENOTDIR || saved == ELOOP ? "not a directory (links are not followed)"
+		                                                  : strerror(saved));
+	if (!sub)
+		return dot;
+	int fd = open_component(dot, sub, create);
+	saved = errno;
+	close(dot);
+	if (fd < 0)
+		return err_set(e, "%s/.sfma/%s: %s", workspace, sub,
+		               saved == ENOTDIR || saved == ELOOP ? "not a directory (links are not followed)"
+		                                                  : strerror(saved));
+	return fd;
+}
+
+/* The leading decimal number of an outbox name, or -1 when it has none. */
+static long long leading_seq(const char *name)
+{
+	long long v = 0;
+	int digits = 0;
+	for (; *name >= '0' && *name <= '9' && digits < 17; name++, digits++)
+		v = v * 10 + (*name - '0');
+	return digits ? v : -1;
+}
+
+static int outbox_cmp(const void *pa, const void *pb)
+{
+	const char *a = *(char *const *)pa, *b = *(char *const *)pb;
+	long long sa = leading_seq(a), sb = leading_seq(b);
+	if (sa != sb) {
+		if (sa < 0 || sb < 0)
+			return sa < 0 ? 1 : -1;
+		return sa < sb ? -1 : 1;
+	}
+	return strcmp(a, b);
+}
+
+int outbox_list(int dirfd, char ***names, size_t *n, struct sfma_err *e)
+{
+	*names = NULL;
+	*n = 0;
+	int fd = dup(dirfd);
+	if (fd < 0)
+		return err_set(e, "outbox: %s", strerror(errno));
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return err_set(e, "outbox: %s", strerror(errno));
+	}
+	/* The descriptor is shared with dirfd: start from the top every time. */
+	rewinddir(d);
+	struct dirent *de;
+	char **v = NULL;
+	size_t count = 0;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0)
+			continue;
+		v = xrealloc(v, (count + 1) * sizeof *v);
+		v[count++] = xstrdup(de->d_name);
+	}
+	closedir(d);
+	if (count)
+		qsort(v, count, sizeof *v, outbox_cmp);
+	*names = v;
+	*n = count;
+	return 0;
+}
+
+void mailbox_names_free(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+json_t *outbox_read(int dirfd, const char *name, struct sfma_err *e)
+{
+	/* O_NONBLOCK: a FIFO planted in the outbox must not hang the reader. */
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		err_set(e, "%s: %s", name, errno == ELOOP ? "is a link, not read" : strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		err_set(e, "%s: not a regular file", name);
+		return NULL;
+	}
+	size_t len;
+	char *text = read_all_fd(fd, OUTBOX_FILE_MAX, &len, e);
+	close(fd);
+	if (!text) {
+		err_prefix(e, "%s", name);
+		return NULL;
+	}
+	json_t *msg = json_parse_strict(text, len, e);
+	free(text);
+	if (!msg) {
+		err_prefix(e, "%s", name);
+		return NULL;
+	}
+	json_t *at = json_object_get(msg, "at");
+	if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "kind")) ||
+	    !json_is_string(json_object_get(msg, "text")) || (at && !json_is_string(at))) {
+		json_decref(msg);
+		err_set(e, "%s: not an outbox message (an object with string kind and text)", name);
+		return NULL;
+	}
+	return msg;
+}
+
+void mailbox_label(const char *in, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (; in && in[n] && n + 1 < cap; n++) {
+		char c = in[n];
+		int keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		           (c >= '0' && c <= '9') || c == '_' || c == '-';
+		out[n] = keep ? c : '_';
+	}
+	out[n] = '\0';
+	if (n == 0)
+		snprintf(out, cap, "%s", "unknown");
+}
+
+int utf8_text_ok(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + n;
+	while (p < end) {
+		unsigned c = *p;
+		if (c == 0)
+			return 0;
+		if (c < 0x80) {
+			p++;
+			continue;
+		}
+		size_t more;
+		unsigned cp, min;
+		if ((c & 0xe0) == 0xc0) {
+			more = 1, cp = c & 0x1f, min = 0x80;
+		} else if ((c & 0xf0) == 0xe0) {
+			more = 2, cp = c & 0x0f, min = 0x800;
+		} else if ((c & 0xf8) == 0xf0) {
+			more = 3, cp = c & 0x07, min = 0x10000;
+		} else {
+			return 0;
+		}
+		if ((size_t)(end - p) <= more)
+			return 0;
+		for (size_t i = 1; i <= more; i++) {
+			if ((p[i] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (p[i] & 0x3f);
+		}
+		/* Overlong forms, UTF-16 surrogates and code points past U+10FFFF
+		 * are not UTF-8 (RFC 3629); JSON encoders reject them too. */
+		if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+			return 0;
+		p += more + 1;
+	}
+	return 1;
+}
