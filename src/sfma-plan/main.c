@@ -31,33 +31,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
-
-struct run {
-	struct manifest *m;
-	int dry_run, progress;
-	const char *task;
-	char sfma_dir[4096];
-	int64_t start_ms, deadline_ms;
-	struct memory mem;
-	int pinned_run, chain_alive;
-	json_t *candidate;        /* adopted bootstrap candidate (owned) */
-	json_t *lifecycle;        /* ["probation"|"pinned-replay", ...] */
-	json_t *messages;         /* the conversation sent to the model */
-	json_t *mutation_refs;
-	json_t *written;          /* dry run: path -> sha256 of what would be written */
-	json_t *endpoints;        /* measured endpoint state (from sfma-model) */
-	char *system;
-	long turns, model_calls, hard_failures;
-	double first_seq, last_seq;
-	const char *verdict;
-	char error[600];
-	const char *last_lifecycle;
-	struct store store;
-	int store_ok;             /* containment guards passed */
-	const char *commit_sha;
-};
-
 static void on_halt_signal(int sig)
 {
 	(void)sig;
@@ -68,7 +41,7 @@ static void on_halt_signal(int sig)
 
 /* Append one event through sfma-chain; returns the entry (new reference) or
  * NULL once the chain is gone (the run then ends without more entries). */
-static json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs,
+json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs,
                      const char *cls)
 {
 	if (!r->chain_alive) {
@@ -100,17 +73,17 @@ static json_t *trace(struct run *r, const char *kind, json_t *data, int loop, js
 	return entry;
 }
 
-static void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs)
+void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs)
 {
 	json_decref(trace(r, kind, data, loop, refs, NULL));
 }
 
-static const char *entry_id(json_t *entry)
+const char *entry_id(json_t *entry)
 {
 	return entry ? json_string_value(json_object_get(entry, "id")) : NULL;
 }
 
-static void lifecycle(struct run *r, const char *to)
+void lifecycle(struct run *r, const char *to)
 {
 	json_t *from = r->last_lifecycle ? json_string(r->last_lifecycle) : json_null();
 	trace_quiet(r, "lifecycle", json_pack("{s:o, s:s}", "from", from, "to", to), 0, NULL);
@@ -124,9 +97,7 @@ static void clock_anchor(struct run *r)
 	            json_pack("{s:f, s:s}", "wallMs", (double)now_ms(), "source", "system-wall"), 0, NULL);
 }
 
-static void end_with(struct run *r, const char *verdict, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void end_with(struct run *r, const char *verdict, const char *fmt, ...)
+void end_with(struct run *r, const char *verdict, const char *fmt, ...)
 {
 	r->verdict = verdict;
 	if (fmt && !r->error[0]) {
@@ -137,8 +108,7 @@ static void end_with(struct run *r, const char *verdict, const char *fmt, ...)
 	}
 }
 
-static void progress(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void progress(struct run *r, const char *fmt, ...)
+void progress(struct run *r, const char *fmt, ...)
 {
 	if (!r->progress)
 		return;
@@ -211,304 +181,6 @@ static char *consume_inbox(struct run *r)
 	free(names);
 	closedir(d);
 	return text.p;
-}
-
-/* ---- one turn --------------------------------------------------------- */
-
-static void say(struct run *r, const char *role, const char *content)
-{
-	json_array_append_new(r->messages, json_pack("{s:s, s:s}", "role", role, "content", content));
-}
-
-static void tool_result(struct run *r, const char *text)
-{
-	json_t *msg = json_pack("{s:s}", "toolResult", text);
-	struct buf b = {0};
-	canon_dump(msg, &b, NULL);
-	say(r, "user", b.p);
-	buf_free(&b);
-	json_decref(msg);
-}
-
-/* One request to the model or exec stage, answered by the run's deadline
- * (plus a grace for the stage to report it). On no answer the run's verdict
- * says why: a halt, the time budget, or the stage that died. Consumes req. */
-static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
-{
-	const char *why = NULL;
-	enum stage_id dead;
-	json_t *reply = NULL;
-	if (stage_send(s, req) == 0)
-		reply = stage_wait(s, r->deadline_ms + EXEC_GRACE_MS, 1, &why, &dead);
-	json_decref(req);
-	if (reply)
-		return reply;
-	if (why && strcmp(why, "halt") == 0)
-		end_with(r, "halted-operator", "halted by signal");
-	else if (why && strcmp(why, "timeout") == 0)
-		end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-	else if (why)
-		end_with(r, "failed", "%s", why);
-	else
-		end_with(r, "failed", "stage %s died", stages[s].name);
-	return NULL;
-}
-
-/* Ask the model for the next reply. Returns the text (owned) or NULL with
- * the run's verdict set. Every attempt is traced and counted. */
-static char *ask_model(struct run *r, const char *cls)
-{
-	long left = r->m->max_model_calls - r->model_calls;
-	if (left <= 0) {
-		end_with(r, "halted-budget", "maxModelCalls (%ld) spent", r->m->max_model_calls);
-		return NULL;
-	}
-	json_t *req = json_pack("{s:I, s:s, s:O, s:s, s:I, s:I}", "id", (json_int_t)r->turns + 1,
-	                        "system", r->system, "messages", r->messages, "class", cls,
-	                        "deadlineMs", (json_int_t)r->deadline_ms, "callsLeft", (json_int_t)left);
-	if (r->endpoints && r->turns == 0)
-		json_object_set(req, "state", r->endpoints);
-	json_t *reply = ask_stage(r, STAGE_MODEL, req);
-	if (!reply)
-		return NULL;
-	size_t i;
-	json_t *c;
-	json_array_foreach(json_object_get(reply, "calls"), i, c) {
-		json_t *data = json_deep_copy(c);
-		json_object_del(data, "class");
-		const char *cc = json_string_value(json_object_get(c, "class"));
-		json_decref(trace(r, "call", data, 1, NULL, cc ? cc : cls));
-		r->model_calls++;
-	}
-	json_t *eps = json_object_get(reply, "endpoints");
-	if (json_is_object(eps)) {
-		json_decref(r->endpoints);
-		r->endpoints = json_incref(eps);
-	}
-	char *text = NULL;
-	if (json_is_true(json_object_get(reply, "ok")) && json_is_string(json_object_get(reply, "text"))) {
-		text = xstrdup(json_string_value(json_object_get(reply, "text")));
-	} else {
-		const char *err = json_string_value(json_object_get(reply, "error"));
-		if (r->model_calls >= r->m->max_model_calls)
-			end_with(r, "halted-budget", "maxModelCalls (%ld) spent", r->m->max_model_calls);
-		else if (now_ms() >= r->deadline_ms)
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-		else
-			end_with(r, "failed", "model: %s", err ? err : "no reply");
-	}
-	json_decref(reply);
-	return text;
-}
-
-/* The hard tier's answer to one tool call, traced. */
-static void carry_out(struct run *r, json_t *call)
-{
-	const char *tool = json_string_value(json_object_get(call, "tool"));
-	json_t *shown = json_pack("{s:s?}", "tool", tool);
-	static const char *const recorded[] = {"path", "cmd", "mode"};
-	for (size_t i = 0; i < 3; i++) {
-		json_t *v = json_object_get(call, recorded[i]);
-		if (json_is_string(v))
-			json_object_set(shown, recorded[i], v);
-	}
-	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), 1, NULL, NULL);
-	if (!task)
-		return;
-	const char *task_id = entry_id(task);
-	json_t *req = json_pack("{s:I, s:O, s:O, s:I}", "id", (json_int_t)r->turns, "call", call,
-	                        "seq", json_object_get(task, "seq"), "deadlineMs", (json_int_t)r->deadline_ms);
-	json_t *reply = ask_stage(r, STAGE_EXEC, req);
-	if (!reply) {
-		json_decref(task);
-		return;
-	}
-	int pass = json_is_true(json_object_get(reply, "pass"));
-	const char *reason = json_string_value(json_object_get(reply, "reason"));
-	if (!reason)
-		reason = json_string_value(json_object_get(reply, "error"));
-	json_t *verdict = json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", pass, "reason",
-	                            reason ? reason : (pass ? "pass" : "refused"));
-	if (json_is_object(json_object_get(reply, "run")))
-		json_object_set(verdict, "run", json_object_get(reply, "run"));
-	trace_quiet(r, "verdict", verdict, 1, json_pack("[s]", task_id));
-	if (!pass)
-		r->hard_failures++;
-	progress(r, "%s: %s%s", tool ? tool : "?", pass ? "pass" : "refused: ", pass ? "" : reason);
-
-	json_t *mut = json_object_get(reply, "mutation");
-	if (pass && json_is_object(mut)) {
-		json_t *e = trace(r, "mutation", json_deep_copy(mut), 1, json_pack("[s]", task_id), NULL);
-		if (e)
-			json_array_append_new(r->mutation_refs, json_string(entry_id(e)));
-		json_decref(e);
-		const char *path = json_string_value(json_object_get(mut, "path"));
-		if (path && json_is_string(json_object_get(mut, "sha256")))
-			json_object_set(r->written, path, json_object_get(mut, "sha256"));
-	}
-	json_t *msg = json_object_get(reply, "message");
-	if (json_is_object(msg)) {
-		json_t *data = json_pack("{s:s, s:O?, s:O?}", "dir", "out", "kind", json_object_get(msg, "kind"),
-		                         "text", json_object_get(msg, "text"));
-		trace_quiet(r, "message", data, 1, json_pack("[s]", task_id));
-	}
-	const char *result = json_string_value(json_object_get(reply, "result"));
-	char fallback[700];
-	if (!result) {
-		snprintf(fallback, sizeof fallback, "EPSILON_HARD_FAIL: %s", reason ? reason : "refused");
-		result = fallback;
-	}
-	tool_result(r, result);
-	json_decref(reply);
-	json_decref(task);
-}
-
-/* Did the run deliver? Every declared output exists (dry run: was written)
- * and no call was refused. */
-static void judge_done(struct run *r)
-{
-	for (size_t i = 0; i < r->m->n_outputs; i++) {
-		const char *p = r->m->outputs[i];
-		int ok;
-		if (r->dry_run) {
-			ok = json_object_get(r->written, p) != NULL;
-		} else {
-			char full[8300];
-			struct stat st;
-			snprintf(full, sizeof full, "%s/%s", r->m->workspace_path, p);
-			ok = lstat(full, &st) == 0 && S_ISREG(st.st_mode);
-		}
-		if (!ok) {
-			end_with(r, "failed", "done, but declared output %s %s", p,
-			         r->dry_run ? "was not written" : "does not exist");
-			return;
-		}
-	}
-	if (r->hard_failures)
-		end_with(r, "failed", "done, but %ld tool call(s) were refused by the hard tier", r->hard_failures);
-	else
-		end_with(r, "completed", NULL);
-}
-
-/* recall is served here, with the runner's rights over .sfma/mem and the
- * trace only, after the same hard-tier gate as every tool (a mode that is
- * not one of the five is refused). */
-static void recall(struct run *r, json_t *call)
-{
-	json_t *shown = json_pack("{s:s}", "tool", "recall");
-	if (json_is_string(json_object_get(call, "mode")))
-		json_object_set(shown, "mode", json_object_get(call, "mode"));
-	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), 1, NULL, NULL);
-	const char *task_id = entry_id(task);
-	const char *refusal = NULL;
-	json_t *entry = NULL;
-	char *text = store_recall(&r->store, call, &entry, &refusal);
-	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", refusal == NULL, "reason",
-	                                    refusal ? refusal : "recall"),
-	            1, task_id ? json_pack("[s]", task_id) : NULL);
-	if (refusal) {
-		char shown_text[300];
-		r->hard_failures++;
-		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal);
-		tool_result(r, shown_text);
-		progress(r, "recall: refused: %s", refusal);
-	} else {
-		trace_quiet(r, "store", entry, 1, task_id ? json_pack("[s]", task_id) : NULL);
-		tool_result(r, text);
-		progress(r, "recall: pass");
-	}
-	free(text);
-	json_decref(task);
-}
-
-/* The adopted candidate is a record: written to a durable tier, the fast
- * tier keeping only a pointer. */
-static void keep_candidate(struct run *r, json_t *candidate_entry)
-{
-	const char *id = entry_id(candidate_entry);
-	if (!r->store_ok || !id)
-		return;
-	trace_quiet(r, "store", store_put(&r->store, id, r->candidate, r->m->tuning.fast_tier_max_bytes), 0,
-	            json_pack("[s]", id));
-}
-
-static int halt_file_present(struct run *r)
-{
-	char path[4200];
-	struct stat st;
-	snprintf(path, sizeof path, "%s/HALT", r->sfma_dir);
-	return lstat(path, &st) == 0;
-}
-
-/* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
-static void turns(struct run *r)
-{
-	while (!r->verdict) {
-		if (halt_requested || halt_file_present(r)) {
-			end_with(r, "halted-operator", halt_requested ? "halted by signal" : "halted by .sfma/HALT");
-			break;
-		}
-		if (r->turns >= r->m->max_turns) {
-			end_with(r, "halted-maxTurns", "maxTurns (%ld) reached", r->m->max_turns);
-			break;
-		}
-		if (now_ms() >= r->deadline_ms) {
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-			break;
-		}
-		char *text = ask_model(r, r->candidate ? "mechanical" : "reasoning");
-		if (!text)
-			break;
-		r->turns++;
-		say(r, "assistant", text);
-		json_t *v = parse_reply(text);
-		free(text);
-		if (!v) {
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: not a JSON object"), 1, NULL);
-			tool_result(r, "invalid reply: answer with exactly one JSON object");
-			progress(r, "invalid reply");
-			continue;
-		}
-		if (!r->candidate) {
-			if (is_candidate(v)) {
-				r->candidate = json_incref(v);
-				json_t *ce = trace(r, "candidate", json_deep_copy(v), 1, NULL, NULL);
-				keep_candidate(r, ce);
-				json_decref(ce);
-				tool_result(r, "candidate adopted; now reply with one tool call per turn");
-				progress(r, "bootstrap candidate adopted");
-			} else {
-				trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-				                                    "reason", "tool call before a candidate was adopted"),
-				            1, NULL);
-				tool_result(r, "no bootstrap candidate adopted yet: reply first with one object with "
-				               "mission, successCriteria, loopRoles, firstTasks and schedule");
-				progress(r, "reminder: bootstrap candidate first");
-			}
-			json_decref(v);
-			continue;
-		}
-		const char *tool = json_string_value(json_object_get(v, "tool"));
-		if (tool && strcmp(tool, "done") == 0) {
-			json_t *task = trace(r, "task", json_pack("{s:{s:s}}", "call", "tool", "done"), 1, NULL, NULL);
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", 1, "reason", "done"),
-			            1, task ? json_pack("[s]", entry_id(task)) : NULL);
-			json_decref(task);
-			progress(r, "done");
-			judge_done(r);
-		} else if (tool && strcmp(tool, "recall") == 0) {
-			recall(r, v);
-		} else if (!tool) {
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: no tool"), 1, NULL);
-			tool_result(r, "invalid reply: expected one tool call {\"tool\":...}");
-			progress(r, "invalid reply");
-		} else {
-			carry_out(r, v);
-		}
-		json_decref(v);
-	}
 }
 
 /* ---- the record -------------------------------------------------------- */

@@ -67,4 +67,51 @@ void memory_free(struct memory *mem);
 int64_t now_ms(void);
 char *iso_time(int64_t ms); /* "2026-11-29T21:15:50.123Z" (static buffer) */
 
+
+/* ---- the run (main.c, turn.c) ------------------------------------------ */
+
+#include "store.h"
+
+#define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
+
+struct run {
+	struct manifest *m;
+	int dry_run, progress;
+	const char *task;
+	char sfma_dir[4096];
+	int64_t start_ms, deadline_ms;
+	struct memory mem;
+	int pinned_run, chain_alive;
+	json_t *candidate;        /* adopted bootstrap candidate (owned) */
+	json_t *lifecycle;        /* ["probation"|"pinned-replay", ...] */
+	json_t *messages;         /* the conversation sent to the model */
+	json_t *mutation_refs;
+	json_t *written;          /* dry run: path -> sha256 of what would be written */
+	json_t *endpoints;        /* measured endpoint state (from sfma-model) */
+	char *system;
+	long turns, model_calls, hard_failures;
+	double first_seq, last_seq;
+	const char *verdict;
+	char error[600];
+	const char *last_lifecycle;
+	struct store store;
+	int store_ok;             /* containment guards passed */
+	const char *commit_sha;
+};
+
+/* Append one event through sfma-chain; the entry (new reference), or NULL
+ * once the chain is gone. Consumes data and refs. */
+json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls);
+void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs);
+const char *entry_id(json_t *entry);
+void lifecycle(struct run *r, const char *to);
+/* Set the verdict (and the first error, if fmt) of the run. */
+void end_with(struct run *r, const char *verdict, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Progress for humans on stderr when it is a terminal. */
+void progress(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void say(struct run *r, const char *role, const char *content);
+void tool_result(struct run *r, const char *text);
+/* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
+void turns(struct run *r);
+
 #endif
