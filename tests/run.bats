@@ -225,3 +225,20 @@ JSON
 	[ "$status" -eq 1 ]
 	! grep -rqF "$(sed -n 2p k.pem)" ws
 }
+
+@test "hostile manifests are answered with TASK_INVALID and exit 2, never a crash" {
+	printf '{"name":"\xff\xfe"}' >utf8.json
+	python3 -c 'print("[" * 10000 + "]" * 10000)' >deep.json
+	python3 -c 'print("{\"name\":\"" + "x" * (2 << 20) + "\"}")' >huge.json
+	: >empty.json
+	mkdir dir.json
+	for f in utf8.json deep.json huge.json empty.json dir.json; do
+		run sfma-plan --check "$f"
+		[ "$status" -eq 2 ] || { echo "$f: status $status: $output"; return 1; }
+		[ "${lines[0]}" = TASK_INVALID ]
+		[ "${#lines[@]}" -eq 2 ]
+		run sfma run "$f"
+		[ "$status" -eq 2 ]
+	done
+	[ ! -e ws ]
+}
