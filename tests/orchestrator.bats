@@ -202,6 +202,8 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ "$status" -eq 1 ]
 	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
 	[ "$(verdict)" = halted-operator ]
+	# No model call after the halt: the two calls made before it, no more.
+	[ "$(grep -c '"kind":"call"' ws/.sfma/trace.jsonl)" -eq 2 ]
 	# Only the planner was told: no stage is reported dead.
 	[[ "$stderr" != *"sfma: stage"* ]]
 	sfma-verify ws
