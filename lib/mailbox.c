@@ -111,31 +111,9 @@ void mailbox_names_free(char **names, size_t n)
 
 json_t *outbox_read(int dirfd, const char *name, struct sfma_err *e)
 {
-	/* O_NONBLOCK: a FIFO planted in the outbox must not hang the reader. */
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		err_set(e, "%s: %s", name, errno == ELOOP ? "is a link, not read" : strerror(errno));
+	json_t *msg = json_load_strict_at(dirfd, name, 1, OUTBOX_FILE_MAX, e);
+	if (!msg)
 		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		err_set(e, "%s: not a regular file", name);
-		return NULL;
-	}
-	size_t len;
-	char *text = read_all_fd(fd, OUTBOX_FILE_MAX, &len, e);
-	close(fd);
-	if (!text) {
-		err_prefix(e, "%s", name);
-		return NULL;
-	}
-	json_t *msg = json_parse_strict(text, len, e);
-	free(text);
-	if (!msg) {
-		err_prefix(e, "%s", name);
-		return NULL;
-	}
 	json_t *at = json_object_get(msg, "at");
 	if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "kind")) ||
 	    !json_is_string(json_object_get(msg, "text")) || (at && !json_is_string(at))) {

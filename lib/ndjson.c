@@ -241,15 +241,16 @@ char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e)
 	return b.p;
 }
 
-json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e)
+json_t *json_load_strict_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO where a file should be must not hang the reader. */
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
 	if (fd < 0) {
-		err_set(e, "%s: %s", path, strerror(errno));
+		err_set(e, "%s: %s", path, nofollow && errno == ELOOP ? "is a link, not read" : strerror(errno));
 		return NULL;
 	}
 	struct stat st;
-	if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		err_set(e, "%s: not a regular file", path);
 		return NULL;
@@ -266,6 +267,11 @@ json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e)
 	if (!v)
 		err_prefix(e, "%s", path);
 	return v;
+}
+
+json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e)
+{
+	return json_load_strict_at(AT_FDCWD, path, 0, max, e);
 }
 
 int json_print_line(FILE *out, const json_t *v)

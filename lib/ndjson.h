@@ -45,8 +45,11 @@ int write_all(int fd, const void *data, size_t n);
  * reference or NULL with e filled ("invalid JSON: <why> at column N"). */
 json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e);
 
-/* Read a whole file of at most max bytes and parse it with json_parse_strict. */
+/* Read a whole regular file of at most max bytes and parse it with
+ * json_parse_strict. The _at form opens relative to dirfd (AT_FDCWD: the
+ * current directory) and, with nofollow, refuses a symbolic link. */
 json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e);
+json_t *json_load_strict_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e);
 
 /* Read at most max bytes from fd until EOF into a new NUL-terminated buffer.
  * Returns NULL with e filled if the input is larger or a read fails. */

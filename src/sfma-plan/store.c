@@ -366,21 +366,7 @@ static json_t *text_value(const char *s, size_t n)
 
 static json_t *read_record(const char *path)
 {
-	struct sfma_err e;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return NULL;
-	struct stat sb;
-	json_t *v = NULL;
-	size_t len;
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
-		char *text = read_all_fd(fd, 1u << 20, &len, &e);
-		if (text)
-			v = json_parse_strict(text, len, &e);
-		free(text);
-	}
-	close(fd);
-	return v;
+	return json_load_strict_at(AT_FDCWD, path, 1, 1u << 20, NULL);
 }
 
 static void referential(struct store *st, json_t *call, json_t *ans, const char **refusal)
