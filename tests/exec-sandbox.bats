@@ -38,7 +38,9 @@ calls() { # calls [--flags] CALL...: replies in $W/out
 	for c in "$@"; do
 		i=$((i + 1))
 		printf '{"id":%d,"call":%s}\n' "$i" "$c"
-	done | sfma-exec --apply "${flags[@]}" "$W/m.json" >"$W/out"
+	done | sfma-exec --apply "${flags[@]}" "$W/m.json" >"$W/out" &
+	echo $! >>"$W/stages" # its cgroups are named after its pid
+	wait $!
 }
 
 run_cmd() { printf '{"tool":"run","cmd":"%s"}' "$1"; }
@@ -48,6 +50,40 @@ alive() { [ "$(field "$1" .result)" = $'exit=0\nstdout:alive\n\nstderr:' ] || { 
 no_leftovers() {
 	! pgrep -f 'sleep 31[37][12]' || { echo "processes left behind"; return 1; }
 	[ -z "$(ls -A "$TMPDIR")" ] || { echo "staging copy left behind:"; ls -A "$TMPDIR"; return 1; }
+	cgroup_leftovers
+}
+# A command's cgroup is sfma-exec-<pid>-<n>, in every hierarchy (v1 or v2):
+# none may outlive the stages this test ran.
+cgroup_leftovers() {
+	local p
+	for p in $(cat "$W/stages" 2>/dev/null); do
+		[ -z "$(cgroup_dirs "$p")" ] || { echo "cgroup left behind: $(cgroup_dirs "$p")"; return 1; }
+	done
+}
+cgroup_dirs() { find /sys/fs/cgroup -maxdepth 8 -type d -name "sfma-exec-$1-*" 2>/dev/null; }
+# await_cgroups PID CMDLINE: print the cgroup directories of sfma-exec PID
+# once the command CMDLINE runs inside every one of them.
+await_cgroups() {
+	local dirs d p inside
+	for _ in $(seq 100); do
+		dirs=$(cgroup_dirs "$1")
+		inside=0
+		for d in $dirs; do
+			for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
+				if [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" = "$2 " ]; then
+					inside=$((inside + 1))
+					break
+				fi
+			done
+		done
+		if [ -n "$dirs" ] && [ "$inside" = "$(wc -l <<<"$dirs")" ]; then
+			echo "$dirs"
+			return 0
+		fi
+		sleep 0.05
+	done
+	echo "'$2' never ran inside the cgroups of sfma-exec $1: ${dirs:-none made}" >&2
+	return 1
 }
 
 @test "a probe inside sees no host files, no /proc, only declared inputs" {
@@ -144,6 +180,7 @@ no_leftovers() {
 	last=$(grep -o '^[0-9]*$' <<<"$(field 1 .result)" | tail -1)
 	[ "${last:-0}" -le 256 ]
 	[ "$(field 1 .run.limits.processes)" = 256 ]
+	[ "$(field 1 .run.limits.cgroup.pidsMax)" = 256 ]
 	alive 2
 	no_leftovers
 }
@@ -241,7 +278,7 @@ PY
 
 @test "the limits in force are recorded with every command" {
 	calls "$(run_cmd true)"
-	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","timeoutMs","tmpBytes","workspaceBytes"]' ]
 	[ "$(field 1 .run.limits.coreBytes)" = 0 ]
 	[ "$(field 1 .run.limits.cpuSeconds)" = 61 ]
 	[ "$(field 1 .run.exit)" = 0 ]
@@ -254,4 +291,80 @@ PY
 	[ "$(field 1 .pass)" = true ]
 	[ "$(field 1 .run.exit)" = 127 ]
 	[[ "$(field 1 .result)" == *"no-such-program-x: command not found"* ]]
+}
+
+# This host (and CI) delegates cgroups: v1 pids and memory hierarchies we may
+# create children in. The test fails loudly where that is not so.
+@test "cgroup ceilings hold the whole sandbox, entered before the command starts" {
+	manifest '["sleep","true"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 2"}}' \
+		'{"id":2,"call":{"tool":"run","cmd":"true"}}' |
+		sfma-exec --apply "$W/m.json" >"$W/out" &
+	local spid=$! dirs d
+	echo "$spid" >>"$W/stages"
+	dirs=$(await_cgroups "$spid" 'sleep 2') || return 1
+	for d in $dirs; do
+		[ ! -e "$d/pids.max" ] || [ "$(cat "$d/pids.max")" = 256 ]
+		[ ! -e "$d/memory.limit_in_bytes" ] || [ "$(cat "$d/memory.limit_in_bytes")" = 4294967296 ]
+		[ ! -e "$d/memory.max" ] || [ "$(cat "$d/memory.max")" = 4294967296 ]
+	done
+	wait "$spid"
+	[ "$(field 1 .run.exit)" = 0 ]
+	[ "$(field 1 .run.limits.cgroup.pidsMax)" = 256 ]
+	[ "$(field 1 .run.limits.cgroup.memoryMaxBytes)" = 4294967296 ]
+	[ "$(field 1 .run.limits.cgroupReason)" = null ]
+	[[ "$(field 1 .run.limits.cgroup.version)" == [12] ]]
+	# one cgroup per command
+	[ "$(field 1 '.run.limits.cgroup | .pidsPath // .path')" = "$(grep -m1 pids <<<"$dirs" || head -1 <<<"$dirs")" ]
+	[[ "$(field 2 '.run.limits.cgroup | .pidsPath // .path')" == */sfma-exec-$spid-2 ]]
+	[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
+	no_leftovers
+}
+
+@test "where cgroups are not delegated: rlimits only, null with a reason, the command runs" {
+	require unshare
+	# A mount namespace of the test's own in which every cgroup file system
+	# is read-only, as for a user the host delegates nothing to.
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"echo alive"}}' >"$W/req"
+	unshare --mount sh -c '
+		for m in $(awk "\$9 == \"cgroup\" || \$9 == \"cgroup2\" { print \$5 }" /proc/self/mountinfo); do
+			mount -o remount,bind,ro "$m" || exit 1
+		done
+		exec sfma-exec --apply "$1" <"$2" >"$3"' sh "$W/m.json" "$W/req" "$W/out"
+	alive 1
+	[ "$(field 1 .run.limits.cgroup)" = null ]
+	[[ "$(field 1 .run.limits.cgroupReason)" == "not delegated: /sys/fs/cgroup/"*" not writable (Read-only file system)" ]] ||
+		{ reply 1; return 1; }
+	[ "$(field 1 .run.limits.processes)" = 256 ]
+	no_leftovers
+}
+
+@test "a stage stopped by a signal mid-command leaves no cgroup and no process" {
+	manifest '["sleep"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 3172"}}' >"$W/req"
+	sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
+	local spid=$!
+	echo "$spid" >>"$W/stages"
+	await_cgroups "$spid" 'sleep 3172' >/dev/null || return 1
+	kill -TERM "$spid"
+	wait "$spid" || true
+	[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
+	for _ in $(seq 50); do pgrep -f 'sleep 3172' >/dev/null || break; sleep 0.1; done
+	no_leftovers
+}
+
+@test "a stage killed outright (SIGKILL) mid-command still leaves no cgroup behind" {
+	manifest '["sleep"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 3171"}}' >"$W/req"
+	sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
+	local spid=$!
+	echo "$spid" >>"$W/stages"
+	await_cgroups "$spid" 'sleep 3171' >/dev/null || return 1
+	kill -KILL "$spid"
+	wait "$spid" || true
+	# Its keeper removes them once the sandbox is gone.
+	for _ in $(seq 50); do [ -z "$(cgroup_dirs "$spid")" ] && break; sleep 0.1; done
+	[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
+	for _ in $(seq 50); do pgrep -f 'sleep 3171' >/dev/null || break; sleep 0.1; done
+	! pgrep -f 'sleep 3171'
 }

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <jansson.h>
 
 #include "buf.h"
@@ -24,6 +25,7 @@
 #define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
 #define STAGE_MAX_BYTES   (512ull << 20)         /* all declared inputs together */
 #define LIMIT_WORKSPACE_BYTES (2ull << 30)       /* the staging tmpfs, when private */
+#define LIMIT_CGROUP_MEMORY_BYTES (4ull << 30)   /* all processes and tmpfs pages together */
 
 /* What the hard tier and the sandbox share about the task at hand. */
 struct exec_ctx {
@@ -83,6 +85,24 @@ int seccomp_prepare(const char **why);
 /* Install the compiled filter on the calling thread (no allocation: safe
  * after RLIMIT_AS). Returns 0 or -1 with errno. */
 int seccomp_install(void);
+
+/* ---- cgroup.c ---- */
+
+struct cgroup_box;
+
+/* Create the cgroup of one command with its ceilings set. Returns it, or
+ * NULL when no ceiling could be set up; *reason (static text, or NULL) says
+ * why a ceiling is missing, in both cases. Release with cgroup_close. */
+struct cgroup_box *cgroup_open(const char **reason);
+/* Move process pid into it (all hierarchies, or none). 0, or -1/errno. */
+int cgroup_enter(struct cgroup_box *b, pid_t pid);
+/* The ceilings in force, for the trace: an object, or null for NULL. */
+json_t *cgroup_json(const struct cgroup_box *b);
+/* Kill what is left inside, remove the cgroup (retrying while busy). */
+void cgroup_close(struct cgroup_box *b);
+/* Remove every cgroup still open (at exit; the second from a signal handler). */
+void cgroup_shutdown(void);
+void cgroup_shutdown_signal(void);
 
 /* ---- sandbox.c ---- */
 

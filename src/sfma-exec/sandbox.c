@@ -10,8 +10,8 @@
  * process group, never a PID namespace).
  *
  * Order (as bubblewrap): no-new-privs -> clone -> setgroups deny and id
- * maps (written by the parent) -> make / private -> tmpfs root, binds,
- * remount read-only -> pivot_root, detach the old root -> [fork] ->
+ * maps, cgroup placement (by the parent) -> make / private -> tmpfs root, binds,
+ * remount read-only -> pivot_root, detach the old root -> [vfork] ->
  * drop capabilities -> death signal (again after each fork and credential
  * change) -> close stray fds -> rlimits -> seccomp -> execve. */
 #include "exec.h"
@@ -293,7 +293,14 @@ static _Noreturn void sandbox_init(char **argv, int go, int out,
 	/* The new network namespace holds only a loopback that stays down: no
 	 * route anywhere, not even to the host's 127.0.0.1. */
 
-	pid_t cmd = fork();
+	/* vfork: the command shares init's memory until its execve, so no
+	 * page table is copied and it runs at once, on this CPU, while init
+	 * sleeps. Sound here: the child only enters exec_command, which never
+	 * returns, and what it changes is its own (signal dispositions,
+	 * rlimits, credentials, securebits and seccomp are per process or per
+	 * task); of the shared memory it writes only its stack below init's
+	 * frame and errno, which init does not read afterwards. */
+	pid_t cmd = vfork();
 	if (cmd < 0)
 		fail_step(report, "fork command");
 	if (cmd == 0)
@@ -394,7 +401,7 @@ static json_t *limits_json(long long timeout_ms, long cpu_s)
 {
 	json_t *ws = stage_private_tmpfs() ? json_integer((json_int_t)LIMIT_WORKSPACE_BYTES)
 	                                   : json_null();
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:n}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:n,s:s}",
 	                 "timeoutMs", (json_int_t)timeout_ms,
 	                 "cpuSeconds", (json_int_t)cpu_s,
 	                 "addressSpaceBytes", (json_int_t)LIMIT_AS_BYTES,
@@ -406,12 +413,16 @@ static json_t *limits_json(long long timeout_ms, long cpu_s)
 	                 "outputBytes", (json_int_t)OUTPUT_CLIP,
 	                 "copyBackBytes", (json_int_t)COPY_BACK_MAX,
 	                 "workspaceBytes", ws,
-	                 "cgroup");
+	                 "cgroup", "cgroupReason", "sandbox not started");
 }
 
 /* Sandbox inits that reported their outcome and are still exiting: reaped
- * later, so that namespace teardown overlaps with the reply. */
-static pid_t exiting[32];
+ * later, so that namespace teardown overlaps with the reply. Their cgroups
+ * go once they are reaped (a cgroup with a task in it cannot be removed). */
+static struct exiting {
+	pid_t pid;
+	struct cgroup_box *cg;
+} exiting[32];
 static size_t n_exiting;
 
 static void reap_exiting(int block)
@@ -420,12 +431,21 @@ static void reap_exiting(int block)
 	for (size_t i = 0; i < n_exiting; i++) {
 		pid_t r;
 		do
-			r = waitpid(exiting[i], NULL, block ? 0 : WNOHANG);
+			r = waitpid(exiting[i].pid, NULL, block ? 0 : WNOHANG);
 		while (r < 0 && errno == EINTR);
 		if (r == 0)
 			exiting[keep++] = exiting[i];
+		else
+			cgroup_close(exiting[i].cg);
 	}
 	n_exiting = keep;
+}
+
+/* Record in limits which cgroup ceilings hold for this command. */
+static void limits_cgroup(json_t *limits, const struct cgroup_box *cg, const char *reason)
+{
+	json_object_set_new(limits, "cgroup", cgroup_json(cg));
+	json_object_set_new(limits, "cgroupReason", reason ? json_string(reason) : json_null());
 }
 
 /* Start the sandbox and follow it to the end. Returns 0 when the command
@@ -436,12 +456,18 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 	int go[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
 	int pidfd = -1, rc = -1;
 	pid_t pid = -1;
+	struct cgroup_box *cg = NULL;
 	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
 	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
 	    pipe2(rep, O_CLOEXEC) < 0) {
 		unavailable(o, "pipe", errno);
 		goto out;
 	}
+	/* Made before the clone, entered before init goes on (see below).
+	 * Without one the command still runs, under the rlimits alone. */
+	const char *cg_reason = NULL;
+	cg = cgroup_open(&cg_reason);
+	limits_cgroup(o->limits, cg, cg_reason);
 	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
 	/* The child starts in the staging directory: clone(CLONE_NEWNS) carries
 	 * the working directory into the new mount namespace (an inherited fd
@@ -492,6 +518,15 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 	if (map_step) {
 		unavailable(o, map_step, errno);
 		goto out;
+	}
+	/* init waits on the go pipe, so it forks the command only once it is
+	 * inside: nothing the command starts is ever outside the ceilings. */
+	if (cg && cgroup_enter(cg, pid) < 0) {
+		struct buf b = {0};
+		buf_printf(&b, "moving the sandbox into its cgroup: %s", strerror(errno));
+		json_object_set_new(o->limits, "cgroup", json_null());
+		json_object_set_new(o->limits, "cgroupReason", json_string(b.p));
+		buf_free(&b);
 	}
 	if (write(go[1], "g", 1) != 1) {
 		unavailable(o, "start sandbox", errno);
@@ -549,7 +584,8 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 			exited = 1;
 	}
 	if (reported >= 0 && !o->timed_out && !reaped && !o->unavailable) {
-		exiting[n_exiting++] = pid;
+		exiting[n_exiting++] = (struct exiting){pid, cg};
+		cg = NULL;
 	} else {
 		while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
@@ -573,6 +609,7 @@ out:
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
+	cgroup_close(cg);
 	int fds[] = {go[0], go[1], out[0], out[1], err[0], err[1], rep[0], rep[1], pidfd};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (fds[i] >= 0)
@@ -613,11 +650,13 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 void sandbox_shutdown(void)
 {
 	reap_exiting(1);
+	cgroup_shutdown();
 	stage_shutdown();
 }
 
 void sandbox_shutdown_signal(void)
 {
+	cgroup_shutdown_signal();
 	stage_shutdown_signal();
 }
 
