@@ -103,7 +103,7 @@ OPENAI_OK='{"json":{"choices":[{"message":{"role":"assistant","content":"openai 
 	model
 	[ "$(wc -l < out.jsonl)" -eq 6 ]
 	line 1 '.id == 1 and .ok and .endpoint == "m"'
-	line 1 '.text | fromjson | (.mission | test("probe")) and .successCriteria == ["notes/a.txt exists and names the task","data.json exists and names the task"] and .schedule == [] and (.loopRoles|length) > 0 and .firstTasks == ["write notes/a.txt","write data.json"]'
+	line 1 '.text | fromjson | (.mission | test("probe")) and .successCriteria == ["notes/a.txt exists and names the task","data.json exists and names the task"] and .schedule == [] and .loopRoles[0].name == "worker" and ([.firstTasks[].description] == ["write notes/a.txt","write data.json"]) and .firstTasks[0].class == "mechanical"'
 	line 2 '.text | fromjson | .tool == "write" and .path == "notes/a.txt" and (.content | test("probe") and test("notes/a.txt"))'
 	line 3 '.text | fromjson | .tool == "write" and .path == "data.json" and (.content | fromjson) == {"file":"data.json","task":"probe"}'
 	line 4 '.text | fromjson == {"tool":"run","cmd":"echo hello from the sandbox"}'

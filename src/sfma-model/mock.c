@@ -87,11 +87,16 @@ static void bootstrap_candidate(struct buf *text)
 		snprintf(line, sizeof line, "%s exists and names the task", task->outputs[i]);
 		json_array_append_new(criteria, json_string_lossy(line, strlen(line)));
 		snprintf(line, sizeof line, "write %s", task->outputs[i]);
-		json_array_append_new(first, json_string_lossy(line, strlen(line)));
+		char id[32];
+		snprintf(id, sizeof id, "t%zu", i);
+		json_array_append_new(first, json_pack("{s:s, s:o, s:s, s:s}", "id", id, "description",
+		                                       json_string_lossy(line, strlen(line)), "role", "worker",
+		                                       "class", "mechanical"));
 	}
 	if (task->n_outputs == 0) {
 		json_array_append_new(criteria, json_string("the task is reported done"));
-		json_array_append_new(first, json_string("report done"));
+		json_array_append_new(first, json_pack("{s:s, s:s, s:s, s:s}", "id", "t0", "description",
+		                                       "report done", "role", "worker", "class", "mechanical"));
 	}
 	char mission[512];
 	snprintf(mission, sizeof mission, "Complete the task %s and produce its declared outputs",
@@ -99,7 +104,9 @@ static void bootstrap_candidate(struct buf *text)
 	json_t *c = json_object();
 	json_object_set_new(c, "mission", json_string_lossy(mission, strlen(mission)));
 	json_object_set_new(c, "successCriteria", criteria);
-	json_object_set_new(c, "loopRoles", json_pack("[s]", "worker"));
+	/* The shapes the genesis prompt asks of a model (CONTRACT.md section 3). */
+	json_object_set_new(c, "loopRoles",
+	                    json_pack("[{s:s, s:s}]", "name", "worker", "duty", "write the declared outputs"));
 	json_object_set_new(c, "firstTasks", first);
 	json_object_set_new(c, "schedule", json_array());
 	emit(text, c);
