@@ -407,6 +407,15 @@ static void referential(struct store *st, json_t *call, json_t *ans, const char 
 		json_object_set_new(ans, "record", record);
 }
 
+/* A list answer: found, the tier of the store that answered (NULL: the
+ * trace), and the results (stolen). */
+static void put_results(struct store *st, json_t *ans, const char *store_name, json_t *results)
+{
+	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
+	json_object_set_new(ans, "tier", json_string(store_name ? tier_of(st, store_name) : "trace"));
+	json_object_set_new(ans, "results", results);
+}
+
 static void episodic(struct store *st, json_t *call, json_t *ans)
 {
 	long long since = 0, until = 9007199254740991LL;
@@ -433,9 +442,7 @@ static void episodic(struct store *st, json_t *call, json_t *ans)
 		lr_free(&r);
 		close(fd);
 	}
-	json_object_set_new(ans, "found", json_boolean(json_array_size(entries) > 0));
-	json_object_set_new(ans, "tier", json_string("trace"));
-	json_object_set_new(ans, "results", entries);
+	put_results(st, ans, NULL, entries);
 }
 
 static int query_of(json_t *call, const char **q, const char **refusal, const char *mode_refusal)
@@ -497,9 +504,7 @@ static void lexical(struct store *st, json_t *call, json_t *ans, const char **re
 		buf_free(&out);
 	}
 	buf_free(&revs);
-	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
-	json_object_set_new(ans, "tier", json_string(tier_of(st, "git")));
-	json_object_set_new(ans, "results", results);
+	put_results(st, ans, "git", results);
 }
 
 /* Which commits (and so which runs) made the string enter or leave memory:
@@ -526,9 +531,7 @@ static void change(struct store *st, json_t *call, json_t *ans, const char **ref
 		json_array_append_new(results, json_pack("{s:s, s:o}", "commit", line, "run", text_value(tab + 1, strlen(tab + 1))));
 	}
 	buf_free(&out);
-	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
-	json_object_set_new(ans, "tier", json_string(tier_of(st, "git")));
-	json_object_set_new(ans, "results", results);
+	put_results(st, ans, "git", results);
 }
 
 /* No store here does similarity search: rank records by shared terms and
@@ -595,12 +598,10 @@ static void semantic(struct store *st, json_t *call, json_t *ans, const char **r
 		}
 	while ((long)json_array_size(results) > limit)
 		json_array_remove(results, json_array_size(results) - 1);
-	json_object_set_new(ans, "found", json_boolean(json_array_size(results) > 0));
-	json_object_set_new(ans, "tier", json_string(tier_of(st, "file")));
+	put_results(st, ans, "file", results);
 	json_object_set_new(ans, "degraded", json_true());
 	json_object_set_new(ans, "notice", json_string("no store here does similarity search: this is a "
 	                                               "term-overlap ranking, not semantic similarity"));
-	json_object_set_new(ans, "results", results);
 }
 
 char *store_recall(struct store *st, json_t *call, json_t **entry, const char **refusal)
