@@ -45,38 +45,15 @@ static void add_missing(struct endpoint *ep, const char *var)
 	snprintf(ep->missing + n, sizeof ep->missing - n, "%s%s", n ? " and " : "", var);
 }
 
-/* Why an endpoint cannot be used whatever the environment holds: its
- * configuration is one this stage does not understand. The manifest loader
- * accepts any provider string and any auth object, so this is reported
- * here, and the endpoint is skipped like one without credentials. */
-static void unsupported(struct endpoint *ep, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void unsupported(struct endpoint *ep, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(ep->unsupported, sizeof ep->unsupported, fmt, ap);
-	va_end(ap);
-	warnx("endpoint %.64s: %s; skipped", ep->cfg->name, ep->unsupported);
-}
-
 /* auth: {"type":"oauth2-client-credentials","tokenUrl","clientIdEnv","clientSecretEnv","scope"?} */
-static int load_auth(struct endpoint *ep)
+/* The manifest loader has checked the block's shape (lib/manifest.c). */
+static void load_auth(struct endpoint *ep)
 {
 	json_t *a = ep->cfg->auth;
-	const char *type = json_string_value(json_object_get(a, "type"));
 	const char *url = json_string_value(json_object_get(a, "tokenUrl"));
 	const char *id_env = json_string_value(json_object_get(a, "clientIdEnv"));
 	const char *secret_env = json_string_value(json_object_get(a, "clientSecretEnv"));
 	json_t *scope = json_object_get(a, "scope");
-	if (!type || strcmp(type, "oauth2-client-credentials") != 0) {
-		unsupported(ep, "auth.type is not \"oauth2-client-credentials\"");
-		return -1;
-	}
-	if (!url || !*url || !id_env || !*id_env || !secret_env || !*secret_env ||
-	    (scope && !json_is_string(scope))) {
-		unsupported(ep, "auth needs tokenUrl, clientIdEnv and clientSecretEnv (and a string scope)");
-		return -1;
-	}
 	ep->oauth = xcalloc(1, sizeof *ep->oauth);
 	ep->oauth->token_url = url;
 	ep->oauth->scope = json_string_value(scope);
@@ -85,7 +62,6 @@ static int load_auth(struct endpoint *ep)
 	if (!(ep->oauth->client_secret = env_value(secret_env)))
 		add_missing(ep, secret_env);
 	secret_add(ep->oauth->client_secret);
-	return 0;
 }
 
 static void load_credentials(struct endpoint *ep)
@@ -119,11 +95,8 @@ static void describe_unusable(struct grid *g)
 			buf_printf(&b, "%s%s", j == 0 ? "" : j + 1 == listed ? " or " : ", ", seen[j]);
 		buf_adds(&b, listed > 1 ? ", or configure a mock endpoint" : " or configure a mock endpoint");
 	} else {
-		buf_adds(&b, "configure a supported provider or a mock endpoint");
+		buf_adds(&b, "configure a mock endpoint");
 	}
-	for (size_t i = 0; i < g->n; i++)
-		if (g->eps[i].unsupported[0])
-			buf_printf(&b, "; %s: %s", g->eps[i].cfg->name, g->eps[i].unsupported);
 	snprintf(g->no_usable, sizeof g->no_usable, "%s", b.p);
 	buf_free(&b);
 	free(seen);
@@ -139,13 +112,11 @@ void grid_init(struct grid *g, const struct manifest *m)
 	for (size_t i = 0; i < g->n; i++) {
 		struct endpoint *ep = &g->eps[i];
 		ep->cfg = &m->endpoints[i];
-		if (provider_parse(ep->cfg->provider, &ep->prov) < 0) {
-			unsupported(ep, "provider %.64s is not one of anthropic, openai, gemini, codex, mock",
-			            ep->cfg->provider);
-			continue;
-		}
-		if (ep->cfg->auth && ep->prov != PROV_MOCK && load_auth(ep) < 0)
-			continue;
+		/* The manifest loader admits only the five providers. */
+		if (provider_parse(ep->cfg->provider, &ep->prov) < 0)
+			die("endpoint %.64s: unknown provider %.64s", ep->cfg->name, ep->cfg->provider);
+		if (ep->cfg->auth && ep->prov != PROV_MOCK)
+			load_auth(ep);
 		load_credentials(ep);
 		ep->usable = ep->missing[0] == '\0';
 		if (ep->prov != PROV_MOCK && !(ep->curl = curl_easy_init()))

@@ -39,7 +39,6 @@ struct endpoint {
 	enum provider prov;
 	int usable;
 	char missing[160];                 /* variables to set before it is usable */
-	char unsupported[160];             /* configuration this stage cannot use */
 	const char *key;                   /* API key or codex token (environment) */
 	const char *account;               /* codex account (environment) */
 	struct oauth *oauth;               /* NULL without auth */
