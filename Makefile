@@ -9,6 +9,7 @@
 #   make deps            install missing Debian packages (as root)
 #   make install PREFIX=/usr/local DESTDIR=
 
+VERSION  := 0.3.0
 CC       ?= cc
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -18,7 +19,7 @@ OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
 WARN     := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral
-CPPFLAGS += -D_GNU_SOURCE -Ilib
+CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -45,7 +46,7 @@ DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
 
 all: $(BINS)
 
-$(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h)
+$(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -c -o $@ $<
 

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "utf8.h"
 
 #define INBOX_FILE_MAX (64u << 10)   /* the engine skips larger inbox files */
 #define OUTBOX_FILE_MAX (1u << 20)   /* an outbox file larger than this is not read */
@@ -38,8 +39,5 @@ json_t *outbox_read(int dirfd, const char *name, struct sfma_err *e);
  * becoming '_', clipped to cap - 1 bytes; "unknown" when in is NULL or
  * empty. The result is safe in a file name and on a terminal. */
 void mailbox_label(const char *in, char *out, size_t cap);
-
-/* 1 if s[0..n) is well-formed UTF-8 without NUL bytes, else 0. */
-int utf8_text_ok(const char *s, size_t n);
 
 #endif

@@ -3,7 +3,7 @@
 
 SFMA_BINDIR=${SFMA_BINDIR:-$(cd "$BATS_TEST_DIRNAME/../bin" && pwd)}
 export PATH="$SFMA_BINDIR:$PATH"
-INTEROP=${SFMA_INTEROP:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)/shared/interop}
+INTEROP=${SFMA_INTEROP:-$BATS_TEST_DIRNAME/fixtures/interop}
 REPO=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 
 # Fail loudly (never skip) when a facility the suite relies on is missing.

@@ -4,7 +4,7 @@
 # (each is usable alone), fed the same kind of lines a run sends them.
 set -eu
 bin=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../bin" && pwd)}
-interop=${SFMA_INTEROP:-$(cd "$(dirname "$0")/../.." && pwd)/shared/interop}
+interop=${SFMA_INTEROP:-$(cd "$(dirname "$0")" && pwd)/fixtures/interop}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 vg="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible"

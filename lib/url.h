@@ -1,0 +1,16 @@
+/* url.h - the one rule for where secrets may travel.
+ *
+ * Provider keys, OAuth secrets and bot tokens go out in headers, bodies or
+ * paths: over the network that is only safe inside TLS. Plain http is
+ * allowed to this machine alone (tests, a local proxy, a local model). */
+#ifndef SFMA_URL_H
+#define SFMA_URL_H
+
+#include "err.h"
+
+/* 0 if url is https://..., or http:// to a loopback host (localhost,
+ * 127.0.0.0/8, [::1]) with no user info; else -1 with the reason in e
+ * (no URL text in it: the caller names the field). */
+int url_transport_ok(const char *url, struct sfma_err *e);
+
+#endif
