@@ -98,6 +98,37 @@ int lr_next(struct line_reader *r, char **line, size_t *len, struct sfma_err *e)
 	}
 }
 
+int lr_skip_line(struct line_reader *r)
+{
+	if (r->torn)
+		return 0;
+	for (;;) {
+		char *nl = r->end > r->start ? memchr(r->buf + r->start, '\n', r->end - r->start) : NULL;
+		if (nl) {
+			r->start = (size_t)(nl - r->buf) + 1;
+			r->line_no++;
+			return 1;
+		}
+		r->consumed += r->end;
+		r->start = r->end = 0;
+		if (r->eof)
+			return 0;
+		if (!r->buf) {
+			r->cap = READ_CHUNK;
+			r->buf = xmalloc(r->cap);
+		}
+		ssize_t got;
+		do
+			got = read(r->fd, r->buf, r->cap - 1);
+		while (got < 0 && errno == EINTR);
+		if (got <= 0) {
+			r->eof = 1;
+			return 0;
+		}
+		r->end = (size_t)got;
+	}
+}
+
 int write_all(int fd, const void *data, size_t n)
 {
 	const char *p = data;

@@ -35,6 +35,12 @@ void lr_init(struct line_reader *r, int fd, size_t max_line);
  * and r->offset is where the torn line starts). */
 int lr_next(struct line_reader *r, char **line, size_t *len, struct sfma_err *e);
 
+/* After lr_next failed on an over-long line: drop the rest of that line,
+ * up to and including its '\n', so the stream stays in step and memory
+ * stays bounded. Returns 1 when more input may follow, 0 at the end of
+ * input or on a read error (the reader is then at its end). */
+int lr_skip_line(struct line_reader *r);
+
 void lr_free(struct line_reader *r);
 
 /* Write all of data to fd, retrying on EINTR and short writes. 0 or -1/errno. */

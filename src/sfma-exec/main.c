@@ -402,30 +402,6 @@ static void handle(const struct exec_ctx *c, const char *line, size_t len)
 	json_decref(req);
 }
 
-/* After an over-long line: drop bytes up to and including the next newline. */
-static int skip_line(struct line_reader *lr)
-{
-	for (;;) {
-		char *nl = memchr(lr->buf + lr->start, '\n', lr->end - lr->start);
-		if (nl) {
-			lr->start = (size_t)(nl - lr->buf) + 1;
-			return 1;
-		}
-		lr->consumed += lr->end;
-		lr->start = lr->end = 0;
-		if (lr->eof)
-			return 0;
-		ssize_t got = read(lr->fd, lr->buf, lr->cap - 1);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0) {
-			lr->eof = 1;
-			return 0;
-		}
-		lr->end = (size_t)got;
-	}
-}
-
 static void on_signal(int sig)
 {
 	sandbox_shutdown_signal();
@@ -515,7 +491,7 @@ int main(int argc, char **argv)
 			break;
 		if (got < 0) {
 			emit_error(NULL, e.text);
-			if (lr.torn || !skip_line(&lr))
+			if (!lr_skip_line(&lr))
 				break;
 			continue;
 		}
