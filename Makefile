@@ -60,10 +60,12 @@ $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(w
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
 check: all
+	sh tests/lint.sh
 	SFMA_BINDIR=$(abspath $(BINDIR)) bats --print-output-on-failure tests
 
 # The whole suite against an ASan+UBSan build kept apart from bin/.
 check-sanitize:
+	sh tests/lint.sh
 	$(MAKE) BUILD=$(BUILD)/san BINDIR=$(BUILD)/san/bin CC=clang \
 	        CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" all
 	SFMA_BINDIR=$(abspath $(BUILD)/san/bin) SFMA_SANITIZED=1 \

@@ -1,0 +1,36 @@
+#!/bin/sh
+# tests/lint.sh [FILE.bats...] - what `make check` refuses before it runs a test.
+#
+# 1. In bats, a bare `! cmd` that is not the last command of its test never
+#    fails the test (bash ignores the status of a negated pipeline under
+#    `set -e`). Write `run ! cmd` with a status check, or `cmd && return 1`.
+# 2. Nothing in the repository may reach outside it: a user's clone has
+#    nothing beside it (no ../shared, no sibling checkout).
+# Exits 1 naming each offending line, 0 when clean.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+status=0
+
+if [ $# -gt 0 ]; then files="$*"; else files=$(ls tests/*.bats); fi
+weak=$(for f in $files; do
+	awk -v f="$f" '
+	/^[[:space:]]*![[:space:]]/ { if (pend) print f ":" pend; pend = FNR; next }
+	pend && /^[[:space:]]*(#|$)/ { next }
+	pend { if ($0 !~ /^[[:space:]]*}[[:space:]]*$/) print f ":" pend; pend = 0 }' "$f"
+done)
+if [ -n "$weak" ]; then
+	echo "lint: bare '! cmd' that can never fail its test (use 'run ! cmd' and check \$status, or 'cmd && return 1'):" >&2
+	echo "$weak" >&2
+	status=1
+fi
+
+if [ $# -eq 0 ] && command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
+	outside=$(git grep -n -I -E '\.\./(\.\./)*shared\b|shared/interop|shared folder beside' -- . ':!tests/lint.sh' 2>/dev/null)
+	if [ -n "$outside" ]; then
+		echo "lint: these lines read a folder outside the repository, which a clone does not have:" >&2
+		echo "$outside" >&2
+		status=1
+	fi
+fi
+[ $status -eq 0 ] && echo "lint: clean"
+exit $status
