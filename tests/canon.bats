@@ -218,3 +218,9 @@ PY
 	[[ "$output" == *"failed hash-chain verification: line 1: hash mismatch"* ]]
 	cmp t.jsonl before
 }
+
+@test "a power of two prints with the 16 digits ECMAScript prints, not 17" {
+	run canon '[5.960464477539063e-8, 5.9604644775390625e-8, 0.00000005960464477539063, 2e-24, 1.2676506002282294e30]'
+	[ "$status" -eq 0 ]
+	[ "$output" = '[5.960464477539063e-8,5.960464477539063e-8,5.960464477539063e-8,2e-24,1.2676506002282294e+30]' ]
+}
