@@ -224,3 +224,13 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$output" = '[5.960464477539063e-8,5.960464477539063e-8,5.960464477539063e-8,2e-24,1.2676506002282294e+30]' ]
 }
+
+# Every input that ever canonicalized wrong, one per line, beside what
+# ECMAScript makes of it. A new case is a line appended to regressions.jsonl,
+# then: node tests/fixtures/canon/jcs.js < regressions.jsonl > regressions.expected
+# (tests/canon-node.bats checks that the expected lines still are that).
+@test "regression cases canonicalize as ECMAScript does" {
+	fixtures=$BATS_TEST_DIRNAME/fixtures/canon
+	run sh -c "sfma-verify --canonicalize < '$fixtures/regressions.jsonl' | cmp - '$fixtures/regressions.expected'"
+	[ "$status" -eq 0 ]
+}
