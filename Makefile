@@ -39,7 +39,7 @@ LIBS_sfma-exec     := -lseccomp
 
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
-                bubblewrap util-linux valgrind python3 procps
+                bubblewrap util-linux valgrind python3 procps nodejs
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean

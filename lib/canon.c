@@ -10,44 +10,193 @@
 
 /* ---- numbers ---------------------------------------------------------- */
 
-/* ECMAScript Number::toString (ECMA-262 7.1.12.1): the shortest digit
- * string that reads back as d, then placed by the exponent rules. */
+/* ECMAScript Number::toString (ECMA-262 Number::toString, step 5 as its
+ * Note 2 recommends and V8 - so JSON.stringify in node - implements): the
+ * fewest digits s (k of them) with s x 10^(n-k) reading back as the double,
+ * and when several k-digit strings read back, the one closest to the
+ * double's exact value, the even one on a tie. Then placed by the exponent
+ * rules. glibc's printf and strtod convert exactly (correctly rounded,
+ * ties to even), which the slow path relies on. */
+
+#define TWO_POW_53 9007199254740992.0
+
+static const double pow10_exact[23] = {
+	1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+/* The decimal digits of v > 0 into out; returns how many. */
+static int u64_digits(uint64_t v, char *out)
+{
+	char rev[20];
+	int k = 0;
+	do {
+		rev[k++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (int i = 0; i < k; i++)
+		out[i] = rev[k - 1 - i];
+	return k;
+}
+
+/* Fast path, for a > 0 in [1e-8, 1e37): scale a to t = a x 10^j in
+ * [10^14, 10^15) with 10^j exact (|j| <= 22), round to the integer N, and
+ * check that N x 10^-j reads back as a - one correctly rounded division or
+ * multiplication of exact operands, so the check is exact. Any decimal of at
+ * most 15 significant digits that reads back as a is within 0.19 of t (t is
+ * below 2^50: its own rounding is at most 1/16, half the double's spacing at
+ * that scale at most 1/8), so it is N; and no two decimals of at most 15
+ * digits (DBL_DIG) read back as the same normal double, so that N, trimmed,
+ * is the one shortest string. Returns its digit count k and sets *n (value
+ * = 0.digits x 10^n), 0 if there is no such N (so a needs 16 or 17 digits),
+ * -1 if a is outside the range (nothing learned). */
+static int shortest_up_to_15(double a, char *digits, int *n)
+{
+	if (!(a >= 1e-8 && a < 1e37))
+		return -1;
+	int e2;
+	frexp(a, &e2);
+	/* 10^(n0-1) <= a < 10^n0, give or take one: log10(2) ~ 0.30103. */
+	int n0 = (int)floor((e2 - 1) * 0.30102999566398120) + 1;
+	int j = 15 - n0;
+	double t = 0;
+	for (int tries = 0; tries < 3; tries++) {
+		if (j < -22 || j > 22)
+			return -1;
+		t = j >= 0 ? a * pow10_exact[j] : a / pow10_exact[-j];
+		if (t >= 1e15)
+			j--;
+		else if (t < 1e14)
+			j++;
+		else
+			break;
+	}
+	if (!(t >= 1e14 && t < 1e15))
+		return -1;
+	double N = nearbyint(t);
+	double back = j >= 0 ? N / pow10_exact[j] : N * pow10_exact[-j];
+	if (back != a)
+		return 0;
+	int k = u64_digits((uint64_t)N, digits);
+	*n = k - j;
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	return k;
+}
+
+/* The p-digit decimal nearest to a > 0 (glibc rounds exactly, ties to
+ * even): p digits into digits, *e10 its exponent (value d.dd.. x 10^e10). */
+static void nearest_digits(double a, int p, char *digits, int *e10)
+{
+	char tmp[40];
+	snprintf(tmp, sizeof tmp, "%.*e", p - 1, a);
+	const char *s = tmp;
+	int k = 0;
+	for (; *s != 'e'; s++)
+		if (*s != '.')
+			digits[k++] = *s;
+	*e10 = atoi(s + 1);
+}
+
+static double digits_value(const char *digits, int p, int e10)
+{
+	char tmp[40];
+	snprintf(tmp, sizeof tmp, "%.*se%d", p, digits, e10 - p + 1);
+	return strtod(tmp, NULL);
+}
+
+/* Move a p-digit decimal one unit in its last place up or down, staying
+ * p digits long (9.99 up is 1.00 x 10 more; 1.00 down is 9.99 x 10 less). */
+static void step_digits(char *digits, int p, int *e10, int up)
+{
+	int i = p - 1;
+	if (up) {
+		while (i >= 0 && digits[i] == '9')
+			digits[i--] = '0';
+		if (i < 0) {
+			digits[0] = '1';
+			(*e10)++;
+		} else {
+			digits[i]++;
+		}
+		return;
+	}
+	while (digits[i] == '0')
+		digits[i--] = '9';
+	digits[i]--;
+	if (digits[0] == '0') {
+		memmove(digits, digits + 1, (size_t)(p - 1));
+		digits[p - 1] = '9';
+		(*e10)--;
+	}
+}
+
+/* The p-digit decimal closest to a that reads back as a, if any: the nearest
+ * p-digit rounding, else its neighbour on a's other side. The decimals that
+ * read back as a form an interval around a, so if any p-digit one does, one
+ * of the two that enclose a does; and if both do, the nearest is closest. */
+static int round_trip_digits(double a, int p, char *digits, int *e10)
+{
+	nearest_digits(a, p, digits, e10);
+	double v = digits_value(digits, p, *e10);
+	if (v == a)
+		return 1;
+	step_digits(digits, p, e10, v < a);
+	return digits_value(digits, p, *e10) == a;
+}
+
+/* Exact for every finite a > 0: the fewest digits p for which a p-digit
+ * decimal reads back (a p-digit one reads back, so does a p+1-digit one:
+ * search by halves), and the closest such decimal. */
+static int shortest_digits(double a, char *digits, int *n)
+{
+	int k = shortest_up_to_15(a, digits, n);
+	if (k > 0)
+		return k;
+	int lo = k == 0 ? 16 : 1, hi = 17, e10 = 0, found = 0;
+	char probe[20];
+	while (lo < hi) {
+		int mid = (lo + hi) / 2, pe;
+		if (round_trip_digits(a, mid, probe, &pe)) {
+			memcpy(digits, probe, (size_t)mid);
+			e10 = pe;
+			found = hi = mid;
+		} else {
+			lo = mid + 1;
+		}
+	}
+	if (!found) /* 17 digits always read back: the nearest does */
+		nearest_digits(a, found = 17, digits, &e10);
+	k = found;
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	*n = e10 + 1;
+	return k;
+}
+
 int canon_number(double d, char *out)
 {
 	if (!isfinite(d))
 		return -1;
-	if (d == 0) /* also -0, which ECMAScript prints as "0" */
-		return sprintf(out, "0");
-	/* Exact integers below 2^53 print as plain digits: the common case. */
-	if (fabs(d) < 9007199254740992.0 && d == floor(d))
-		return sprintf(out, "%.0f", d);
-
-	char tmp[40], digits[20];
-	int k = 0, exp10 = 0;
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(tmp, sizeof tmp, "%.*e", prec - 1, d);
-		if (strtod(tmp, NULL) == d || prec == 17)
-			break;
-	}
-	/* tmp is "-d.ddde+XX": collect the digits and the exponent. */
-	const char *p = tmp;
-	int neg = 0;
-	if (*p == '-') {
-		neg = 1;
-		p++;
-	}
-	for (; *p && *p != 'e'; p++)
-		if (*p >= '0' && *p <= '9')
-			digits[k++] = *p;
-	exp10 = atoi(p + 1);
-	while (k > 1 && digits[k - 1] == '0')
-		k--;
-	digits[k] = '\0';
-
-	int n = exp10 + 1; /* value = 0.digits * 10^n */
 	char *o = out;
-	if (neg)
+	if (d == 0) { /* also -0, which ECMAScript prints as "0" */
+		*o++ = '0';
+		*o = '\0';
+		return 1;
+	}
+	if (d < 0)
 		*o++ = '-';
+	double a = fabs(d);
+	/* Exact integers below 2^53 print as plain digits: the common case. */
+	if (a < TWO_POW_53 && a == floor(a)) {
+		o += u64_digits((uint64_t)a, o);
+		*o = '\0';
+		return (int)(o - out);
+	}
+
+	char digits[20];
+	int n; /* value = 0.digits x 10^n */
+	int k = shortest_digits(a, digits, &n);
 	if (k <= n && n <= 21) {
 		memcpy(o, digits, (size_t)k);
 		o += k;

@@ -147,55 +147,137 @@ int write_all(int fd, const void *data, size_t n)
 
 /* Jansson reads U+0000 inside string values (JSON_ALLOW_NUL) but refuses it
  * inside object keys, which JSON.parse accepts and traces made by the earlier
- * runner contain. Such texts are parsed with every escaped U+0000 stood in for
- * by a noncharacter that does not occur in the text, then the stand-in is
- * turned back into U+0000 in keys and values (Jansson stores keys with their
- * length, so the tree then holds exactly what the text said). */
-static const char *const nul_standins[][3] = {
-	/* UTF-8 bytes, lower- and upper-case escapes of U+FDD0..U+FDD3 */
-	{"\xef\xb7\x90", "\\ufdd0", "\\uFDD0"}, {"\xef\xb7\x91", "\\ufdd1", "\\uFDD1"},
-	{"\xef\xb7\x92", "\\ufdd2", "\\uFDD2"}, {"\xef\xb7\x93", "\\ufdd3", "\\uFDD3"},
-};
+ * runner contain. Such a text is parsed once more after a rewrite that takes
+ * U+0000 out of every string by an escape scheme that escapes itself:
+ *
+ *   U+0000 -> STANDIN U+FDD1        STANDIN (U+FDD0) -> STANDIN STANDIN
+ *
+ * whether the text spells the character raw or as a \u escape in any case.
+ * Every other character is left as it is. The mapping is one-to-one on
+ * decoded strings, so two keys are duplicates after the rewrite exactly when
+ * they were before, and undoing it in every key and value gives back what
+ * the text said (Jansson stores keys with their length). No choice of a
+ * stand-in "absent from the text" is involved: there is none for a text
+ * that holds every character. */
+#define STANDIN_UTF8 "\xef\xb7\x90"   /* U+FDD0, a noncharacter */
+#define STANDIN_ESC "\\ufdd0"
+#define NUL_TAIL_UTF8 "\xef\xb7\x91"  /* U+FDD1: STANDIN then this is U+0000 */
+#define NUL_TAIL_ESC "\\ufdd1"
 
-static int contains(const char *text, size_t len, const char *needle)
+static int hex_digit(unsigned char c)
 {
-	return memmem(text, len, needle, strlen(needle)) != NULL;
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c |= 0x20;
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* Replace the stand-in by U+0000 throughout the tree. */
-static void restore_nul(json_t *v, const char *standin)
+/* The value of the escape \uXXXX at text[i] (text[i] is the backslash), or
+ * -1 if there is no such escape there. */
+static long u_escape_at(const char *text, size_t len, size_t i)
 {
-	size_t sl = strlen(standin);
-	if (json_is_string(v)) {
-		const char *s = json_string_value(v);
-		size_t n = json_string_length(v);
-		if (!memmem(s, n, standin, sl))
-			return;
-		struct buf b = {0};
-		for (size_t i = 0; i < n;) {
-			if (i + sl <= n && memcmp(s + i, standin, sl) == 0) {
-				buf_addc(&b, '\0');
-				i += sl;
-			} else {
-				buf_addc(&b, s[i++]);
+	if (i + 6 > len || text[i + 1] != 'u')
+		return -1;
+	long v = 0;
+	for (size_t k = 2; k < 6; k++) {
+		int h = hex_digit((unsigned char)text[i + k]);
+		if (h < 0)
+			return -1;
+		v = v * 16 + h;
+	}
+	return v;
+}
+
+/* Rewrite text[0..len) by the scheme above. The walk goes escape by escape
+ * (a backslash always begins one inside a string, and a text with one
+ * outside a string is invalid before and after), so "\\u0000" - an escaped
+ * backslash, then "u0000" - stays as it is. If map_to is not SIZE_MAX, stop
+ * where the rewritten text reaches offset map_to and return the matching
+ * offset in text instead (to place an error in the text the caller gave). */
+static size_t rewrite_nul(const char *text, size_t len, struct buf *out, size_t map_to)
+{
+	size_t written = 0, i = 0;
+	while (i < len) {
+		const char *rep = NULL;
+		size_t span = 1;
+		unsigned char c = (unsigned char)text[i];
+		if (c == '\\') {
+			long u = u_escape_at(text, len, i);
+			span = i + 1 < len ? 2 : 1;
+			if (u == 0) {
+				rep = STANDIN_ESC NUL_TAIL_ESC;
+				span = 6;
+			} else if (u == 0xFDD0) {
+				rep = STANDIN_ESC STANDIN_ESC;
+				span = 6;
+			} else if (u > 0) {
+				span = 6;
 			}
+		} else if (c == 0xEF && i + 3 <= len && memcmp(text + i, STANDIN_UTF8, 3) == 0) {
+			/* 0xEF is never a continuation byte: these three bytes are
+			 * U+FDD0 itself, or the text is not valid UTF-8 anyway. */
+			rep = STANDIN_ESC STANDIN_ESC;
+			span = 3;
 		}
-		json_string_setn_nocheck(v, b.p, b.len);
-		buf_free(&b);
+		size_t n = rep ? strlen(rep) : span;
+		if (written + n > map_to)
+			return i;
+		if (out)
+			buf_add(out, rep ? rep : text + i, n);
+		written += n;
+		i += span;
+	}
+	return map_to == SIZE_MAX ? written : len;
+}
+
+/* Undo the rewrite in one decoded string: STANDIN STANDIN -> STANDIN,
+ * STANDIN NUL_TAIL -> U+0000. Returns 1 and fills out if s held a stand-in. */
+static int unescape_nul(const char *s, size_t n, struct buf *out)
+{
+	const char *hit = memmem(s, n, STANDIN_UTF8, 3);
+	if (!hit)
+		return 0;
+	size_t i = 0;
+	while (hit) {
+		size_t at = (size_t)(hit - s);
+		buf_add(out, s + i, at - i);
+		/* The rewrite puts a second character after every stand-in. */
+		if (at + 6 <= n && memcmp(s + at + 3, NUL_TAIL_UTF8, 3) == 0)
+			buf_addc(out, '\0');
+		else
+			buf_add(out, STANDIN_UTF8, 3);
+		i = at + 6 <= n && (memcmp(s + at + 3, NUL_TAIL_UTF8, 3) == 0 ||
+		                    memcmp(s + at + 3, STANDIN_UTF8, 3) == 0) ? at + 6 : at + 3;
+		hit = i < n ? memmem(s + i, n - i, STANDIN_UTF8, 3) : NULL;
+	}
+	buf_add(out, s + i, n - i);
+	return 1;
+}
+
+/* Undo the rewrite throughout the tree. */
+static void restore_nul(json_t *v)
+{
+	struct buf b = {0};
+	if (json_is_string(v)) {
+		if (unescape_nul(json_string_value(v), json_string_length(v), &b))
+			json_string_setn_nocheck(v, b.p ? b.p : "", b.len);
 	} else if (json_is_array(v)) {
 		for (size_t i = 0; i < json_array_size(v); i++)
-			restore_nul(json_array_get(v, i), standin);
+			restore_nul(json_array_get(v, i));
 	} else if (json_is_object(v)) {
 		/* Rebuild the object to rename keys while keeping member order. */
 		json_t *copy = json_object();
 		for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it)) {
 			json_t *value = json_object_iter_value(it);
-			restore_nul(value, standin);
-			json_t *key = json_stringn_nocheck(json_object_iter_key(it), json_object_iter_key_len(it));
-			restore_nul(key, standin);
-			json_object_setn_new_nocheck(copy, json_string_value(key), json_string_length(key),
-			                         json_incref(value));
-			json_decref(key);
+			restore_nul(value);
+			const char *key = json_object_iter_key(it);
+			size_t key_len = json_object_iter_key_len(it);
+			b.len = 0;
+			if (unescape_nul(key, key_len, &b)) {
+				key = b.p ? b.p : "";
+				key_len = b.len;
+			}
+			json_object_setn_new_nocheck(copy, key, key_len, json_incref(value));
 		}
 		/* json_object_update() would cut keys at U+0000: copy by length. */
 		json_object_clear(v);
@@ -203,6 +285,50 @@ static void restore_nul(json_t *v, const char *standin)
 			json_object_setn_new_nocheck(v, json_object_iter_key(it), json_object_iter_key_len(it),
 			                         json_incref(json_object_iter_value(it)));
 		json_decref(copy);
+	}
+	buf_free(&b);
+}
+
+/* Undo the rewrite in the tokens an error message quotes, left to right
+ * as it was made (in place: the message only gets shorter). */
+static void unrewrite_message(char *msg)
+{
+	const size_t esc = strlen(STANDIN_ESC);
+	char *o = msg;
+	for (const char *s = msg; *s;) {
+		if (strncmp(s, STANDIN_ESC, esc) == 0) {
+			if (strncmp(s + esc, NUL_TAIL_ESC, esc) == 0) {
+				memcpy(o, "\\u0000", esc);
+				o += esc;
+				s += 2 * esc;
+				continue;
+			}
+			if (strncmp(s + esc, STANDIN_ESC, esc) == 0) {
+				memcpy(o, STANDIN_ESC, esc);
+				o += esc;
+				s += 2 * esc;
+				continue;
+			}
+		}
+		*o++ = *s++;
+	}
+	*o = '\0';
+}
+
+/* Jansson's line and column of byte offset pos in text: lines counted by
+ * '\n', columns by UTF-8 characters, 1-based, at the character before pos. */
+static void text_position(const char *text, size_t pos, int *line, int *column)
+{
+	*line = 1;
+	*column = 0;
+	for (size_t i = 0; i < pos; i++) {
+		unsigned char c = (unsigned char)text[i];
+		if (c == '\n') {
+			(*line)++;
+			*column = 0;
+		} else if ((c & 0xC0) != 0x80) {
+			(*column)++;
+		}
 	}
 }
 
@@ -212,31 +338,18 @@ json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e)
 	json_error_t je;
 	json_t *v = json_loadb(text, len, flags, &je);
 	if (!v && strstr(je.text, "NUL byte in object key")) {
-		for (size_t k = 0; k < sizeof nul_standins / sizeof *nul_standins; k++) {
-			const char *const *si = nul_standins[k];
-			if (contains(text, len, si[0]) || contains(text, len, si[1]) || contains(text, len, si[2]))
-				continue;
-			/* Rewrite every escape \u0000 (not a literal backslash followed
-			 * by "u0000") into the stand-in's escape. */
-			struct buf b = {0};
-			for (size_t i = 0; i < len; i++) {
-				if (text[i] == '\\' && i + 1 < len) {
-					if (i + 5 < len && memcmp(text + i + 1, "u0000", 5) == 0) {
-						buf_add(&b, si[1], 6);
-						i += 5;
-					} else {
-						buf_add(&b, text + i, 2);
-						i++;
-					}
-					continue;
-				}
-				buf_addc(&b, text[i]);
-			}
-			v = json_loadb(b.p ? b.p : "", b.len, flags, &je);
-			buf_free(&b);
-			if (v)
-				restore_nul(v, si[0]);
-			break;
+		struct buf b = {0};
+		rewrite_nul(text, len, &b, SIZE_MAX);
+		v = json_loadb(b.p ? b.p : "", b.len, flags, &je);
+		buf_free(&b);
+		if (v) {
+			restore_nul(v);
+		} else {
+			/* Place the error in the caller's text, not in the rewrite,
+			 * and quote its tokens as they read before it. */
+			size_t at = rewrite_nul(text, len, NULL, (size_t)je.position);
+			text_position(text, at, &je.line, &je.column);
+			unrewrite_message(je.text);
 		}
 	}
 	if (!v)
