@@ -3,6 +3,7 @@
 # fake server on 127.0.0.1, OAuth, failover, bounds, and secret hygiene.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 ANTHROPIC_KEY=sk-ant-test-Zq81kL0secretA
 OPENAI_KEY=sk-openai-test-Vw92mN1secretB
@@ -452,7 +453,7 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	line 1 '.id == null and (.ok | not) and (.error | startswith("bad request: invalid JSON"))'
 	line 2 '.id == null and (.error | startswith("bad request: invalid JSON"))'
 	line 3 '.id == null and (.error | startswith("bad request: invalid JSON"))'
-	line 4 '.id == null and (.error | test("line longer than"))'
+	line 4 '.id == null and .error == "bad request: line 4: longer than 16777216 bytes"'
 	line 5 '.error == "bad request: a request must be a JSON object"'
 	line 6 '.id == {"k":[1]} and (.error | test("role"))'
 	line 7 '.id == 5 and (.error | test("class"))'
@@ -472,9 +473,14 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	run sfma-model m2.json
 	[ "$status" -eq 2 ]
 	[[ "$output" == *"- modelAdapter was replaced by modelEndpoints"* ]]
-	run sfma-model
+	run --separate-stderr sfma-model
 	[ "$status" -eq 2 ]
-	[ "$output" = "sfma-model: usage: sfma-model MANIFEST" ]
+	[ -z "$output" ]
+	[ "${stderr_lines[0]}" = "sfma-model: a MANIFEST is required" ]
+	[ "${stderr_lines[1]}" = "usage: sfma-model MANIFEST < requests > replies" ]
+	run --separate-stderr sfma-model m.json m2.json
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sfma-model: one MANIFEST only (unexpected m2.json)" ]
 }
 
 @test "an unknown provider or an unusable auth block is an invalid manifest" {

@@ -82,7 +82,7 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
               size_t body_len, long long deadline_ms, struct sse *sse,
               struct http_reply *out, struct sfma_err *e)
 {
-	long long left = deadline_ms - now_epoch_ms();
+	long long left = deadline_ms - wall_ms();
 	if (left <= 0)
 		return err_set(e, "deadline passed");
 	char errbuf[CURL_ERROR_SIZE] = "";
