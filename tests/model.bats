@@ -425,6 +425,98 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	secret_free
 }
 
+# A 99-character anthropic-style key, and the pieces of it no output may hold.
+LONG_KEY=sk-ant-api03-GdVJNS3EcGLm4hwvNxsIHSJPVg0929UuogbDtYXJksd3q5IAk5Mt5eP96kTQJnfbrxi2_jY6vByVJFIk0i626S
+
+# no_key_piece FILE...: no 8-byte run of LONG_KEY in any FILE.
+no_key_piece() {
+	python3 - "$LONG_KEY" "$@" <<'PY'
+import sys
+key, files = sys.argv[1], sys.argv[2:]
+pieces = {key[i:i + 8] for i in range(len(key) - 7)}
+bad = 0
+for f in files:
+    text = open(f, encoding="utf-8", errors="replace").read()
+    for p in sorted(pieces):
+        if p in text:
+            print("%s holds %r of the key" % (f, p), file=sys.stderr)
+            bad = 1
+if bad:
+    for f in files:
+        print("--- " + f + "\n" + open(f, errors="replace").read(), file=sys.stderr)
+sys.exit(bad)
+PY
+}
+
+# echo_body PAD COPIES [TAIL]: PAD bytes of 'a', COPIES copies of the key
+# separated by spaces, then TAIL; as a JSON string.
+echo_body() {
+	python3 -c 'import json, sys; pad, n, tail = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "$1" "$2" "${3:-}"
+}
+
+@test "a 99-character key echoed by a 401 leaves no 8-byte piece anywhere, wherever the copies fall" {
+	[ "${#LONG_KEY}" -eq 99 ]
+	# 8 copies from byte 0 (earlier copies shrink to [redacted] and pull the
+	# 712-byte cut into view); one copy straddling the 200-byte clip; one
+	# straddling 712; a run of copies crossing both; a key the server cut short.
+	local routes="" i=0 spec
+	for spec in "0 8" "10 8" "150 1" "190 1" "199 1" "650 1" "700 1" "705 1" "711 1" "180 9" \
+	            "0 7 ${LONG_KEY:0:60}" "100 0 ${LONG_KEY:20:30} tail" "190 0 ${LONG_KEY:0:12}"; do
+		set -- $spec
+		routes+="${routes:+,}\"/e$i/v1/messages\":[{\"status\":401,\"body\":$(echo_body "$1" "$2" "${3:+ $3}${4:+ $4}")}]"
+		i=$((i + 1))
+	done
+	serve "{$routes}"
+	local eps="" j
+	for ((j = 0; j < i; j++)); do
+		eps+="${eps:+,}{\"name\":\"e$j\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE/e$j\"}"
+	done
+	manifest "[$eps]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	req 1 mechanical "$i" > requests.jsonl
+	model
+	[ "$(jq '.calls | length' out.jsonl)" -eq "$i" ]
+	jq -e '[.calls[].error] | all(test("^e[0-9]+: HTTP 401: "))' out.jsonl
+	# the shown excerpt keeps its bound
+	jq -e '[.calls[].error | length] | max < 260' out.jsonl
+	no_key_piece out.jsonl err.txt
+	# the whole copies were recognised as the key, not just cut away
+	jq -e '.calls[] | select(.endpoint == "e0") | .error | startswith("e0: HTTP 401: [redacted] [redacted] [redacted]")' out.jsonl
+}
+
+@test "pieces of a key are redacted in every message, not only in excerpts" {
+	# a libcurl-style error quoting a URL cut inside the key, and a message
+	# cut short right after the key's first bytes
+	serve "{\"/v1/messages\":[{\"status\":500,\"body\":$(echo_body 0 0 "see https://x/${LONG_KEY:0:40}")},
+	        {\"status\":500,\"body\":$(echo_body 0 0 "bad key ${LONG_KEY:0:6}")}]}"
+	manifest "[{\"name\":\"a\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE\"}]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	{ req 1 mechanical 1; req 2 mechanical 1; } > requests.jsonl
+	model
+	line 1 '.error == "a: HTTP 500: see https://x/[redacted]"'
+	line 2 '.error == "a: HTTP 500: bad key [redacted]"'
+	no_key_piece out.jsonl err.txt
+}
+
+@test "a key echoed by a failing endpoint reaches no trace, record or output of a whole run" {
+	serve "{\"/v1/messages\":[{\"status\":401,\"body\":$(echo_body 0 8)}]}"
+	manifest "[{\"name\":\"leaky\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE\",\"priors\":{\"reasoning\":0.99,\"mechanical\":0.99}},
+	           {\"name\":\"m\",\"provider\":\"mock\",\"model\":\"m\",\"priors\":{\"reasoning\":0.01,\"mechanical\":0.01}}]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	run sfma run m.json
+	echo "$output" > run.out
+	[ -s ws/.sfma/trace.jsonl ]
+	# the failing endpoint was really called, and its error is in the trace
+	grep -q 'leaky: HTTP 401: \[redacted\] \[redacted\]' ws/.sfma/trace.jsonl
+	# every file the run left, and the history of its git memory store
+	find ws/.sfma -path ws/.sfma/mem -prune -o -type f -print > files
+	[ "$(wc -l < files)" -ge 3 ]
+	git -C ws/.sfma/mem log --all -p > mem.log
+	[ -s mem.log ]
+	no_key_piece run.out mem.log $(cat files)
+}
+
 @test "a redirect is not followed" {
 	serve '{"/v1/chat/completions":[{"status":302,"body":""}]}'
 	manifest "[{\"name\":\"r\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE\"}]"
