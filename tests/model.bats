@@ -554,6 +554,23 @@ print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "
 	line 10 '.id == 9 and .ok'
 }
 
+@test "an over-long line between good ones is skipped in step; a torn last line is answered" {
+	manifest '[{"name":"m","provider":"mock","model":"x"}]'
+	{
+		req 1 mechanical 1
+		head -c $((16 << 20)) /dev/zero | tr '\0' ' '; echo '{"id":"hidden"}'
+		req 3 mechanical 1
+		req 4 mechanical 1 | tr -d '\n'
+	} > requests.jsonl
+	model
+	[ "$(wc -l < out.jsonl)" -eq 4 ]
+	line 1 '.id == 1 and .ok'
+	line 2 '.id == null and .error == "bad request: line 2: longer than 16777216 bytes"'
+	line 3 '.id == 3 and .ok'
+	line 4 '.id == null and (.error | startswith("bad request: line 4: torn final line"))'
+	[ ! -s err.txt ]
+}
+
 @test "an invalid manifest is TASK_INVALID, exit 2; usage errors exit 2" {
 	echo '{"name":"x"}' > m.json
 	run sfma-model m.json
