@@ -157,7 +157,8 @@ int http_status_error(const struct http_reply *r, struct sfma_err *e)
 	int more = i < r->body.len;
 	char excerpt[EXCERPT_WINDOW + 64];
 	snprintf(excerpt, sizeof excerpt, "%s", x.p ? x.p : "");
-	explicit_bzero(x.p, x.len);
+	if (x.p)
+		explicit_bzero(x.p, x.len);
 	buf_free(&x);
 	secret_scrub(excerpt, sizeof excerpt);
 	size_t n = strlen(excerpt);

@@ -188,7 +188,8 @@ void secret_scrub(char *s, size_t cap)
 	size_t n = b.len < cap - 1 ? b.len : cap - 1;
 	memcpy(s, b.p ? b.p : "", n);
 	s[n] = '\0';
-	explicit_bzero(b.p, b.len);
+	if (b.p)
+		explicit_bzero(b.p, b.len);
 	buf_free(&b);
 }
 
