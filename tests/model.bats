@@ -569,6 +569,12 @@ print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "
 	line 3 '.id == 3 and .ok'
 	line 4 '.id == null and (.error | startswith("bad request: line 4: torn final line"))'
 	[ ! -s err.txt ]
+	# a stdin that cannot be read is no request: exit 1, nothing answered
+	mkdir dir
+	run --separate-stderr sfma-model m.json < dir
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-model: stdin: read: Is a directory" ]
 }
 
 @test "an invalid manifest is TASK_INVALID, exit 2; usage errors exit 2" {

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- the request ------------------------------------------------------- */
 
@@ -140,6 +139,9 @@ static void serve_stdin(struct grid *g)
 		int got = lr_next(&r, &line, &len, &e);
 		if (got == 0)
 			break;
+		/* lr_next's words for a failed read(2): that is no request. */
+		if (got < 0 && strncmp(e.text, "read: ", 6) == 0)
+			die("stdin: %s", e.text);
 		json_t *reply = got == 1 ? serve_line(g, line, len)
 		                         : error_reply(NULL, "bad request: %s", e.text);
 		int rc = json_print_line(stdout, reply);
