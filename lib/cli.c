@@ -39,17 +39,28 @@ void cli_usage_error(const char *usage, const char *fmt, ...)
 
 void cli_bad_option(const char *usage, int c, char **argv)
 {
-	/* getopt_long leaves optind past the offending word; optopt holds the
-	 * short option, or 0 for a long one (then the word names it). */
+	/* getopt_long leaves optind past the offending word, except inside a
+	 * cluster of short options (-xq) it has not finished. optopt holds the
+	 * short option, 0 for an unknown long one, and the option's val for a
+	 * long one given a value it does not take or missing the one it needs:
+	 * so a "--" word names the option unless a short cluster is pending. */
 	const char *word = (optind > 0 && argv[optind - 1]) ? argv[optind - 1] : "?";
-	if (c == ':') {
-		if (optopt)
-			cli_usage_error(usage, "option -%c requires a value", optopt);
-		cli_usage_error(usage, "option %s requires a value", word);
+	const char *next = argv[optind > 0 ? optind : 0];
+	int in_cluster = optopt && next && next[0] == '-' && next[1] && next[1] != '-' &&
+	                 strchr(next + 1, optopt);
+	if (strncmp(word, "--", 2) == 0 && word[2] && !in_cluster) {
+		int len = (int)strcspn(word, "=");
+		if (c == ':')
+			cli_usage_error(usage, "option %.*s requires a value", len, word);
+		if (optopt && word[len] == '=')
+			cli_usage_error(usage, "option %.*s takes no value", len, word);
+		cli_usage_error(usage, "unknown option %.*s", len, word);
 	}
-	if (optopt)
-		cli_usage_error(usage, "unknown option -%c", optopt);
-	cli_usage_error(usage, "unknown option %s", word);
+	if (!optopt)
+		cli_usage_error(usage, "unknown option %s", word);
+	if (c == ':')
+		cli_usage_error(usage, "option -%c requires a value", optopt);
+	cli_usage_error(usage, "unknown option -%c", optopt);
 }
 
 int cli_parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)

@@ -13,10 +13,12 @@
  * refuses everything. The file is opened lazily, at the first event, so a
  * pipeline that never sends one leaves nothing on disk.
  *
- * Exit: 0 at end of input, 1 on any error (nothing more is appended). */
+ * Exit: 0 at end of input, 1 on any error (nothing more is appended), 2 on
+ * a usage error. */
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
+#include "cli.h"
 #include "err.h"
 #include "ndjson.h"
 #include "sha.h"
@@ -218,36 +220,46 @@ static int recover_torn(struct trace *t)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
-static _Noreturn void usage(void)
-{
-	fprintf(stderr, "usage: sfma-chain [--no-wait] [--max-line BYTES] TRACE < events\n"
-	                "       sfma-chain --recover-torn TRACE\n");
-	exit(2);
-}
+/* The longest event line --max-line may allow. */
+#define MAX_LINE_LIMIT (1ul << 30)
+
+static const char usage_text[] =
+	"usage: sfma-chain [--no-wait] [--max-line BYTES] TRACE < events\n"
+	"       sfma-chain --recover-torn TRACE\n"
+	"       sfma-chain --version | --help\n";
 
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
 	int no_wait = 0, recover = 0;
-	size_t max_line = NDJSON_DEFAULT_MAX;
+	unsigned long max_line = NDJSON_DEFAULT_MAX;
 	static const struct option longopts[] = {
 		{"no-wait", no_argument, NULL, 'n'},
 		{"recover-torn", no_argument, NULL, 'r'},
 		{"max-line", required_argument, NULL, 'm'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
+	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n': no_wait = 1; break;
 		case 'r': recover = 1; break;
-		case 'm': max_line = strtoul(optarg, NULL, 10); break;
-		default: usage();
+		case 'm':
+			if (cli_parse_ulong(optarg, 1, MAX_LINE_LIMIT, &max_line) < 0)
+				cli_usage_error(usage_text, "--max-line: a number of bytes, 1 to %lu", MAX_LINE_LIMIT);
+			break;
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, c, argv);
 		}
 	}
-	if (optind != argc - 1 || max_line == 0)
-		usage();
+	if (optind == argc)
+		cli_usage_error(usage_text, "a TRACE is required");
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, "one TRACE only (unexpected %s)", argv[optind + 1]);
 	struct trace t = {.path = argv[optind], .fd = -1};
 	if (recover)
 		return recover_torn(&t);

@@ -19,6 +19,8 @@
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
+#include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "mailbox.h"
 #include "ndjson.h"
@@ -33,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define POLL_MS 250                 /* how often the outbox is looked at */
@@ -60,18 +61,9 @@ static void on_stop(int sig)
 	stop_signal = sig;
 }
 
-static _Noreturn void usage(void)
-{
-	fprintf(stderr, "usage: sfma-chat [--all] WORKSPACE\n");
-	exit(2);
-}
-
-static long long epoch_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static const char usage_text[] =
+	"usage: sfma-chat [--all] WORKSPACE\n"
+	"       sfma-chat --version | --help\n";
 
 /* ---- what was shown ------------------------------------------------------ */
 
@@ -228,7 +220,7 @@ static void post_line(struct chat *c, const char *line, size_t len)
 		c->rejected = true;
 		return;
 	}
-	long long ms = epoch_ms();
+	long long ms = wall_ms();
 	char name[160];
 	struct stat st;
 	for (;;) {
@@ -300,18 +292,27 @@ int main(int argc, char **argv)
 	set_progname(argv[0]);
 	struct chat c = {.outbox_fd = -1};
 	bool all = false;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--all") == 0)
-			all = true;
-		else if (argv[i][0] == '-' && argv[i][1] != '\0')
-			usage();
-		else if (!c.workspace)
-			c.workspace = argv[i];
-		else
-			usage();
+	static const struct option longopts[] = {
+		{"all", no_argument, NULL, 'a'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'a': all = true; break;
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, opt, argv);
+		}
 	}
-	if (!c.workspace)
-		usage();
+	if (optind == argc)
+		cli_usage_error(usage_text, "a WORKSPACE is required");
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, "one WORKSPACE only (unexpected %s)", argv[optind + 1]);
+	c.workspace = argv[optind];
 
 	struct sfma_err e;
 	if ((c.sfma_fd = mailbox_dir(c.workspace, NULL, 1, &e)) < 0 ||

@@ -1,6 +1,6 @@
 /* sfma-telegram - bridge a workspace's mailbox to one Telegram chat.
  *
- *   sfma-telegram [--once] [--poll-timeout=SECONDS] WORKSPACE
+ *   sfma-telegram [--once] [--poll-timeout SECONDS] WORKSPACE
  *
  * Long-polls the Bot API's getUpdates and turns each text message of the
  * chat named by TELEGRAM_CHAT_ID into one inbox file; sends each outbox
@@ -29,9 +29,12 @@
  * usage or configuration error. */
 #include "atomic.h"
 #include "buf.h"
+#include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "mailbox.h"
 #include "ndjson.h"
+#include "url.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
@@ -90,18 +93,9 @@ static void on_stop(int sig)
 	stop_signal = sig;
 }
 
-static _Noreturn void usage(void)
-{
-	fprintf(stderr, "usage: sfma-telegram [--once] [--poll-timeout=SECONDS] WORKSPACE\n");
-	exit(2);
-}
-
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static const char usage_text[] =
+	"usage: sfma-telegram [--once] [--poll-timeout SECONDS] WORKSPACE\n"
+	"       sfma-telegram --version | --help\n";
 
 /* Testing aid: die as kill -9 would at a named step, to prove the order. */
 static void crash_point(const struct bridge *b, const char *step)
@@ -605,26 +599,25 @@ static enum api_rc send_outbox(struct bridge *b, long *retry_after, struct sfma_
 
 /* ---- set-up -------------------------------------------------------------- */
 
-/* The API base: http(s), no user info, query or fragment; plain http only
- * to this machine, since the token travels in the path. */
+/* The API base: where the token may travel (it is in the path) is
+ * url_transport_ok's rule, the same as for every other secret. Besides, no
+ * user info, query or fragment: the method is appended to the path. */
 static char *check_base(const char *base)
 {
+	struct sfma_err e;
+	if (url_transport_ok(base, &e) < 0)
+		die_status(2, "TELEGRAM_API_BASE: %s", e.text);
 	CURLU *u = curl_url();
-	char *scheme = NULL, *host = NULL, *user = NULL, *query = NULL, *frag = NULL;
+	char *host = NULL, *user = NULL, *query = NULL, *frag = NULL;
 	if (!u || curl_url_set(u, CURLUPART_URL, base, 0) != CURLUE_OK ||
-	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK)
 		die_status(2, "TELEGRAM_API_BASE: not a URL");
 	curl_url_get(u, CURLUPART_USER, &user, 0);
 	curl_url_get(u, CURLUPART_QUERY, &query, 0);
 	curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
-	bool loopback = strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0 ||
-	                strcmp(host, "[::1]") == 0;
-	if (strcmp(scheme, "https") != 0 && !(strcmp(scheme, "http") == 0 && loopback))
-		die_status(2, "TELEGRAM_API_BASE: must be https (plain http only to a loopback address)");
 	if (user || query || frag)
 		die_status(2, "TELEGRAM_API_BASE: no user, query or fragment allowed");
-	curl_free(scheme), curl_free(host), curl_free(user), curl_free(query), curl_free(frag);
+	curl_free(host), curl_free(user), curl_free(query), curl_free(frag);
 	curl_url_cleanup(u);
 	char *out = xstrdup(base);
 	for (size_t n = strlen(out); n > 0 && out[n - 1] == '/'; n--)
@@ -664,30 +657,40 @@ static void read_config(struct bridge *b)
 	b->crash_at = crash && *crash ? crash : NULL;
 }
 
+#define POLL_TIMEOUT_MAX_S 3600
+
 static void parse_args(struct bridge *b, int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{"once", no_argument, NULL, 'o'},
+		{"poll-timeout", required_argument, NULL, 'p'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
 	b->poll_timeout = 25;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--once") == 0) {
-			b->once = true;
-		} else if (strncmp(a, "--poll-timeout=", 15) == 0) {
-			char *end;
-			errno = 0;
-			long v = strtol(a + 15, &end, 10);
-			if (errno || *end || end == a + 15 || v < 0 || v > 3600)
-				die_status(2, "--poll-timeout: an integer number of seconds, 0 to 3600");
-			b->poll_timeout = v;
-		} else if (a[0] == '-' && a[1]) {
-			usage();
-		} else if (!b->workspace) {
-			b->workspace = a;
-		} else {
-			usage();
+	opterr = 0;
+	int c;
+	unsigned long secs;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': b->once = true; break;
+		case 'p':
+			if (cli_parse_ulong(optarg, 0, POLL_TIMEOUT_MAX_S, &secs) < 0)
+				cli_usage_error(usage_text, "--poll-timeout: a whole number of seconds, 0 to %d",
+				                POLL_TIMEOUT_MAX_S);
+			b->poll_timeout = (long)secs;
+			break;
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, c, argv);
 		}
 	}
-	if (!b->workspace)
-		usage();
+	if (optind == argc)
+		cli_usage_error(usage_text, "a WORKSPACE is required");
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, "one WORKSPACE only (unexpected %s)", argv[optind + 1]);
+	b->workspace = argv[optind];
 }
 
 static void open_mailbox(struct bridge *b)

@@ -8,6 +8,7 @@
  * and exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
  * Usage errors exit 2. */
 #include "chain.h"
+#include "cli.h"
 #include "err.h"
 #include "ndjson.h"
 #include "record.h"
@@ -40,11 +41,18 @@ static _Noreturn void invalid(const char *fmt, ...)
 	exit(1);
 }
 
-static _Noreturn void usage(void)
+static const char usage_text[] =
+	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE|RESULT.json\n"
+	"       sfma-verify --canonicalize < JSON-LINES\n"
+	"       sfma-verify --version | --help\n";
+
+/* --threads beyond what chain_verify_fd runs at once are accepted (and
+ * capped there): the bound only rejects nonsense. */
+#define THREADS_LIMIT 256
+
+static _Noreturn void bad_trusted_head(void)
 {
-	fprintf(stderr, "usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE|RESULT.json\n"
-	                "       sfma-verify --canonicalize < JSON-LINES\n");
-	exit(2);
+	cli_usage_error(usage_text, "--trusted-head: HEX:COUNT, 64 lowercase hex digits and a count >= 1");
 }
 
 /* Where the record and the workspace are: a directory is a workspace; a
@@ -109,16 +117,16 @@ static void parse_trusted_head(const char *arg, struct chain_opts *opts)
 	const char *colon = strchr(arg, ':');
 	char *end;
 	if (!colon || colon - arg != 64)
-		usage();
+		bad_trusted_head();
 	memcpy(hex, arg, 64);
 	hex[64] = '\0';
 	for (int i = 0; i < 64; i++)
 		if (!strchr("0123456789abcdef", hex[i]))
-			usage();
+			bad_trusted_head();
 	errno = 0;
 	unsigned long long count = strtoull(colon + 1, &end, 10);
 	if (errno || *end || count == 0 || colon[1] == '-')
-		usage();
+		bad_trusted_head();
 	opts->trusted_hash = hex;
 	opts->trusted_count = count;
 }
@@ -208,24 +216,41 @@ int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
 	struct chain_opts opts = {0};
+	int canonicalize = 0;
+	unsigned long threads;
 	static const struct option longopts[] = {
 		{"trusted-head", required_argument, NULL, 't'},
 		{"threads", required_argument, NULL, 'j'},
 		{"canonicalize", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
+	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't': parse_trusted_head(optarg, &opts); break;
-		case 'j': opts.threads = atoi(optarg); break;
-		case 'c': return canonicalize_stdin();
-		default: usage();
+		case 'j':
+			if (cli_parse_ulong(optarg, 1, THREADS_LIMIT, &threads) < 0)
+				cli_usage_error(usage_text, "--threads: a whole number from 1 to %d", THREADS_LIMIT);
+			opts.threads = (int)threads;
+			break;
+		case 'c': canonicalize = 1; break;
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, c, argv);
 		}
 	}
+	if (canonicalize) {
+		if (optind != argc)
+			cli_usage_error(usage_text, "--canonicalize reads standard input only (unexpected %s)", argv[optind]);
+		return canonicalize_stdin();
+	}
+	if (optind == argc)
+		cli_usage_error(usage_text, "a WORKSPACE or RESULT.json is required");
 	if (optind != argc - 1)
-		usage();
+		cli_usage_error(usage_text, "one WORKSPACE or RESULT.json only (unexpected %s)", argv[optind + 1]);
 
 	char *record_path, *workspace;
 	locate(argv[optind], &record_path, &workspace);

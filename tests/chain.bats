@@ -302,3 +302,36 @@ trace_at_seq() {
 	head -c 100000000 /dev/zero | tr '\0' '{' > "$T"; hostile in
 	[[ "$output" == *"line 1: longer than"* ]]
 }
+
+@test "--max-line VALUE and --max-line=VALUE are the same bound; a bad bound is a usage error" {
+	short='{"kind":"task","data":{}}'
+	long='{"kind":"task","data":{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}'
+	for form in "--max-line=40" "--max-line 40"; do
+		rm -f "$T"
+		run sfma-chain $form "$T" <<<"$short"
+		[ "$status" -eq 0 ] || { echo "$form: $output"; return 1; }
+		run sfma-chain $form "$T" <<<"$long"
+		[ "$status" -eq 1 ]
+		[ "$output" = "sfma-chain: stdin: line 1: longer than 40 bytes" ]
+		[ "$(wc -l < "$T")" -eq 1 ]
+	done
+	rm -f "$T"
+	for bad in --max-line=0 --max-line=abc --max-line=-5 --max-line=40x --max-line= \
+	           --max-line=99999999999999999999 --max-line=1073741825; do
+		run sfma-chain "$bad" "$T" <<<"$short"
+		[ "$status" -eq 2 ] || { echo "$bad: $status"; return 1; }
+		[ "${lines[0]}" = "sfma-chain: --max-line: a number of bytes, 1 to 1073741824" ]
+		[[ "${lines[1]}" == "usage: sfma-chain "* ]]
+	done
+	run sfma-chain "$T" --max-line
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-chain: option --max-line requires a value" ]
+	run sfma-chain --no-wait=yes "$T"
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-chain: option --no-wait takes no value" ]
+	run sfma-chain "$T" "$T"
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-chain: one TRACE only (unexpected $T)" ]
+	# nothing was created by any of them
+	[ ! -e "$T" ]
+}

@@ -84,9 +84,9 @@ wait_for() { # wait_for SECONDS COMMAND...: poll until the command succeeds
 	outbox 1-notify.json notify $'clear\e[2J\rbell\a\u202emirror\u0085 two\nlines'
 	run sfma-chat ws </dev/null
 	[ "$status" -eq 0 ]
-	! grep -q $'\e' <<<"$output"
-	! grep -q $'\r' <<<"$output"
-	! grep -q $'\u202e' <<<"$output"
+	[[ "$output" != *$'\e'* ]]
+	[[ "$output" != *$'\r'* ]]
+	[[ "$output" != *$'\u202e'* ]]
 	[ "${lines[0]}" = '[2026-01-02T03:04:05.678Z] notify: clear\x1b[2J\x0dbell\x07\u202emirror\u0085 two' ]
 	[ "${lines[1]}" = '    lines' ]
 }
@@ -107,7 +107,7 @@ wait_for() { # wait_for SECONDS COMMAND...: poll until the command succeeds
 	[[ "$output" == *"3-ask.json: is a link, not read"* ]]
 	[[ "$output" == *"4-ask.json: not a regular file"* ]]
 	[[ "$output" == *"5-ask.json: input larger than 1048576 bytes"* ]]
-	! grep -q root: <<<"$output"
+	[[ "$output" != *root:* ]]
 	run timeout 10 sfma-chat ws </dev/null
 	[ -z "$output" ]
 }
@@ -150,9 +150,14 @@ wait_for() { # wait_for SECONDS COMMAND...: poll until the command succeeds
 @test "usage errors exit 2; a missing workspace or a planted link exits 1" {
 	run sfma-chat
 	[ "$status" -eq 2 ]
-	[[ "$output" == "usage: sfma-chat"* ]]
+	[ "${lines[0]}" = "sfma-chat: a WORKSPACE is required" ]
+	[[ "${lines[1]}" == "usage: sfma-chat"* ]]
 	run sfma-chat --bogus ws
 	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-chat: unknown option --bogus" ]
+	run sfma-chat ws other
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-chat: one WORKSPACE only (unexpected other)" ]
 	run sfma-chat nowhere </dev/null
 	[ "$status" -eq 1 ]
 	[ "$output" = "sfma-chat: nowhere: No such file or directory" ]

@@ -3,6 +3,7 @@
 # fake server on 127.0.0.1, OAuth, failover, bounds, and secret hygiene.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 ANTHROPIC_KEY=sk-ant-test-Zq81kL0secretA
 OPENAI_KEY=sk-openai-test-Vw92mN1secretB
@@ -424,6 +425,98 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	secret_free
 }
 
+# A 99-character anthropic-style key, and the pieces of it no output may hold.
+LONG_KEY=sk-ant-api03-GdVJNS3EcGLm4hwvNxsIHSJPVg0929UuogbDtYXJksd3q5IAk5Mt5eP96kTQJnfbrxi2_jY6vByVJFIk0i626S
+
+# no_key_piece FILE...: no 8-byte run of LONG_KEY in any FILE.
+no_key_piece() {
+	python3 - "$LONG_KEY" "$@" <<'PY'
+import sys
+key, files = sys.argv[1], sys.argv[2:]
+pieces = {key[i:i + 8] for i in range(len(key) - 7)}
+bad = 0
+for f in files:
+    text = open(f, encoding="utf-8", errors="replace").read()
+    for p in sorted(pieces):
+        if p in text:
+            print("%s holds %r of the key" % (f, p), file=sys.stderr)
+            bad = 1
+if bad:
+    for f in files:
+        print("--- " + f + "\n" + open(f, errors="replace").read(), file=sys.stderr)
+sys.exit(bad)
+PY
+}
+
+# echo_body PAD COPIES [TAIL]: PAD bytes of 'a', COPIES copies of the key
+# separated by spaces, then TAIL; as a JSON string.
+echo_body() {
+	python3 -c 'import json, sys; pad, n, tail = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "$1" "$2" "${3:-}"
+}
+
+@test "a 99-character key echoed by a 401 leaves no 8-byte piece anywhere, wherever the copies fall" {
+	[ "${#LONG_KEY}" -eq 99 ]
+	# 8 copies from byte 0 (earlier copies shrink to [redacted] and pull the
+	# 712-byte cut into view); one copy straddling the 200-byte clip; one
+	# straddling 712; a run of copies crossing both; a key the server cut short.
+	local routes="" i=0 spec
+	for spec in "0 8" "10 8" "150 1" "190 1" "199 1" "650 1" "700 1" "705 1" "711 1" "180 9" \
+	            "0 7 ${LONG_KEY:0:60}" "100 0 ${LONG_KEY:20:30} tail" "190 0 ${LONG_KEY:0:12}"; do
+		set -- $spec
+		routes+="${routes:+,}\"/e$i/v1/messages\":[{\"status\":401,\"body\":$(echo_body "$1" "$2" "${3:+ $3}${4:+ $4}")}]"
+		i=$((i + 1))
+	done
+	serve "{$routes}"
+	local eps="" j
+	for ((j = 0; j < i; j++)); do
+		eps+="${eps:+,}{\"name\":\"e$j\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE/e$j\"}"
+	done
+	manifest "[$eps]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	req 1 mechanical "$i" > requests.jsonl
+	model
+	[ "$(jq '.calls | length' out.jsonl)" -eq "$i" ]
+	jq -e '[.calls[].error] | all(test("^e[0-9]+: HTTP 401: "))' out.jsonl
+	# the shown excerpt keeps its bound
+	jq -e '[.calls[].error | length] | max < 260' out.jsonl
+	no_key_piece out.jsonl err.txt
+	# the whole copies were recognised as the key, not just cut away
+	jq -e '.calls[] | select(.endpoint == "e0") | .error | startswith("e0: HTTP 401: [redacted] [redacted] [redacted]")' out.jsonl
+}
+
+@test "pieces of a key are redacted in every message, not only in excerpts" {
+	# a libcurl-style error quoting a URL cut inside the key, and a message
+	# cut short right after the key's first bytes
+	serve "{\"/v1/messages\":[{\"status\":500,\"body\":$(echo_body 0 0 "see https://x/${LONG_KEY:0:40}")},
+	        {\"status\":500,\"body\":$(echo_body 0 0 "bad key ${LONG_KEY:0:6}")}]}"
+	manifest "[{\"name\":\"a\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE\"}]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	{ req 1 mechanical 1; req 2 mechanical 1; } > requests.jsonl
+	model
+	line 1 '.error == "a: HTTP 500: see https://x/[redacted]"'
+	line 2 '.error == "a: HTTP 500: bad key [redacted]"'
+	no_key_piece out.jsonl err.txt
+}
+
+@test "a key echoed by a failing endpoint reaches no trace, record or output of a whole run" {
+	serve "{\"/v1/messages\":[{\"status\":401,\"body\":$(echo_body 0 8)}]}"
+	manifest "[{\"name\":\"leaky\",\"provider\":\"anthropic\",\"model\":\"c\",\"baseUrl\":\"$BASE\",\"priors\":{\"reasoning\":0.99,\"mechanical\":0.99}},
+	           {\"name\":\"m\",\"provider\":\"mock\",\"model\":\"m\",\"priors\":{\"reasoning\":0.01,\"mechanical\":0.01}}]"
+	export ANTHROPIC_API_KEY=$LONG_KEY
+	run sfma run m.json
+	echo "$output" > run.out
+	[ -s ws/.sfma/trace.jsonl ]
+	# the failing endpoint was really called, and its error is in the trace
+	grep -q 'leaky: HTTP 401: \[redacted\] \[redacted\]' ws/.sfma/trace.jsonl
+	# every file the run left, and the history of its git memory store
+	find ws/.sfma -path ws/.sfma/mem -prune -o -type f -print > files
+	[ "$(wc -l < files)" -ge 3 ]
+	git -C ws/.sfma/mem log --all -p > mem.log
+	[ -s mem.log ]
+	no_key_piece run.out mem.log $(cat files)
+}
+
 @test "a redirect is not followed" {
 	serve '{"/v1/chat/completions":[{"status":302,"body":""}]}'
 	manifest "[{\"name\":\"r\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE\"}]"
@@ -452,13 +545,36 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	line 1 '.id == null and (.ok | not) and (.error | startswith("bad request: invalid JSON"))'
 	line 2 '.id == null and (.error | startswith("bad request: invalid JSON"))'
 	line 3 '.id == null and (.error | startswith("bad request: invalid JSON"))'
-	line 4 '.id == null and (.error | test("line longer than"))'
+	line 4 '.id == null and .error == "bad request: line 4: longer than 16777216 bytes"'
 	line 5 '.error == "bad request: a request must be a JSON object"'
 	line 6 '.id == {"k":[1]} and (.error | test("role"))'
 	line 7 '.id == 5 and (.error | test("class"))'
 	line 8 '.id == 6 and (.error | test("callsLeft"))'
 	line 9 '.id == null and (.error | test("duplicate"))'
 	line 10 '.id == 9 and .ok'
+}
+
+@test "an over-long line between good ones is skipped in step; a torn last line is answered" {
+	manifest '[{"name":"m","provider":"mock","model":"x"}]'
+	{
+		req 1 mechanical 1
+		head -c $((16 << 20)) /dev/zero | tr '\0' ' '; echo '{"id":"hidden"}'
+		req 3 mechanical 1
+		req 4 mechanical 1 | tr -d '\n'
+	} > requests.jsonl
+	model
+	[ "$(wc -l < out.jsonl)" -eq 4 ]
+	line 1 '.id == 1 and .ok'
+	line 2 '.id == null and .error == "bad request: line 2: longer than 16777216 bytes"'
+	line 3 '.id == 3 and .ok'
+	line 4 '.id == null and (.error | startswith("bad request: line 4: torn final line"))'
+	[ ! -s err.txt ]
+	# a stdin that cannot be read is no request: exit 1, nothing answered
+	mkdir dir
+	run --separate-stderr sfma-model m.json < dir
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-model: stdin: read: Is a directory" ]
 }
 
 @test "an invalid manifest is TASK_INVALID, exit 2; usage errors exit 2" {
@@ -472,9 +588,14 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	run sfma-model m2.json
 	[ "$status" -eq 2 ]
 	[[ "$output" == *"- modelAdapter was replaced by modelEndpoints"* ]]
-	run sfma-model
+	run --separate-stderr sfma-model
 	[ "$status" -eq 2 ]
-	[ "$output" = "sfma-model: usage: sfma-model MANIFEST" ]
+	[ -z "$output" ]
+	[ "${stderr_lines[0]}" = "sfma-model: a MANIFEST is required" ]
+	[ "${stderr_lines[1]}" = "usage: sfma-model MANIFEST < requests > replies" ]
+	run --separate-stderr sfma-model m.json m2.json
+	[ "$status" -eq 2 ]
+	[ "${stderr_lines[0]}" = "sfma-model: one MANIFEST only (unexpected m2.json)" ]
 }
 
 @test "an unknown provider or an unusable auth block is an invalid manifest" {

@@ -59,7 +59,7 @@ outbox() { # outbox NAME KIND TEXT
 }
 
 bridge() { # one cycle, no long poll
-	sfma-telegram --once --poll-timeout=0 ws
+	sfma-telegram --once --poll-timeout 0 ws
 }
 
 sends() { # the sendMessage requests the fake server received, as {chat_id,text} lines
@@ -91,7 +91,8 @@ no_token_anywhere() { # the secret is in no file of the test directory but the f
 	[ "${lines[0]}" = "1700000000000-000000000100-telegram-alice.txt|use JSON" ]
 	[ "${lines[1]}" = "1700000000000-000000000102-telegram-bob_the_admin.txt|second" ]
 	[ "${#lines[@]}" -eq 2 ]
-	! grep -r -q INTRUDER ws
+	run ! grep -r -q INTRUDER ws
+	[ "$status" -eq 1 ]
 	# the offset acknowledges all three; a second cycle delivers nothing again
 	jq -e '.offset == 103' ws/.sfma/telegram.state
 	rm ws/.sfma/inbox/*
@@ -293,14 +294,41 @@ no_token_anywhere() { # the secret is in no file of the test directory but the f
 	[ "$output" = "sfma-telegram: TELEGRAM_BOT_TOKEN: not a bot token" ]
 	TELEGRAM_API_BASE=http://api.example.org run sfma-telegram --once ws
 	[ "$status" -eq 2 ]
-	[[ "$output" == *"must be https (plain http only to a loopback address)"* ]]
+	[ "$output" = "sfma-telegram: TELEGRAM_API_BASE: must be https:// (plain http:// only to a loopback host: keys never travel in clear text)" ]
+	# the one transport rule: names that only look like loopback are not
+	for base in http://127.0.0.1.example.org http://localhost.example.org http://127.0.0.1@example.org \
+	            http://0x7f.0.0.1 ftp://127.0.0.1 127.0.0.1:8080; do
+		TELEGRAM_API_BASE=$base run sfma-telegram --once ws
+		[ "$status" -eq 2 ] || { echo "$base: $status $output"; return 1; }
+		[[ "$output" == "sfma-telegram: TELEGRAM_API_BASE: must "* ]] || { echo "$base: $output"; return 1; }
+	done
+	# and what it allows still passes the bridge's own checks
+	for base in "https://api.example.org/?x=1" "https://user@api.example.org" "https://api.example.org/#f"; do
+		TELEGRAM_API_BASE=$base run sfma-telegram --once ws
+		[ "$status" -eq 2 ] || { echo "$base: $status $output"; return 1; }
+		[ "$output" = "sfma-telegram: TELEGRAM_API_BASE: no user, query or fragment allowed" ]
+	done
 	TELEGRAM_CHAT_ID=12abc run sfma-telegram --once ws
 	[ "$status" -eq 2 ]
-	run sfma-telegram --poll-timeout=-1 ws
+	for bad in --poll-timeout=-1 --poll-timeout=abc --poll-timeout=3601 --poll-timeout= --poll-timeout=1x; do
+		run sfma-telegram "$bad" ws
+		[ "$status" -eq 2 ] || { echo "$bad: $status"; return 1; }
+		[ "${lines[0]}" = "sfma-telegram: --poll-timeout: a whole number of seconds, 0 to 3600" ]
+		[[ "${lines[1]}" == "usage: sfma-telegram "* ]]
+	done
+	run sfma-telegram ws --poll-timeout
 	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-telegram: option --poll-timeout requires a value" ]
+	run sfma-telegram --once=1 ws
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-telegram: option --once takes no value" ]
 	run sfma-telegram
 	[ "$status" -eq 2 ]
-	[[ "$output" == "usage: sfma-telegram"* ]]
+	[ "${lines[0]}" = "sfma-telegram: a WORKSPACE is required" ]
+	[[ "${lines[1]}" == "usage: sfma-telegram"* ]]
+	run sfma-telegram ws ws2
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = "sfma-telegram: one WORKSPACE only (unexpected ws2)" ]
 	[ ! -e fake/requests.jsonl ]
 }
 
@@ -328,7 +356,8 @@ JSON
 	[ "$status" -eq 0 ]
 	jq -s -e 'any(.[]; .kind == "message" and .data.dir == "in" and .data.text == "CSV with a header"
 	           and .data.file == "1700000000000-000000000500-telegram-alice.txt")' ws/.sfma/trace.jsonl
-	! grep -q "delete everything" ws/.sfma/trace.jsonl
+	run ! grep -q "delete everything" ws/.sfma/trace.jsonl
+	[ "$status" -eq 1 ]
 	[ -z "$(ls ws/.sfma/inbox)" ]
 	run sfma-verify ws
 	[ "$status" -eq 0 ]

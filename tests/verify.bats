@@ -407,3 +407,41 @@ PY
 	# a million empty lines: refused at the first, quickly and in bounded memory
 	head -c 1000000 /dev/zero | tr '\0' '\n' > ours/.sfma/trace.jsonl; hostile
 }
+
+@test "option values: --opt VALUE and --opt=VALUE agree; --threads is a number from 1 to 256" {
+	ours
+	H4=$(sed -n 4p ours/.sfma/trace.jsonl | jq -r .hash)
+	run sfma-verify ours
+	[ "$status" -eq 0 ]
+	want=$output
+	for args in "--threads=1" "--threads 1" "--threads=256" "--trusted-head=$H4:4" "--trusted-head $H4:4" \
+	            "--threads=3 --trusted-head=$H4:4"; do
+		run sfma-verify $args ours
+		[ "$status" -eq 0 ] || { echo "$args: $output"; return 1; }
+		[ "$output" = "$want" ]
+	done
+	for bad in --threads=abc --threads=0 --threads=99999 --threads=257 --threads=-1 --threads= \
+	           --threads=4x "--threads= 4" --threads=0x10 --threads=18446744073709551617; do
+		st=0
+		sfma-verify "$bad" ours > out 2> err || st=$?
+		[ "$st" -eq 2 ] || { echo "$bad: status $st"; cat err; return 1; }
+		[ ! -s out ]
+		[ "$(head -1 err)" = "sfma-verify: --threads: a whole number from 1 to 256" ]
+		[[ "$(sed -n 2p err)" == "usage: sfma-verify "* ]]
+	done
+	st=0
+	sfma-verify ours --threads > out 2> err || st=$?
+	[ "$st" -eq 2 ]
+	[ "$(head -1 err)" = "sfma-verify: option --threads requires a value" ]
+	# --canonicalize reads stdin only; the options do not stop at the first
+	st=0
+	sfma-verify --canonicalize ours < /dev/null > out 2> err || st=$?
+	[ "$st" -eq 2 ]
+	[ "$(head -1 err)" = "sfma-verify: --canonicalize reads standard input only (unexpected ours)" ]
+	st=0
+	echo '{"b":1,"a":2}' | sfma-verify --canonicalize --threads=abc > out 2> err || st=$?
+	[ "$st" -eq 2 ]
+	[ ! -s out ]
+	echo '{"b":1,"a":2}' | sfma-verify --canonicalize > out
+	[ "$(cat out)" = '{"a":2,"b":1}' ]
+}

@@ -277,16 +277,16 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq)
 			reply = failure(calls, "model call budget spent (last: %s)", last);
 			break;
 		}
-		if (now_epoch_ms() >= rq->deadline_ms) {
+		if (wall_ms() >= rq->deadline_ms) {
 			reply = tried ? failure(calls, "deadline passed (last: %s)", last)
 			              : failure(calls, "deadline passed");
 			break;
 		}
 		struct buf text = {0};
 		struct sfma_err e;
-		double t0 = now_mono_ms_frac();
+		double t0 = mono_ms_frac();
 		int rc = provider_call(ep, rq, &text, &e);
-		double ms = now_mono_ms_frac() - t0;
+		double ms = mono_ms_frac() - t0;
 		tried++;
 		measure(g, ep, ms, rc == 0);
 		if (rc == 0) {

@@ -82,7 +82,7 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
               size_t body_len, long long deadline_ms, struct sse *sse,
               struct http_reply *out, struct sfma_err *e)
 {
-	long long left = deadline_ms - now_epoch_ms();
+	long long left = deadline_ms - wall_ms();
 	if (left <= 0)
 		return err_set(e, "deadline passed");
 	char errbuf[CURL_ERROR_SIZE] = "";
@@ -127,28 +127,46 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	return 0;
 }
 
+/* How much of a failing body is gathered before scrubbing: more than is
+ * shown, so that a key= value or a piece of a secret near the clip point is
+ * judged with what follows it. */
+#define EXCERPT_WINDOW (MODEL_EXCERPT_MAX + 512)
+
 int http_status_error(const struct http_reply *r, struct sfma_err *e)
 {
 	/* Printable ASCII only (the excerpt must be valid UTF-8 and one line).
-	 * Secrets are scrubbed before clipping: clipping first could cut an
-	 * echoed key in two and leave a piece the scrub no longer recognises. */
-	char excerpt[MODEL_EXCERPT_MAX + 512 + 1];
-	size_t n = 0;
-	for (size_t i = 0; i < r->body.len && n < sizeof excerpt - 1; i++) {
-		unsigned char ch = (unsigned char)r->body.p[i];
-		char o = ch >= 0x20 && ch < 0x7f ? (char)ch : ' ';
-		if (o == ' ' && n > 0 && excerpt[n - 1] == ' ')
+	 * Every copy of a known secret is matched in the raw body, whole,
+	 * wherever it starts and however far it reaches, before anything is
+	 * cut; the gathered text then passes secret_scrub (key= values and
+	 * pieces of secrets) and only then is clipped, so the clip shortens
+	 * text that is already clean. */
+	struct buf x = {0};
+	size_t i = 0;
+	while (i < r->body.len && x.len < EXCERPT_WINDOW) {
+		size_t k = secret_at(r->body.p + i, r->body.len - i);
+		if (k) {
+			buf_adds(&x, SECRET_REDACTED);
+			i += k;
 			continue;
-		excerpt[n++] = o;
+		}
+		unsigned char ch = (unsigned char)r->body.p[i++];
+		char o = ch >= 0x20 && ch < 0x7f ? (char)ch : ' ';
+		if (o != ' ' || x.len == 0 || x.p[x.len - 1] != ' ')
+			buf_addc(&x, o);
 	}
-	excerpt[n] = '\0';
+	int more = i < r->body.len;
+	char excerpt[EXCERPT_WINDOW + 64];
+	snprintf(excerpt, sizeof excerpt, "%s", x.p ? x.p : "");
+	if (x.p)
+		explicit_bzero(x.p, x.len);
+	buf_free(&x);
 	secret_scrub(excerpt, sizeof excerpt);
-	n = strlen(excerpt);
-	if (n > MODEL_EXCERPT_MAX)
-		strcpy(excerpt + MODEL_EXCERPT_MAX - 3, "...");
-	if (n == 0)
-		return err_set(e, "HTTP %ld", r->status);
-	return err_set(e, "HTTP %ld: %s", r->status, excerpt);
+	size_t n = strlen(excerpt);
+	if (n > MODEL_EXCERPT_MAX || (more && n > 0))
+		strcpy(excerpt + (n < MODEL_EXCERPT_MAX - 3 ? n : MODEL_EXCERPT_MAX - 3), "...");
+	int rc = n == 0 ? err_set(e, "HTTP %ld", r->status) : err_set(e, "HTTP %ld: %s", r->status, excerpt);
+	explicit_bzero(excerpt, sizeof excerpt);
+	return rc;
 }
 
 void headers_wipe_free(struct curl_slist *h)

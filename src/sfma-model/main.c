@@ -7,6 +7,7 @@
  * line on stdout (flushed), whatever the request looked like. See
  * sfma-model(1) and PIPELINE.md for the messages. */
 #include "model.h"
+#include "cli.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -15,75 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-long long now_epoch_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-long long now_mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-double now_mono_ms_frac(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000 + (double)ts.tv_nsec / 1e6;
-}
-
-/* ---- reading request lines ---------------------------------------------- */
-
-/* A line reader that survives an over-long line: the excess is read and
- * dropped up to the next newline, so memory stays bounded and the stream
- * stays in step. */
-struct reader {
-	char chunk[64 << 10];
-	size_t pos, end;
-	int eof;
-};
-
-enum { LINE_EOF, LINE_OK, LINE_TOO_LONG };
-
-static int next_line(struct reader *r, struct buf *line)
-{
-	int too_long = 0, any = 0;
-	buf_reset(line);
-	for (;;) {
-		if (r->pos == r->end) {
-			if (r->eof)
-				return !any ? LINE_EOF : too_long ? LINE_TOO_LONG : LINE_OK;
-			ssize_t got = read(0, r->chunk, sizeof r->chunk);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got < 0)
-				die("read stdin: %s", strerror(errno));
-			r->pos = 0;
-			r->end = (size_t)got;
-			r->eof = got == 0;
-			continue;
-		}
-		any = 1;
-		char *nl = memchr(r->chunk + r->pos, '\n', r->end - r->pos);
-		size_t take = nl ? (size_t)(nl - (r->chunk + r->pos)) : r->end - r->pos;
-		if (!too_long && line->len + take <= MODEL_REQUEST_MAX)
-			buf_add(line, r->chunk + r->pos, take);
-		else if (!too_long) {
-			too_long = 1;
-			buf_free(line); /* give the memory back now, not at the next line */
-		}
-		r->pos += take + (nl ? 1 : 0);
-		if (nl)
-			return too_long ? LINE_TOO_LONG : LINE_OK;
-	}
-}
 
 /* ---- the request ------------------------------------------------------- */
 
@@ -166,27 +98,73 @@ static json_t *serve_line(struct grid *g, const char *line, size_t len)
 
 /* ---- main ------------------------------------------------------------- */
 
-static _Noreturn void task_invalid(struct reasons *why)
+static const char usage_text[] =
+	"usage: sfma-model MANIFEST < requests > replies\n"
+	"       sfma-model --version | --help\n";
+
+static const char *parse_args(int argc, char **argv)
 {
-	fputs("TASK_INVALID\n", stderr);
-	for (size_t i = 0; i < why->n; i++)
-		fprintf(stderr, "- %s\n", why->items[i]);
-	reasons_free(why);
-	exit(2);
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, c, argv);
+		}
+	}
+	if (optind == argc)
+		cli_usage_error(usage_text, "a MANIFEST is required");
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, "one MANIFEST only (unexpected %s)", argv[optind + 1]);
+	return argv[optind];
+}
+
+/* Answer every request line on stdin. A line over MODEL_REQUEST_MAX is
+ * answered with an error and skipped up to its newline: the reader's buffer
+ * never grows past the maximum and the stream stays in step. */
+static void serve_stdin(struct grid *g)
+{
+	struct line_reader r;
+	struct sfma_err e;
+	lr_init(&r, 0, MODEL_REQUEST_MAX);
+	for (;;) {
+		char *line;
+		size_t len;
+		int got = lr_next(&r, &line, &len, &e);
+		if (got == 0)
+			break;
+		/* lr_next's words for a failed read(2): that is no request. */
+		if (got < 0 && strncmp(e.text, "read: ", 6) == 0)
+			die("stdin: %s", e.text);
+		json_t *reply = got == 1 ? serve_line(g, line, len)
+		                         : error_reply(NULL, "bad request: %s", e.text);
+		int rc = json_print_line(stdout, reply);
+		json_decref(reply);
+		if (rc < 0)
+			die("write stdout: %s", strerror(errno));
+		if (got < 0 && !lr_skip_line(&r))
+			break;
+	}
+	lr_free(&r);
 }
 
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	if (argc != 2 || argv[1][0] == '-')
-		die_status(2, "usage: sfma-model MANIFEST");
+	const char *manifest_path = parse_args(argc, argv);
 	/* A reader that went away is reported as a write error, not a silent death. */
 	signal(SIGPIPE, SIG_IGN);
 
 	struct reasons why = {0};
-	struct manifest *m = manifest_load(argv[1], &why);
+	struct manifest *m = manifest_load(manifest_path, &why);
 	if (!m)
-		task_invalid(&why);
+		cli_task_invalid(&why);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
 		die("cannot initialise libcurl");
 	struct grid g;
@@ -198,22 +176,8 @@ int main(int argc, char **argv)
 	if (has_mock && mock_init(m, &e) < 0)
 		die_status(2, "%s", e.text);
 
-	struct reader *r = xcalloc(1, sizeof *r);
-	struct buf line = {0};
-	int kind;
-	while ((kind = next_line(r, &line)) != LINE_EOF) {
-		json_t *reply = kind == LINE_TOO_LONG
-		                        ? error_reply(NULL, "bad request: line longer than %u bytes",
-		                                      MODEL_REQUEST_MAX)
-		                        : serve_line(&g, line.p ? line.p : "", line.len);
-		int rc = json_print_line(stdout, reply);
-		json_decref(reply);
-		if (rc < 0)
-			die("write stdout: %s", strerror(errno));
-	}
+	serve_stdin(&g);
 
-	buf_free(&line);
-	free(r);
 	mock_free();
 	grid_free(&g);
 	secret_free_all();

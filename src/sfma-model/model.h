@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "err.h"
 #include "manifest.h"
 
@@ -65,11 +66,6 @@ struct grid {
 	double alpha, target_latency_ms;
 	char no_usable[SFMA_ERR_MAX];       /* the error when no endpoint is usable */
 };
-
-/* ---- clocks (main.c) ---- */
-long long now_epoch_ms(void);
-long long now_mono_ms(void);
-double now_mono_ms_frac(void);          /* with sub-millisecond precision */
 
 /* ---- grid.c ---- */
 /* Resolve providers and credentials for every endpoint of m; an endpoint
@@ -131,10 +127,15 @@ void mock_reply(int reasoning, struct buf *text);
 void mock_free(void);
 
 /* ---- secret.c ---- */
+#define SECRET_REDACTED "[redacted]"
 /* Remember a secret value so that no message ever carries it. */
 void secret_add(const char *value);
-/* Rewrite s (NUL-terminated, capacity cap) with every known secret and any
- * "key=" query value replaced by "[redacted]". */
+/* Length of the longest known secret that s[0..n) starts with, or 0. */
+size_t secret_at(const char *s, size_t n);
+/* Rewrite s (NUL-terminated, capacity cap) with every known secret, any
+ * "key=" query value and any piece of a secret (8 bytes or more anywhere,
+ * 4 or more ending the text) replaced by "[redacted]", then clipped to
+ * cap - 1 bytes. */
 void secret_scrub(char *s, size_t cap);
 void secret_free_all(void);
 /* A JSON string from bytes that may not be valid UTF-8: invalid bytes

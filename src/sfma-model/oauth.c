@@ -45,7 +45,7 @@ static int token_from_reply(struct oauth *o, const struct http_reply *r, struct 
 		if (secs > 366 * 86400.0)
 			secs = 366 * 86400.0;
 		o->token = xstrdup(json_string_value(tok));
-		o->expires_mono_ms = now_mono_ms() + (long long)(secs * 1000) - TOKEN_MARGIN_MS;
+		o->expires_mono_ms = mono_ms() + (long long)(secs * 1000) - TOKEN_MARGIN_MS;
 		secret_add(o->token);
 		rc = 0;
 	}
@@ -56,7 +56,7 @@ static int token_from_reply(struct oauth *o, const struct http_reply *r, struct 
 const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_err *e)
 {
 	struct oauth *o = ep->oauth;
-	if (o->token && now_mono_ms() < o->expires_mono_ms)
+	if (o->token && mono_ms() < o->expires_mono_ms)
 		return o->token;
 	oauth_forget(ep);
 

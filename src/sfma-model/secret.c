@@ -2,19 +2,33 @@
  *
  * Errors quote what servers and libcurl say, and a server may echo a key
  * back ("invalid key sk-..."). So every error passes secret_scrub before it
- * leaves the process: each known secret value, and the value of any key=
- * query parameter (gemini carries its key in the URL), is replaced. */
+ * leaves the process, which applies three rules in order:
+ *   1. each copy of a known secret value becomes [redacted];
+ *   2. so does the value of any key= query parameter (gemini carries its
+ *      key in the URL, and a server may quote a URL);
+ *   3. so does any piece of a known secret that is left: a message clipped
+ *      somewhere (an excerpt, err_set's buffer, libcurl's error buffer) can
+ *      cut a key in two, and neither half is the key. Any run of
+ *      SECRET_FRAGMENT_MIN or more bytes found inside a secret is replaced,
+ *      and so is a shorter run (SECRET_MIN_LEN or more) that ends the text
+ *      and begins a secret, the piece a clip at the end leaves. */
 #include "model.h"
+#include "utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static char **secrets;
 static size_t n_secrets;
+static size_t longest;           /* length of the longest secret */
 
 /* Shorter values would match ordinary words; no real credential is this short. */
 #define SECRET_MIN_LEN 4
-#define REDACTED "[redacted]"
+/* A run this long found inside a random credential is a piece of it, not a
+ * word of the message (a credential's fixed prefix such as "sk-ant-a" is
+ * redacted too: it only says which key was shown). */
+#define SECRET_FRAGMENT_MIN 8
+#define REDACTED SECRET_REDACTED
 
 void secret_add(const char *value)
 {
@@ -25,6 +39,8 @@ void secret_add(const char *value)
 			return;
 	secrets = xrealloc(secrets, (n_secrets + 1) * sizeof *secrets);
 	secrets[n_secrets++] = xstrdup(value);
+	if (strlen(value) > longest)
+		longest = strlen(value);
 }
 
 void secret_free_all(void)
@@ -35,10 +51,10 @@ void secret_free_all(void)
 	}
 	free(secrets);
 	secrets = NULL;
-	n_secrets = 0;
+	n_secrets = longest = 0;
 }
 
-/* Replace every occurrence of needle in b by REDACTED. */
+/* Rule 1: replace every occurrence of needle in b by REDACTED. */
 static void replace_all(struct buf *b, const char *needle)
 {
 	size_t nl = strlen(needle);
@@ -57,7 +73,7 @@ static void replace_all(struct buf *b, const char *needle)
 	}
 }
 
-/* key=VALUE (query syntax) loses VALUE, whatever it is. */
+/* Rule 2: key=VALUE (query syntax) loses VALUE, whatever it is. */
 static void redact_key_params(struct buf *b)
 {
 	for (size_t i = 0; i + 4 <= b->len; i++) {
@@ -81,6 +97,83 @@ static void redact_key_params(struct buf *b)
 	}
 }
 
+size_t secret_at(const char *s, size_t n)
+{
+	size_t best = 0;
+	for (size_t i = 0; i < n_secrets; i++) {
+		size_t len = strlen(secrets[i]);
+		if (len > best && len <= n && secrets[i][0] == s[0] && memcmp(s, secrets[i], len) == 0)
+			best = len;
+	}
+	return best;
+}
+
+/* Length of the longest run s[0..k), k <= n, found anywhere inside a known
+ * secret. */
+static size_t inside_secret(const char *s, size_t n)
+{
+	size_t best = 0;
+	for (size_t i = 0; i < n_secrets; i++) {
+		const char *sec = secrets[i];
+		size_t len = strlen(sec);
+		for (size_t off = 0; off + best < len; off++) {
+			if (sec[off] != s[0])
+				continue;
+			size_t k = 1;
+			while (k < n && off + k < len && sec[off + k] == s[k])
+				k++;
+			if (k > best)
+				best = k;
+		}
+	}
+	return best;
+}
+
+/* 1 if s[0..n) is the beginning of a known secret. */
+static int begins_secret(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n_secrets; i++)
+		if (strlen(secrets[i]) >= n && memcmp(secrets[i], s, n) == 0)
+			return 1;
+	return 0;
+}
+
+/* Rule 3 over b: pieces of secrets become REDACTED. */
+static void redact_fragments(struct buf *b)
+{
+	size_t rlen = strlen(REDACTED);
+	/* The longest tail of the text that begins a secret. */
+	size_t tail = b->len;
+	for (size_t i = b->len > longest ? b->len - longest : 0; i + SECRET_MIN_LEN <= b->len; i++)
+		if (begins_secret(b->p + i, b->len - i)) {
+			tail = i;
+			break;
+		}
+	struct buf out = {0};
+	size_t i = 0;
+	while (i < b->len) {
+		if (i >= tail) {
+			buf_adds(&out, REDACTED);
+			break;
+		}
+		if (b->len - i >= rlen && memcmp(b->p + i, REDACTED, rlen) == 0) {
+			buf_add(&out, b->p + i, rlen);
+			i += rlen;
+			continue;
+		}
+		size_t k = inside_secret(b->p + i, b->len - i);
+		if (k >= SECRET_FRAGMENT_MIN) {
+			buf_adds(&out, REDACTED);
+			i += k;
+		} else {
+			buf_addc(&out, b->p[i++]);
+		}
+	}
+	explicit_bzero(b->p, b->len);
+	buf_free(b);
+	*b = out;
+}
+
 void secret_scrub(char *s, size_t cap)
 {
 	struct buf b = {0};
@@ -88,41 +181,16 @@ void secret_scrub(char *s, size_t cap)
 	for (size_t i = 0; i < n_secrets; i++)
 		replace_all(&b, secrets[i]);
 	redact_key_params(&b);
-	/* Clipping can only shorten: a secret removed above stays removed. */
+	if (b.len)
+		redact_fragments(&b);
+	/* Clipping only shortens text every rule has passed: what it leaves
+	 * is a prefix of a message already free of secrets. */
 	size_t n = b.len < cap - 1 ? b.len : cap - 1;
-	memcpy(s, b.p, n);
+	memcpy(s, b.p ? b.p : "", n);
 	s[n] = '\0';
-	explicit_bzero(b.p, b.len);
+	if (b.p)
+		explicit_bzero(b.p, b.len);
 	buf_free(&b);
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	size_t len;
-	unsigned min;
-	unsigned cp;
-	if (s[0] < 0x80)
-		return 1;
-	if ((s[0] & 0xe0) == 0xc0) {
-		len = 2, cp = s[0] & 0x1f, min = 0x80;
-	} else if ((s[0] & 0xf0) == 0xe0) {
-		len = 3, cp = s[0] & 0x0f, min = 0x800;
-	} else if ((s[0] & 0xf8) == 0xf0) {
-		len = 4, cp = s[0] & 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
 }
 
 json_t *json_string_lossy(const char *s, size_t n)
