@@ -11,11 +11,6 @@
 
 #ifndef SFMA_VERSION
 #define SFMA_VERSION "unknown"
-struct reasons;
-/* An invalid manifest, as CONTRACT.md section 2 fixes it: "TASK_INVALID"
- * then one "- reason" line per problem on stderr; frees why; exits 2. */
-_Noreturn void cli_task_invalid(struct reasons *why);
-
 #endif
 
 /* The version every program and every result record reports. */
@@ -41,8 +36,9 @@ _Noreturn void cli_bad_option(const char *usage, int c, char **argv);
 int cli_parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out);
 
 struct reasons;
-/* An invalid manifest, as CONTRACT.md section 2 fixes it: "TASK_INVALID"
+/* An invalid manifest, as sfma-manifest(5) fixes it: "TASK_INVALID"
  * then one "- reason" line per problem on stderr; frees why; exits 2. */
 _Noreturn void cli_task_invalid(struct reasons *why);
+
 
 #endif
