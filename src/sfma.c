@@ -174,11 +174,12 @@ static _Noreturn void run_subcommand(char **argv)
 	const char *name = argv[1];
 	size_t len = strlen(name);
 	bool plain = len > 0 && len <= 64 && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == len;
+	if (!plain)
+		cli_usage_error(usage_text, "'%s': not a command name (lower-case letters, digits, -)", name);
 	char *dir = self_dir(), path[PATH_MAX];
-	if (!plain || !dir || snprintf(path, sizeof path, "%s/sfma-%s", dir, name) >= (int)sizeof path ||
+	if (!dir || snprintf(path, sizeof path, "%s/sfma-%s", dir, name) >= (int)sizeof path ||
 	    access(path, X_OK) < 0)
-		cli_usage_error(usage_text, "%s: unknown command (no sfma-%s beside sfma)", name,
-		                plain ? name : "NAME");
+		cli_usage_error(usage_text, "%s: unknown command (no sfma-%s beside sfma)", name, name);
 	free(dir);
 	argv[1] = path;
 	execv(path, argv + 1);
@@ -470,16 +471,14 @@ static bool operator_stopped(void)
 	return interrupted;
 }
 
-static void describe_exit(const char *what, int st)
+/* Only a stage killed by a signal is reported: one that exits has said why
+ * itself (every stage's error is one line on stderr), and the planner
+ * names the stage that went away. SIGPIPE means the stage wrote to the
+ * planner after the planner had gone, which the planner reports. */
+static void describe_death(const char *what, int st)
 {
-	/* SIGPIPE: the stage wrote to the planner after the planner had gone,
-	 * which the planner has already reported. */
-	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGPIPE)
-		return;
-	if (WIFSIGNALED(st))
+	if (WIFSIGNALED(st) && WTERMSIG(st) != SIGPIPE)
 		warnx("stage %s killed by signal %d", what, WTERMSIG(st));
-	else
-		warnx("stage %s exited with status %d", what, WEXITSTATUS(st));
 }
 
 /* Reap the stages until all are gone; return the run's exit status. The
@@ -505,9 +504,8 @@ static int supervise(pid_t pid[N_STAGES])
 			if (s == PLAN) {
 				plan_status = st;
 				deadline = now_seconds() + GRACE_SECONDS;
-			} else if (!gone[PLAN] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-				/* A clean exit is a stage done with its input. */
-				describe_exit(stage_prog[s], st);
+			} else if (!gone[PLAN]) {
+				describe_death(stage_prog[s], st);
 			}
 		}
 		if (left == 0)
@@ -532,7 +530,7 @@ static int supervise(pid_t pid[N_STAGES])
 		}
 	}
 	if (WIFSIGNALED(plan_status)) {
-		describe_exit(stage_prog[PLAN], plan_status);
+		describe_death(stage_prog[PLAN], plan_status);
 		return 1;
 	}
 	return WEXITSTATUS(plan_status);
@@ -597,8 +595,6 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	size_t n = 0;
 	pid_t pid[N_STAGES];
 
-	if (check_signing_key(c) < 0)
-		return 1;
 	for (int s = 0; s < PLAN; s++)
 		if (pipe2(to[s], O_CLOEXEC) < 0 || pipe2(from[s], O_CLOEXEC) < 0)
 			die("pipe: %s", strerror(errno));
@@ -668,7 +664,7 @@ static int cmd_run(const struct opts *o)
 		checked_free(&c);
 		return 1;
 	}
-	status = run_checked(o, o->manifest, &c);
+	status = check_signing_key(&c) < 0 ? 1 : run_checked(o, o->manifest, &c);
 	checked_free(&c);
 	return status;
 }
@@ -704,6 +700,11 @@ static int cmd_relay(const struct opts *o)
 		if (operator_stopped()) {
 			checked_free(&c);
 			break;
+		}
+		/* A bad key fails every run alike: the relay ends here. */
+		if (check_signing_key(&c) < 0) {
+			checked_free(&c);
+			return 1;
 		}
 		warnx("relay: run %ld/%s", i, bound);
 		status = run_checked(o, o->manifest, &c);

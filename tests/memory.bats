@@ -93,7 +93,8 @@ run_a() {
 	# referential answers from the tier the file store was placed in (by
 	# this run's measured latency, so not a fixed name)
 	file_tier=$(jq -r 'select(.kind=="store" and .data.op=="placement") | .data.placement | to_entries[] | select(.value=="file") | .key' ws/.sfma/trace.jsonl | tail -1)
-	[ -n "$file_tier" ] && [ "$file_tier" != fast ]
+	[ -n "$file_tier" ]
+	[ "$file_tier" != fast ]
 	trace_has ".kind==\"store\" and .data.op==\"recall\" and .data.mode==\"referential\" and .data.tier==\"$file_tier\""
 	trace_has '.kind=="store" and .data.op=="recall" and .data.mode=="semantic" and .data.degraded==true'
 	verified
