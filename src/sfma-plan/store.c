@@ -11,6 +11,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
+#include "clock.h"
 #include "err.h"
 
 #include <ctype.h>
@@ -24,18 +25,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RECALL_MAX_TEXT 8192
 #define GIT_MAX_OUTPUT (256u << 10)
 
-static double elapsed_ms(const struct timespec *a)
+/* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
+static double elapsed_ms(double t0)
 {
-	struct timespec b;
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double ms = (double)(b.tv_sec - a->tv_sec) * 1e3 + (double)(b.tv_nsec - a->tv_nsec) / 1e6;
-	return round(ms * 1000) / 1000;
+	return round((mono_ms_frac() - t0) * 1000) / 1000;
 }
 
 /* Run git with fixed arguments; stdout captured (bounded) into out when
@@ -220,18 +218,18 @@ static _Noreturn void file_probe_failed_in_memory(void)
 
 void store_profile(struct store *st, json_t **git_entry, json_t **placement)
 {
-	struct timespec t0;
+	double t0;
 	/* In-process: a put and a get of a small pointer. */
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_ms_frac();
 	json_object_set_new(st->inproc, ".probe", json_string("probe"));
 	if (!json_object_get(st->inproc, ".probe"))
 		file_probe_failed_in_memory();
 	json_object_del(st->inproc, ".probe");
-	st->latency_inproc = elapsed_ms(&t0);
+	st->latency_inproc = elapsed_ms(t0);
 	/* Files: a durable write and a read back. */
 	char probe[PATH_MAX];
 	path_join(probe, st->records_dir, ".probe");
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_ms_frac();
 	int file_ok = atomic_write(probe, "probe", 5, 0644, NULL) == 0;
 	if (file_ok) {
 		char back[8];
@@ -241,13 +239,13 @@ void store_profile(struct store *st, json_t **git_entry, json_t **placement)
 			close(fd);
 		unlink(probe);
 	}
-	st->latency_file = elapsed_ms(&t0);
+	st->latency_file = elapsed_ms(t0);
 	/* Git: hashing an object, the cheapest real round trip. */
 	if (st->git_available) {
 		static const char *const hash[] = {"hash-object", "--", "records", NULL};
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = mono_ms_frac();
 		git(st, 1, hash, NULL);
-		st->latency_git = elapsed_ms(&t0);
+		st->latency_git = elapsed_ms(t0);
 	}
 	/* Place by measured latency. */
 	struct { const char *name; double ms; int ok; } s[3] = {
