@@ -73,9 +73,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		o->manifest = argv[optind];
 		return;
 	}
-	if (optind >= argc || strcmp(argv[optind], "run") != 0)
-		cli_usage_error(usage_text, optind < argc ? "%s: unknown command" : "no command given",
-		                optind < argc ? argv[optind] : "");
+	if (optind >= argc)
+		cli_usage_error(usage_text, "no command given");
+	if (strcmp(argv[optind], "run") != 0)
+		cli_usage_error(usage_text, "%s: unknown command", argv[optind]);
 	if (optind != argc - 2)
 		cli_usage_error(usage_text, "run takes exactly one MANIFEST");
 	o->manifest = argv[optind + 1];
