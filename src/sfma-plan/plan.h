@@ -9,8 +9,10 @@
  *   store.c   the memory stores and recall
  *
  * Errors inside the program follow one convention: a function that can
- * fail returns -1 (or NULL) and fills a struct sfma_err; only main.c and
- * run.c decide what to print. */
+ * fail returns -1 (or NULL) and fills a struct sfma_err, and its caller
+ * decides what to say; what the operator reads is said in main.c and
+ * run.c (a few conditions that end the process at once die() where they
+ * are found). */
 #ifndef SFMA_PLAN_H
 #define SFMA_PLAN_H
 
