@@ -2,8 +2,12 @@
 #include "manifest.h"
 #include "err.h"
 #include "ndjson.h"
+#include "url.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +119,9 @@ static double prob_field(json_t *obj, const char *where, const char *key, double
 	return json_number_value(v);
 }
 
-static char **path_list(json_t *doc, const char *key, size_t *count, int outputs,
+/* Declared paths live under the workspace: each must fit in PATH_MAX once
+ * joined to it (ws_len is 0 while the workspace itself is invalid). */
+static char **path_list(json_t *doc, const char *key, size_t *count, int outputs, size_t ws_len,
                         struct reasons *why)
 {
 	json_t *arr = json_object_get(doc, key);
@@ -148,6 +154,12 @@ static char **path_list(json_t *doc, const char *key, size_t *count, int outputs
 		}
 		if (outputs && (strcmp(norm, ".sfma") == 0 || strncmp(norm, ".sfma/", 6) == 0)) {
 			reason(why, "%s[%zu] %s: .sfma is reserved to the runner", key, i, s);
+			free(norm);
+			continue;
+		}
+		if (ws_len + 1 + strlen(norm) >= PATH_MAX) {
+			reason(why, "%s[%zu]: path too long (%zu bytes; with the workspace it must fit in %d)",
+			       key, i, strlen(norm), PATH_MAX - 1);
 			free(norm);
 			continue;
 		}
@@ -185,6 +197,12 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 		if (!known)
 			reason(why, "tuning.%s is not a known tuning key", key);
 	}
+	/* Part of the schema, not yet of the runner: accepting them would
+	 * promise a behaviour nothing delivers. */
+	static const char *const unsupported[] = {"routing", "ntpAnchor", NULL};
+	for (const char *const *k = unsupported; *k; k++)
+		if (json_object_get(t, *k))
+			reason(why, "tuning.%s is not supported yet: remove it", *k);
 	tu->ewma_alpha = prob_field(t, "tuning", "ewmaAlpha", 0.3, why);
 	if ((v = json_object_get(t, "ewmaAlpha")) && json_is_number(v) && json_number_value(v) == 0)
 		reason(why, "tuning.ewmaAlpha must be greater than 0");
@@ -233,8 +251,12 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 			}
 		}
 		json_t *b = json_object_get(e, "baseUrl");
+		struct sfma_err ue;
 		if (b && !json_is_string(b)) {
 			reason(why, "modelEndpoints[%zu].baseUrl must be a string", i);
+			ok = 0;
+		} else if (b && url_transport_ok(json_string_value(b), &ue) < 0) {
+			reason(why, "modelEndpoints[%zu].baseUrl %s", i, ue.text);
 			ok = 0;
 		}
 		static const char *const providers[] = {"anthropic", "openai", "gemini", "codex", "mock", NULL};
@@ -262,6 +284,9 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 				json_t *f = json_object_get(auth, need[k]);
 				if (!json_is_string(f) || !*json_string_value(f)) {
 					reason(why, "modelEndpoints[%zu].auth.%s must be a non-empty string", i, need[k]);
+					ok = 0;
+				} else if (k == 0 && url_transport_ok(json_string_value(f), &ue) < 0) {
+					reason(why, "modelEndpoints[%zu].auth.tokenUrl %s", i, ue.text);
 					ok = 0;
 				}
 			}
@@ -331,6 +356,148 @@ static void load_commands(struct manifest *m, json_t *doc, struct reasons *why)
 	}
 }
 
+/* ---- the workspace ----------------------------------------------------- */
+
+/* The workspace as an absolute path: as written, or joined to the current
+ * directory. NULL (with a reason) when it cannot be, or would not fit. */
+static char *workspace_absolute(const char *ws, struct reasons *why)
+{
+	char cwd[PATH_MAX];
+	if (ws[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+		reason(why, "workspace: cannot resolve the current directory: %s", strerror(errno));
+		return NULL;
+	}
+	size_t len = ws[0] == '/' ? strlen(ws) : strlen(cwd) + 1 + strlen(ws);
+	if (len > MANIFEST_WORKSPACE_MAX) {
+		reason(why, "workspace: path too long (%zu bytes resolved; at most %d, so that every file "
+		       "the runner keeps under it fits in PATH_MAX)", len, MANIFEST_WORKSPACE_MAX);
+		return NULL;
+	}
+	char *abs = xmalloc(len + 1);
+	if (ws[0] == '/')
+		memcpy(abs, ws, len + 1);
+	else
+		sprintf(abs, "%s/%s", cwd, ws);
+	return abs;
+}
+
+/* Append component c (of length n) to the absolute path p (capacity
+ * PATH_MAX), lexically: "." is nothing, ".." drops the last component. */
+static void lexical_append(char *p, const char *c, size_t n)
+{
+	if (n == 0 || (n == 1 && c[0] == '.'))
+		return;
+	if (n == 2 && c[0] == '.' && c[1] == '.') {
+		char *slash = strrchr(p, '/');
+		slash[slash == p] = '\0'; /* "/a" -> "/", "/a/b" -> "/a" */
+		return;
+	}
+	size_t len = strlen(p);
+	if (len + (len > 1) + n >= PATH_MAX)
+		return; /* cannot happen: the input was shorter than PATH_MAX */
+	if (len > 1)
+		p[len++] = '/';
+	memcpy(p + len, c, n);
+	p[len + n] = '\0';
+}
+
+/* Where abs really leads: the longest prefix that exists, resolved with
+ * realpath(3) (links followed), then the rest applied lexically, so that
+ * "ws/../../.." or a link to "/" is seen for what it is even before the
+ * workspace exists. out has PATH_MAX bytes. */
+static void resolve_as_far_as_exists(const char *abs, char out[PATH_MAX])
+{
+	char prefix[PATH_MAX];
+	snprintf(prefix, sizeof prefix, "%s", abs);
+	size_t cut = strlen(prefix);
+	for (;;) {
+		char *real = realpath(prefix, NULL);
+		if (real) {
+			snprintf(out, PATH_MAX, "%s", real);
+			free(real);
+			break;
+		}
+		/* Drop the last component and try its parent; "/" always resolves. */
+		char *slash = strrchr(prefix, '/');
+		while (slash && slash > prefix && slash[-1] == '/')
+			slash--;
+		if (!slash || slash == prefix) {
+			snprintf(out, PATH_MAX, "/");
+			cut = 0;
+			break;
+		}
+		*slash = '\0';
+		cut = (size_t)(slash - prefix);
+	}
+	for (const char *s = abs + cut; *s;) {
+		while (*s == '/')
+			s++;
+		size_t n = strcspn(s, "/");
+		lexical_append(out, s, n);
+		s += n;
+	}
+}
+
+/* A top-level system directory (refused as a workspace itself), or one of
+ * the trees no task may work in (refused with everything under them: kernel
+ * interfaces, devices, the boot loader and the host's configuration). */
+static int is_system_dir(const char *p)
+{
+	static const char *const dirs[] = {
+		"/bin", "/boot", "/dev", "/etc", "/home", "/media", "/mnt", "/opt", "/proc", "/root",
+		"/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var", "/usr/bin",
+		"/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/share",
+		"/usr/include", "/usr/src", "/var/lib", "/var/log", "/var/tmp", "/var/cache",
+		"/var/spool", "/var/mail", NULL,
+	};
+	static const char *const trees[] = {"/boot", "/dev", "/etc", "/proc", "/sys", NULL};
+	if (strcmp(p, "/") == 0)
+		return 1;
+	for (const char *const *d = dirs; *d; d++)
+		if (strcmp(p, *d) == 0)
+			return 1;
+	for (const char *const *t = trees; *t; t++) {
+		size_t n = strlen(*t);
+		if (strncmp(p, *t, n) == 0 && p[n] == '/')
+			return 1;
+	}
+	/* /lib, /lib32, /lib64, /libx32 ...: every top-level lib* */
+	return strncmp(p, "/lib", 4) == 0 && !strchr(p + 1, '/');
+}
+
+/* 1 if p is home itself or a directory holding it. */
+static int holds_home(const char *p, const char *home)
+{
+	char real_home[PATH_MAX];
+	if (!home || home[0] != '/' || strlen(home) >= PATH_MAX)
+		return 0;
+	resolve_as_far_as_exists(home, real_home);
+	if (strcmp(real_home, "/") == 0)
+		return 0; /* a home of "/" is already a system directory */
+	size_t n = strlen(p);
+	return strcmp(p, real_home) == 0 || (strncmp(real_home, p, n) == 0 && real_home[n] == '/');
+}
+
+/* A workspace gives the model every file under it to read: refuse one that
+ * resolves to the host's system directories or the operator's home. */
+static int workspace_refused(const char *ws, const char *abs, struct reasons *why)
+{
+	char real[PATH_MAX];
+	resolve_as_far_as_exists(abs, real);
+	if (is_system_dir(real)) {
+		reason(why, "workspace %s resolves to %s, a system directory: choose a directory of its own",
+		       ws, real);
+		return 1;
+	}
+	struct passwd *pw = getpwuid(getuid());
+	if (holds_home(real, getenv("HOME")) || (pw && holds_home(real, pw->pw_dir))) {
+		reason(why, "workspace %s resolves to %s, the operator's home or a directory holding it: "
+		       "choose a directory of its own", ws, real);
+		return 1;
+	}
+	return 0;
+}
+
 struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 {
 	struct manifest *m = xcalloc(1, sizeof *m);
@@ -355,16 +522,10 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 		reason(why, v ? "workspace must be a non-empty string" : "workspace is required");
 	} else {
 		m->workspace = json_string_value(v);
-		if (m->workspace[0] == '/') {
-			m->workspace_path = xstrdup(m->workspace);
-		} else {
-			char cwd[4096];
-			if (!getcwd(cwd, sizeof cwd))
-				reason(why, "workspace: cannot resolve the current directory");
-			else {
-				m->workspace_path = xmalloc(strlen(cwd) + strlen(m->workspace) + 2);
-				sprintf(m->workspace_path, "%s/%s", cwd, m->workspace);
-			}
+		m->workspace_path = workspace_absolute(m->workspace, why);
+		if (m->workspace_path && workspace_refused(m->workspace, m->workspace_path, why)) {
+			free(m->workspace_path);
+			m->workspace_path = NULL;
 		}
 	}
 
@@ -375,8 +536,9 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 
 	load_endpoints(m, doc, why);
 	load_commands(m, doc, why);
-	m->inputs = path_list(doc, "inputs", &m->n_inputs, 0, why);
-	m->outputs = path_list(doc, "outputs", &m->n_outputs, 1, why);
+	size_t ws_len = m->workspace_path ? strlen(m->workspace_path) : 0;
+	m->inputs = path_list(doc, "inputs", &m->n_inputs, 0, ws_len, why);
+	m->outputs = path_list(doc, "outputs", &m->n_outputs, 1, ws_len, why);
 
 	m->max_turns = int_field(doc, "maxTurns", 1, 1, 1, 1000000000L, why);
 	m->max_model_calls = int_field(doc, "maxModelCalls", 0, m->max_turns * 8, 1, 100000, why);

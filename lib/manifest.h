@@ -6,10 +6,16 @@
 #ifndef SFMA_MANIFEST_H
 #define SFMA_MANIFEST_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <jansson.h>
 
 #define MANIFEST_MAX_BYTES (1u << 20)
+/* The longest workspace path accepted (resolved to an absolute path): the
+ * runner's deepest file, .sfma/mem/records/<id>.json, lies at most 256
+ * bytes below it, so every path built under a valid workspace fits in
+ * PATH_MAX and none is ever cut short. */
+#define MANIFEST_WORKSPACE_MAX (PATH_MAX - 256)
 
 struct endpoint_cfg {
 	const char *name, *provider, *model;
@@ -32,7 +38,9 @@ struct manifest {
 	json_t *json;                   /* the document as read; owns all strings below */
 	const char *name;
 	const char *workspace;          /* as written */
-	char *workspace_path;           /* resolved against the current directory (owned) */
+	char *workspace_path;           /* absolute: joined to the current directory (owned);
+	                                 * at most MANIFEST_WORKSPACE_MAX bytes, never a system
+	                                 * directory nor the operator's home once resolved */
 	const char *task_statement;     /* NULL when absent */
 	struct endpoint_cfg *endpoints;
 	size_t n_endpoints;
@@ -51,7 +59,11 @@ struct reasons {
 };
 
 /* Load and validate the manifest at path. Returns the manifest, or NULL
- * with every problem in *why (one human sentence each). */
+ * with every problem in *why (one human sentence each). Beyond the schema:
+ * the workspace may not resolve (links followed as far as the path exists)
+ * to "/", a system directory, or $HOME or a directory holding it; baseUrl
+ * and auth.tokenUrl must pass url_transport_ok(); tuning.routing and
+ * tuning.ntpAnchor are refused until they do something. */
 struct manifest *manifest_load(const char *path, struct reasons *why);
 
 /* Validate an already parsed document (takes a reference of its own). */

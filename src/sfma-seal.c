@@ -1,6 +1,7 @@
 /* sfma-seal - commit a run's result record to its trace, and sign it.
  *
- *   sfma-seal WORKSPACE < result-body.json
+ *   sfma-seal [--allow-empty] WORKSPACE < result-body.json
+ *   sfma-seal --check-key
  *
  * Reads the result body (CONTRACT.md section 7, without `integrity`),
  * verifies WORKSPACE/.sfma/trace.jsonl, computes `integrity` (head, entry
@@ -9,12 +10,15 @@
  * WORKSPACE/.sfma/result.json atomically. Prints the integrity object as
  * one canonical line. This is the only stage that sees the signing key;
  * the key is wiped from memory and the environment once loaded, and never
- * printed. Exit 0 when sealed, 1 on any error (nothing written), 2 on
- * usage errors. */
+ * printed. `--check-key` only loads the key: the orchestrator runs it
+ * before any stage starts, so a bad key is one message and nothing on
+ * disk. Exit 0 when sealed (or the key is usable), 1 on any error (nothing
+ * written), 2 on usage errors. */
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
+#include "cli.h"
 #include "err.h"
 #include "ndjson.h"
 #include "record.h"
@@ -22,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,15 +70,62 @@ static json_t *sign_integrity(EVP_PKEY *key, json_t *integrity)
 	return s;
 }
 
+static const char usage_text[] =
+	"usage: sfma-seal [--allow-empty] WORKSPACE < result-body.json\n"
+	"       sfma-seal --check-key\n"
+	"       sfma-seal --version | --help\n";
+
+struct options {
+	int check_key, allow_empty;
+	const char *workspace;
+};
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+	enum { OPT_CHECK_KEY = 0x100, OPT_ALLOW_EMPTY, OPT_VERSION };
+	static const struct option longopts[] = {
+		{"check-key", no_argument, NULL, OPT_CHECK_KEY}, {"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
+		{NULL, 0, NULL, 0},
+	};
+	*o = (struct options){0};
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == OPT_CHECK_KEY)
+			o->check_key = 1;
+		else if (c == OPT_ALLOW_EMPTY)
+			o->allow_empty = 1;
+		else if (c == 'h')
+			cli_help(usage_text);
+		else if (c == OPT_VERSION)
+			cli_version();
+		else
+			cli_bad_option(usage_text, c, argv);
+	}
+	if (o->check_key) {
+		if (optind != argc || o->allow_empty)
+			cli_usage_error(usage_text, "--check-key takes no other argument");
+		return;
+	}
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, optind == argc ? "no WORKSPACE given" : "exactly one WORKSPACE");
+	o->workspace = argv[optind];
+}
+
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: sfma-seal WORKSPACE < result-body.json\n");
-		return 2;
-	}
-	const char *ws = argv[1];
+	struct options o;
+	parse_options(argc, argv, &o);
+	const char *ws = o.workspace;
+	/* The key is taken first, before any input: a bad key fails the same
+	 * way whatever else is wrong. */
 	EVP_PKEY *key = take_signing_key();
+	if (o.check_key) {
+		EVP_PKEY_free(key);
+		return 0;
+	}
 
 	/* 1. The body. */
 	struct sfma_err e;
@@ -81,6 +133,12 @@ int main(int argc, char **argv)
 	char *text = read_all_fd(0, RECORD_MAX_BYTES, &len, &e);
 	if (!text)
 		die("stdin: %s", e.text);
+	if (len == 0 && o.allow_empty) {
+		/* The planner stopped before it could seal, and has said why. */
+		free(text);
+		EVP_PKEY_free(key);
+		return 0;
+	}
 	if (len == 0)
 		die("stdin: empty: no result body to seal");
 	json_t *record = json_parse_strict(text, len, &e);
@@ -98,7 +156,7 @@ int main(int argc, char **argv)
 		die("stdin: trace must be \"%s\"", RECORD_TRACE);
 
 	/* 2. The chain it commits to. */
-	char path[4096];
+	char path[PATH_MAX];
 	if (snprintf(path, sizeof path, "%s/%s", ws, RECORD_TRACE) >= (int)sizeof path)
 		die("%s: path too long", ws);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
@@ -127,7 +185,8 @@ int main(int argc, char **argv)
 	if (canon_dump_pretty(record, &out, &e) < 0)
 		die("record: %s", e.text);
 	buf_addc(&out, '\n');
-	snprintf(path, sizeof path, "%s/.sfma/result.json", ws);
+	if (snprintf(path, sizeof path, "%s/.sfma/result.json", ws) >= (int)sizeof path)
+		die("%s: path too long", ws);
 	if (atomic_write(path, out.p, out.len, 0644, &e) < 0)
 		die("%s", e.text);
 	if (json_print_line(stdout, integrity) < 0)

@@ -1,8 +1,8 @@
 /* sfma - the orchestrator: starts the stages of a run, wires them, supervises.
  *
- *   sfma run MANIFEST [--apply] [--task=TEXT]
- *   sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]
- *   sfma chat WORKSPACE          (runs sfma-chat, the operator's client)
+ *   sfma run MANIFEST [--apply] [--task TEXT] [-v]
+ *   sfma relay MANIFEST [--every SECONDS] [--max-runs N] [--apply] [--task TEXT] [-v]
+ *   sfma NAME [ARGS...]          (runs sfma-NAME from beside sfma: chat, verify, ...)
  *
  * The pipeline is a star centred on the planner (PIPELINE.md): sfma-plan
  * talks to sfma-model, sfma-exec, sfma-chain and sfma-seal over eight pipes,
@@ -12,6 +12,8 @@
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
+#include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "ndjson.h"
 
@@ -57,8 +59,8 @@ static const char *const env_seal[] = { "SFMA_AUDIT_PRIVATE_KEY", NULL };
 struct opts {
 	const char *cmd;        /* "run" or "relay" */
 	char *manifest;         /* as handed to the stages (owned) */
-	const char *task;       /* the whole "--task=TEXT" argument, or NULL */
-	bool apply;
+	char *task;             /* "--task=TEXT" for the planner, or NULL (owned) */
+	bool apply, progress;
 	double every;           /* seconds between relay run starts */
 	long max_runs;          /* 0: unbounded */
 };
@@ -74,14 +76,11 @@ struct checked {
 static sigset_t supervised;     /* SIGINT SIGTERM SIGHUP SIGCHLD, kept blocked */
 static bool interrupted;        /* the operator asked us to stop */
 
-static _Noreturn void usage(void)
-{
-	fprintf(stderr,
-	        "usage: sfma run MANIFEST [--apply] [--task=TEXT]\n"
-	        "       sfma relay MANIFEST [--every=SECONDS] [--max-runs=N] [--apply] [--task=TEXT]\n"
-	        "       sfma chat WORKSPACE\n");
-	exit(2);
-}
+static const char usage_text[] =
+	"usage: sfma run MANIFEST [--apply] [--task TEXT] [-v|--progress]\n"
+	"       sfma relay MANIFEST [--every SECONDS] [--max-runs N] [--apply] [--task TEXT] [-v]\n"
+	"       sfma NAME [ARGS...]   run sfma-NAME from beside sfma (chat, verify, ...)\n"
+	"       sfma --version | --help\n";
 
 /* The manifest name as handed to the stages (caller frees): a relative
  * name that begins with '-' must not read as an option. */
@@ -92,43 +91,99 @@ static char *safe_path(const char *p)
 	return s;
 }
 
-static void parse_args(int argc, char **argv, struct opts *o)
+/* The options of run and relay; argv[0] is the command. */
+static void parse_run_args(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){0};
-	if (argc < 2 || (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "relay") != 0))
-		usage();
-	o->cmd = argv[1];
-	bool relay = strcmp(o->cmd, "relay") == 0, positional_only = false;
-	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i];
+	enum { OPT_APPLY = 0x100, OPT_TASK, OPT_EVERY, OPT_MAX_RUNS, OPT_VERSION };
+	static const struct option longopts[] = {
+		{"apply", no_argument, NULL, OPT_APPLY}, {"task", required_argument, NULL, OPT_TASK},
+		{"every", required_argument, NULL, OPT_EVERY}, {"max-runs", required_argument, NULL, OPT_MAX_RUNS},
+		{"progress", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+	};
+	*o = (struct opts){.cmd = argv[0]};
+	bool relay = strcmp(o->cmd, "relay") == 0;
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
 		char *end;
-		if (positional_only || a[0] != '-' || a[1] == '\0') {
-			if (o->manifest)
-				usage();
-			o->manifest = safe_path(a);
-		} else if (strcmp(a, "--") == 0) {
-			positional_only = true;
-		} else if (strcmp(a, "--apply") == 0) {
+		unsigned long n;
+		switch (c) {
+		case OPT_APPLY:
 			o->apply = true;
-		} else if (strncmp(a, "--task=", 7) == 0) {
-			o->task = a;
-		} else if (relay && strncmp(a, "--every=", 8) == 0) {
+			break;
+		case OPT_TASK:
+			free(o->task);
+			o->task = xmalloc(strlen(optarg) + 8);
+			sprintf(o->task, "--task=%s", optarg);
+			break;
+		case OPT_EVERY:
+		case OPT_MAX_RUNS:
+			if (!relay)
+				cli_usage_error(usage_text, "--%s is an option of relay only",
+				                c == OPT_EVERY ? "every" : "max-runs");
+			if (c == OPT_MAX_RUNS) {
+				if (cli_parse_ulong(optarg, 1, LONG_MAX, &n) < 0)
+					cli_usage_error(usage_text, "--max-runs %s: expected a positive integer", optarg);
+				o->max_runs = (long)n;
+				break;
+			}
 			errno = 0;
-			o->every = strtod(a + 8, &end);
-			if (errno || end == a + 8 || *end || !isfinite(o->every) || o->every < 0 || o->every > 1e7)
-				die_status(2, "%s: expected a number of seconds", a);
-		} else if (relay && strncmp(a, "--max-runs=", 11) == 0) {
-			errno = 0;
-			o->max_runs = strtol(a + 11, &end, 10);
-			if (errno || end == a + 11 || *end || o->max_runs < 1)
-				die_status(2, "%s: expected a positive integer", a);
-		} else {
-			warnx("%s: unknown option", a);
-			usage();
+			o->every = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !isfinite(o->every) || o->every < 0 || o->every > 1e7)
+				cli_usage_error(usage_text, "--every %s: expected a number of seconds", optarg);
+			break;
+		case 'v':
+			o->progress = true;
+			break;
+		case 'h':
+			cli_help(usage_text);
+		case OPT_VERSION:
+			cli_version();
+		default:
+			cli_bad_option(usage_text, c, argv);
 		}
 	}
-	if (!o->manifest)
-		usage();
+	if (optind == argc)
+		cli_usage_error(usage_text, "%s: no MANIFEST given", o->cmd);
+	if (optind != argc - 1)
+		cli_usage_error(usage_text, "%s: one MANIFEST only (%s is one too many)", o->cmd, argv[optind + 1]);
+	o->manifest = safe_path(argv[optind]);
+}
+
+/* The directory sfma was started from (/proc/self/exe), or NULL. */
+static char *self_dir(void)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		return NULL;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return NULL;
+	*slash = '\0';
+	return xstrdup(self);
+}
+
+/* `sfma NAME ARGS...` runs sfma-NAME with ARGS, git style. Only a program
+ * beside sfma qualifies (the installed set belongs together; PATH is not
+ * searched), and NAME is a plain word, so it can never name a path. */
+static _Noreturn void run_subcommand(char **argv)
+{
+	const char *name = argv[1];
+	size_t len = strlen(name);
+	bool plain = len > 0 && len <= 64 && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == len;
+	if (!plain)
+		cli_usage_error(usage_text, "'%s': not a command name (lower-case letters, digits, -)", name);
+	char *dir = self_dir(), path[PATH_MAX];
+	if (!dir || snprintf(path, sizeof path, "%s/sfma-%s", dir, name) >= (int)sizeof path ||
+	    access(path, X_OK) < 0)
+		cli_usage_error(usage_text, "%s: unknown command (no sfma-%s beside sfma)", name, name);
+	free(dir);
+	argv[1] = path;
+	execv(path, argv + 1);
+	die("%s: %s", path, strerror(errno));
 }
 
 /* A stage must never find its stdin or stdout pipe on fd 0..2 by accident:
@@ -157,17 +212,13 @@ static void take_signals(void)
  * set belongs together), then on PATH. */
 static char *find_program(const char *name)
 {
-	char self[PATH_MAX], cand[PATH_MAX + 64];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			snprintf(cand, sizeof cand, "%s/%s", self, name);
-			if (access(cand, X_OK) == 0)
-				return xstrdup(cand);
-		}
+	char cand[PATH_MAX + 64];
+	char *dir = self_dir();
+	if (dir) {
+		snprintf(cand, sizeof cand, "%s/%s", dir, name);
+		free(dir);
+		if (access(cand, X_OK) == 0)
+			return xstrdup(cand);
 	}
 	const char *path = getenv("PATH");
 	for (const char *p = path ? path : ""; *p;) {
@@ -382,9 +433,7 @@ static int check_manifest(const struct opts *o, const char *manifest, struct che
 
 static double now_seconds(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+	return mono_ms_frac() / 1000.0;
 }
 
 /* Wait for one supervised signal until the monotonic deadline (< 0: none;
@@ -422,12 +471,14 @@ static bool operator_stopped(void)
 	return interrupted;
 }
 
-static void describe_exit(const char *what, int st)
+/* Only a stage killed by a signal is reported: one that exits has said why
+ * itself (every stage's error is one line on stderr), and the planner
+ * names the stage that went away. SIGPIPE means the stage wrote to the
+ * planner after the planner had gone, which the planner reports. */
+static void describe_death(const char *what, int st)
 {
-	if (WIFSIGNALED(st))
+	if (WIFSIGNALED(st) && WTERMSIG(st) != SIGPIPE)
 		warnx("stage %s killed by signal %d", what, WTERMSIG(st));
-	else
-		warnx("stage %s exited with status %d", what, WEXITSTATUS(st));
 }
 
 /* Reap the stages until all are gone; return the run's exit status. The
@@ -453,9 +504,8 @@ static int supervise(pid_t pid[N_STAGES])
 			if (s == PLAN) {
 				plan_status = st;
 				deadline = now_seconds() + GRACE_SECONDS;
-			} else if (!gone[PLAN] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-				/* A clean exit is a stage done with its input. */
-				describe_exit(stage_prog[s], st);
+			} else if (!gone[PLAN]) {
+				describe_death(stage_prog[s], st);
 			}
 		}
 		if (left == 0)
@@ -463,8 +513,10 @@ static int supervise(pid_t pid[N_STAGES])
 		int sig = next_signal(deadline);
 		if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP)) {
 			interrupted = true;
+			/* The same signal, so the record names what the
+			 * operator did. */
 			if (!gone[PLAN])
-				kill(pid[PLAN], SIGTERM);
+				kill(pid[PLAN], sig);
 		} else if (sig == 0 && !killed) {
 			for (int s = 0; s < PLAN; s++) {
 				if (gone[s])
@@ -478,7 +530,7 @@ static int supervise(pid_t pid[N_STAGES])
 		}
 	}
 	if (WIFSIGNALED(plan_status)) {
-		describe_exit(stage_prog[PLAN], plan_status);
+		describe_death(stage_prog[PLAN], plan_status);
 		return 1;
 	}
 	return WEXITSTATUS(plan_status);
@@ -498,9 +550,39 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
 	} else if (s == CHAIN) {
 		argv[k++] = (char *)c->trace;
 	} else if (s == SEAL) {
+		/* A planner that stops before sealing has said why: its closed
+		 * pipe is no second error. */
+		argv[k++] = "--allow-empty";
 		argv[k++] = (char *)c->workspace;
 	}
 	argv[k] = NULL;
+}
+
+/* The signing key is checked before any stage starts, so that a bad key is
+ * one message (sfma-seal's), the same every time, and nothing on disk.
+ * sfma never parses the key: sfma-seal --check-key does, in the
+ * environment the seal stage gets. 0, or -1 when the key is unusable. */
+static int check_signing_key(const struct checked *c)
+{
+	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
+	if (!key || !*key)
+		return 0; /* unsigned records: nothing to check */
+	char *argv[] = { stage_path[SEAL], "--check-key", NULL };
+	char **env = stage_env(SEAL, c);
+	pid_t pid = spawn(stage_path[SEAL], argv, env, -1, -1, NULL, 0);
+	env_free(env);
+	if (pid < 0) {
+		warnx("%s: %s", stage_path[SEAL], strerror(errno));
+		return -1;
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	if (WIFSIGNALED(st))
+		warnx("sfma-seal --check-key killed by signal %d", WTERMSIG(st));
+	return -1;
 }
 
 /* One run on an already checked manifest: eight pipes, five processes. */
@@ -523,7 +605,9 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	if (o->apply)
 		argv[n++] = "--apply";
 	if (o->task)
-		argv[n++] = (char *)o->task;
+		argv[n++] = o->task;
+	if (o->progress)
+		argv[n++] = "--progress";
 	for (int s = 0; s < PLAN; s++) {
 		/* Opened by the planner in this order: to-model, from-model, ... */
 		for (int dir = 0; dir < 2; dir++) {
@@ -580,7 +664,7 @@ static int cmd_run(const struct opts *o)
 		checked_free(&c);
 		return 1;
 	}
-	status = run_checked(o, o->manifest, &c);
+	status = check_signing_key(&c) < 0 ? 1 : run_checked(o, o->manifest, &c);
 	checked_free(&c);
 	return status;
 }
@@ -617,6 +701,11 @@ static int cmd_relay(const struct opts *o)
 			checked_free(&c);
 			break;
 		}
+		/* A bad key fails every run alike: the relay ends here. */
+		if (check_signing_key(&c) < 0) {
+			checked_free(&c);
+			return 1;
+		}
 		warnx("relay: run %ld/%s", i, bound);
 		status = run_checked(o, o->manifest, &c);
 		checked_free(&c);
@@ -639,23 +728,24 @@ static int cmd_relay(const struct opts *o)
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0))
-		usage();
-	/* `sfma chat WORKSPACE` is the operator's client, a program of its
-	 * own: hand over to it with the same arguments. */
-	if (argc >= 2 && strcmp(argv[1], "chat") == 0) {
-		char *chat = find_program("sfma-chat");
-		argv[1] = chat;
-		execv(chat, argv + 1);
-		die("%s: %s", chat, strerror(errno));
-	}
+	if (argc < 2)
+		cli_usage_error(usage_text, "no command given");
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		cli_help(usage_text);
+	if (strcmp(argv[1], "--version") == 0)
+		cli_version();
+	if (argv[1][0] == '-')
+		cli_usage_error(usage_text, "%s: expected a command before any option", argv[1]);
+	if (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "relay") != 0)
+		run_subcommand(argv);
 	struct opts o;
-	parse_args(argc, argv, &o);
+	parse_run_args(argc - 1, argv + 1, &o);
 	ensure_std_fds();
 	take_signals();
 	for (int s = 0; s < N_STAGES; s++)
 		stage_path[s] = find_program(stage_prog[s]);
 	int status = strcmp(o.cmd, "run") == 0 ? cmd_run(&o) : cmd_relay(&o);
 	free(o.manifest);
+	free(o.task);
 	return status;
 }

@@ -4,6 +4,7 @@
 # Every run that got past validation must leave a record sfma-verify accepts.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 CANDIDATE='{"mission":"m","successCriteria":["out.txt written"],"loopRoles":[],"firstTasks":[],"schedule":"now"}'
 # A script whose second turn keeps sfma-exec busy in the sandbox, so that a
@@ -202,6 +203,8 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ "$status" -eq 1 ]
 	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
 	[ "$(verdict)" = halted-operator ]
+	# The record names what the operator did.
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
 	# No model call after the halt: the two calls made before it, no more.
 	[ "$(grep -c '"kind":"call"' ws/.sfma/trace.jsonl)" -eq 2 ]
 	# Only the planner was told: no stage is reported dead.
@@ -217,6 +220,8 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$output" == HALTED-OPERATOR* ]]
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGINT")' ws/.sfma/trace.jsonl
+	[[ "$stderr" != *"signal 13"* && "$stderr" != *"sfma-seal"* ]]
 	sfma-verify ws
 }
 
@@ -247,12 +252,15 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 }
 
 @test "usage errors exit 2 with the usage on stderr" {
-	for args in "" "--help" "help" "teleport manifest.json" "run" "run a.json b.json" \
+	for args in "" "help" "teleport manifest.json" "run" "run a.json b.json" \
 	            "run manifest.json --bogus" "relay manifest.json --every=soon" \
-	            "relay manifest.json --max-runs=0" "run manifest.json --every=1"; do
-		run sfma $args
+	            "relay manifest.json --max-runs=0" "run manifest.json --every=1" \
+	            "run manifest.json --task" "relay manifest.json --every soon" "-x run"; do
+		run --separate-stderr sfma $args
 		[ "$status" -eq 2 ] || { echo "sfma $args: status $status"; return 1; }
-		[[ "$output" == *"usage: sfma run MANIFEST"* || "$output" == *"expected a"* ]]
+		[ -z "$output" ] || { echo "sfma $args: stdout: $output"; return 1; }
+		[[ "${stderr_lines[0]}" == "sfma: "* ]] || { echo "sfma $args: $stderr"; return 1; }
+		[[ "$stderr" == *"usage: sfma run MANIFEST"* ]]
 	done
 	[ ! -e ws ]
 }

@@ -121,7 +121,9 @@ mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON 
 	run sfma run m.json
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"HALTED-OPERATOR turns=0"* ]]
-	! grep -q '"kind":"call"' ws/.sfma/trace.jsonl
+	run grep -q '"kind":"call"' ws/.sfma/trace.jsonl
+	[ "$status" -eq 1 ]
+	trace_has '.kind=="result" and .data.halt=="halted-operator" and .data.trigger=="HALT file"'
 	verified
 }
 
@@ -201,7 +203,8 @@ JSON
 	[ "$status" -eq 0 ]
 	cp ws/.sfma/trace.jsonl pristine
 	sed -i '2s/"probation"/"certified"/' ws/.sfma/trace.jsonl
-	! cmp -s pristine ws/.sfma/trace.jsonl
+	run cmp -s pristine ws/.sfma/trace.jsonl
+	[ "$status" -eq 1 ]
 	cp ws/.sfma/trace.jsonl before
 	run sfma run m.json
 	[ "$status" -eq 1 ]

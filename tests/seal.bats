@@ -51,7 +51,8 @@ canonical() {
 	[ "$status" -eq 0 ]
 	# the old inode was never written to: the record was renamed over it
 	cmp old-link old-copy
-	! cmp -s old-link ws/.sfma/result.json
+	run cmp -s old-link ws/.sfma/result.json
+	[ "$status" -eq 1 ]
 	[ "$(jq .integrity.entries ws/.sfma/result.json)" -eq 4 ]
 	[ "$(ls -A ws/.sfma)" = "$(printf '%s\n' result.json trace.jsonl)" ]
 }

@@ -4,6 +4,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
+#include "clock.h"
 #include "err.h"
 
 #include <errno.h>
@@ -13,23 +14,21 @@
 
 #define MEMORY_MAX_RUNS 100
 
-int memory_load(struct memory *mem, const char *path, char *err, size_t errlen)
+int memory_load(struct memory *mem, const char *path, struct sfma_err *e)
 {
-	struct sfma_err e;
 	struct stat st;
 	mem->doc = NULL;
 	if (stat(path, &st) == 0) {
-		mem->doc = json_load_strict(path, 16u << 20, &e);
-		if (!mem->doc || !json_is_object(mem->doc) ||
-		    !json_is_array(json_object_get(mem->doc, "runs"))) {
-			snprintf(err, errlen, "%s", mem->doc ? "memory.json: not a memory document" : e.text);
+		mem->doc = json_load_strict(path, 16u << 20, e);
+		if (!mem->doc)
+			return -1;
+		if (!json_is_object(mem->doc) || !json_is_array(json_object_get(mem->doc, "runs"))) {
 			json_decref(mem->doc);
 			mem->doc = NULL;
-			return -1;
+			return err_set(e, "memory.json: not a memory document");
 		}
 	} else if (errno != ENOENT) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
+		return err_set(e, "%s: %s", path, strerror(errno));
 	} else {
 		mem->doc = json_pack("{s:i, s:[], s:n, s:{}}", "version", 1, "runs", "pinned", "endpoints");
 	}
@@ -93,23 +92,21 @@ void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run
 	}
 	if (!dry && candidate && count >= m->tuning.cert_window && rate >= m->tuning.cert_completion &&
 	    failures == 0) {
+		char at[ISO8601_LEN];
 		json_object_set_new(mem->doc, "pinned",
 		                    json_pack("{s:O, s:s, s:s}", "candidate", candidate, "genesisVersion",
-		                              GENESIS_VERSION, "certifiedAt", iso_time(now_ms())));
+		                              GENESIS_VERSION, "certifiedAt", iso8601_utc(wall_ms(), at)));
 		*certified = 1;
 	}
 }
 
-int memory_save(struct memory *mem, const char *path, char *err, size_t errlen)
+int memory_save(struct memory *mem, const char *path, struct sfma_err *e)
 {
 	struct buf b = {0};
-	struct sfma_err e;
 	canon_dump_pretty(mem->doc, &b, NULL);
 	buf_addc(&b, '\n');
-	int rc = atomic_write(path, b.p, b.len, 0644, &e);
+	int rc = atomic_write(path, b.p, b.len, 0644, e);
 	buf_free(&b);
-	if (rc < 0)
-		snprintf(err, errlen, "%s", e.text);
 	return rc;
 }
 

@@ -1,13 +1,30 @@
-/* plan.h - the parts of sfma-plan, the run's state machine. */
+/* plan.h - the parts of sfma-plan, the run's state machine.
+ *
+ *   main.c    the program: options, --check, the steps of a run
+ *   run.c     the run: workspace, trace, lifecycle, record, seal, report
+ *   turn.c    one turn: ask the model, hand a tool call to the hard tier
+ *   stages.c  the planner's end of every pipe
+ *   prompt.c  what the model is told, and what it said
+ *   memory.c  memory.json and certification
+ *   store.c   the memory stores and recall
+ *
+ * Errors inside the program follow one convention: a function that can
+ * fail returns -1 (or NULL) and fills a struct sfma_err, and its caller
+ * decides what to say; what the operator reads is said in main.c and
+ * run.c (a few conditions that end the process at once die() where they
+ * are found). */
 #ifndef SFMA_PLAN_H
 #define SFMA_PLAN_H
 
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "manifest.h"
 #include "ndjson.h"
+#include "store.h"
 
 #define GENESIS_VERSION "genesis-v1"
 
@@ -24,18 +41,25 @@ struct stage {
 };
 
 extern struct stage stages[STAGE_COUNT];
-extern volatile sig_atomic_t halt_requested;
+/* The halt signal that arrived (SIGTERM, SIGINT, SIGHUP), or 0. */
+extern volatile sig_atomic_t halt_signal;
 
 /* Open the eight paths in the documented order (dies on failure). */
 void stages_open(const char *const paths[2 * STAGE_COUNT]);
 /* Send one JSON value as a line. 0, or -1 if the stage is gone. */
 int stage_send(enum stage_id s, const json_t *msg);
-/* Wait for the next reply line of stage s until deadline_ms (epoch ms; 0:
- * none). Watches every other stage too: one that closes its stdout has
- * died. Returns the parsed reply, or NULL with *why set: "timeout",
- * "halt" (a halt signal arrived and stop_on_halt), or a stage died. */
-json_t *stage_wait(enum stage_id s, int64_t deadline_ms, int stop_on_halt, const char **why,
-                   enum stage_id *dead);
+
+enum wait_why { WAIT_OK, WAIT_TIMEOUT, WAIT_HALT, WAIT_DIED };
+struct wait_opts {
+	int64_t deadline_mono;     /* monotonic ms; 0: none */
+	int stop_on_halt;          /* a halt signal ends the wait */
+	int watch_others;          /* another stage's hang-up ends the wait */
+};
+/* Wait for the next reply line of stage s. With watch_others, a stage that
+ * closes its stdout meanwhile has died and ends the wait. Returns the
+ * parsed reply, or NULL with *why and e set (the stage that died, or the
+ * malformed reply, named in e). */
+json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e);
 void stage_close_input(enum stage_id s);
 
 /* ---- prompt.c: what the model is told, and what it said --------------- */
@@ -54,32 +78,28 @@ struct memory {
 	json_t *doc;               /* {"version":1,"runs":[...],"pinned":...,"endpoints":{...}} */
 };
 
-int memory_load(struct memory *mem, const char *path, char *err, size_t errlen);
+int memory_load(struct memory *mem, const char *path, struct sfma_err *e);
 /* The pinned configuration, or NULL. */
 json_t *memory_pinned(struct memory *mem);
 /* Append this run, then apply certification/demotion. *certified and
  * *demoted report the transitions. */
 void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
                        json_t *candidate, int pinned_run, int *certified, int *demoted);
-int memory_save(struct memory *mem, const char *path, char *err, size_t errlen);
+int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
-int64_t now_ms(void);
-char *iso_time(int64_t ms); /* "2026-11-29T21:15:50.123Z" (static buffer) */
-
-
-/* ---- the run (main.c, turn.c) ------------------------------------------ */
-
-#include "store.h"
+/* ---- run.c: the run ----------------------------------------------------- */
 
 #define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
 
 struct run {
 	struct manifest *m;
 	int dry_run, progress;
-	const char *task;
-	char sfma_dir[4096];
-	int64_t start_ms, deadline_ms;
+	const char *task;          /* the task the model gets */
+	const char *clarification; /* --task, recorded as a clarification */
+	char sfma_dir[PATH_MAX];
+	int lock_fd;
+	int64_t start_mono, deadline_mono;
 	struct memory mem;
 	int pinned_run, chain_alive;
 	json_t *candidate;        /* adopted bootstrap candidate (owned) */
@@ -89,15 +109,37 @@ struct run {
 	json_t *written;          /* dry run: path -> sha256 of what would be written */
 	json_t *endpoints;        /* measured endpoint state (from sfma-model) */
 	char *system;
+	char *inbox;              /* the operator's messages for the first turn */
 	long turns, model_calls, hard_failures;
+	char first_refusal[300];  /* the first hard-tier refusal's reason */
 	double first_seq, last_seq;
 	const char *verdict;
+	const char *halt_trigger; /* "HALT file", "SIGTERM", ... */
 	char error[600];
 	const char *last_lifecycle;
 	struct store store;
 	int store_ok;             /* containment guards passed */
 	const char *commit_sha;
 };
+
+/* dir + "/" + name into out; dies rather than cut a path short (the
+ * manifest loader bounds the workspace, so this does not happen). */
+char *path_join(char out[PATH_MAX], const char *dir, const char *name);
+
+/* The run as the contract and options define it; nothing touched yet. */
+void run_init(struct run *r, struct manifest *m, int apply, const char *task, int progress);
+/* Create the workspace (only under an existing parent) and .sfma with its
+ * inbox and outbox, lock it for this run alone, load memory.json. Dies
+ * with one line on failure, having appended nothing. */
+void run_open_workspace(struct run *r);
+/* The run's first entries: clock anchor, lifecycle start, the stores, the
+ * inbox, --task. -1 when the trace refuses the first entry (nothing was
+ * appended; the run cannot be recorded, so it is not sealed). */
+int run_begin(struct run *r);
+/* Close the run in trace and memory, seal it, print the summary line;
+ * returns the exit status. Frees the run. */
+int run_end(struct run *r);
+void run_free(struct run *r);
 
 /* Append one event through sfma-chain; the entry (new reference), or NULL
  * once the chain is gone. Consumes data and refs. */
@@ -107,10 +149,23 @@ const char *entry_id(json_t *entry);
 void lifecycle(struct run *r, const char *to);
 /* Set the verdict (and the first error, if fmt) of the run. */
 void end_with(struct run *r, const char *verdict, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Progress for humans on stderr when it is a terminal. */
+/* A halt (verdict "halted-..."), naming what triggered it: "HALT file",
+ * "SIGTERM", "maxTurns", "maxSeconds", ... */
+void end_halted(struct run *r, const char *verdict, const char *trigger, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Count a hard-tier refusal, keeping the first reason for the report. */
+void refused(struct run *r, const char *reason);
+/* Progress for humans on stderr (--progress, or stderr a terminal):
+ * "sfma-plan: +1.234s turn 2: ...", control bytes escaped. */
 void progress(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void say(struct run *r, const char *role, const char *content);
-void tool_result(struct run *r, const char *text);
+/* The run's deadline as the stages take it: epoch milliseconds. */
+int64_t deadline_wall_ms(const struct run *r);
+
+/* ---- turn.c: the turns -------------------------------------------------- */
+
+/* The genesis prompt and the first message (candidate or pinned replay,
+ * and the operator's inbox). */
+void genesis(struct run *r);
 /* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
 void turns(struct run *r);
 

@@ -12,11 +12,11 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
 #include "canon.h"
+#include "clock.h"
 
 struct stage stages[STAGE_COUNT] = {
 	{.name = "sfma-model", .to = -1, .from = -1},
@@ -25,25 +25,7 @@ struct stage stages[STAGE_COUNT] = {
 	{.name = "sfma-seal", .to = -1, .from = -1},
 };
 
-volatile sig_atomic_t halt_requested;
-
-int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-char *iso_time(int64_t ms)
-{
-	static char out[40];
-	time_t secs = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	size_t n = strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out + n, sizeof out - n, ".%03dZ", (int)(ms % 1000));
-	return out;
-}
+volatile sig_atomic_t halt_signal;
 
 /* Open order matches a shell's `<to >from` redirections of each stage, so
  * named pipes opened by hand never deadlock. */
@@ -111,38 +93,48 @@ static int has_buffered_line(const struct line_reader *r)
 	return r->buf && r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start);
 }
 
-json_t *stage_wait(enum stage_id s, int64_t deadline_ms, int stop_on_halt, const char **why,
-                   enum stage_id *dead)
+/* A stage that hung up: it died (its input was not closed on purpose). */
+static json_t *died(enum stage_id k, enum wait_why *why, struct sfma_err *e)
 {
-	struct sfma_err e;
-	static char reason[600];
-	*why = NULL;
+	stages[k].dead = 1;
+	*why = WAIT_DIED;
+	err_set(e, "stage %s died", stages[k].name);
+	return NULL;
+}
+
+json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e)
+{
+	*why = WAIT_OK;
 	for (;;) {
-		if (stop_on_halt && halt_requested) {
-			*why = "halt";
+		if (o->stop_on_halt && halt_signal) {
+			*why = WAIT_HALT;
+			err_set(e, "halted by signal");
 			return NULL;
 		}
 		if (!has_buffered_line(&stages[s].reader)) {
 			struct pollfd pfd[STAGE_COUNT];
 			int n = 0, map[STAGE_COUNT];
 			for (int k = 0; k < STAGE_COUNT; k++) {
-				if (stages[k].from < 0 || stages[k].dead || (stages[k].finished && k != (int)s))
+				if (k != (int)s && (!o->watch_others || stages[k].from < 0 || stages[k].dead ||
+				                    stages[k].finished))
 					continue;
 				/* Other stages are watched for hang-up only. */
 				pfd[n].fd = stages[k].from;
 				pfd[n].events = k == (int)s ? POLLIN : 0;
 				map[n++] = k;
 			}
-			int timeout = -1;
-			if (deadline_ms > 0) {
-				int64_t left = deadline_ms - now_ms();
+			/* Wake at least every second: a halt signal may have
+			 * arrived between the check above and poll. */
+			int timeout = 1000;
+			if (o->deadline_mono > 0) {
+				int64_t left = o->deadline_mono - mono_ms();
 				if (left <= 0) {
-					*why = "timeout";
+					*why = WAIT_TIMEOUT;
+					err_set(e, "timeout");
 					return NULL;
 				}
-				timeout = left > 1000 ? 1000 : (int)left;
-			} else {
-				timeout = 1000;
+				if (left < timeout)
+					timeout = (int)left;
 			}
 			int rc = poll(pfd, (nfds_t)n, timeout);
 			if (rc < 0 && errno != EINTR)
@@ -156,36 +148,29 @@ json_t *stage_wait(enum stage_id s, int64_t deadline_ms, int stop_on_halt, const
 					readable = 1;
 					continue;
 				}
-				if (pfd[i].revents & (POLLHUP | POLLERR)) {
-					stages[k].dead = 1;
-					*dead = (enum stage_id)k;
-					snprintf(reason, sizeof reason, "stage %s died", stages[k].name);
-					*why = reason;
-					return NULL;
-				}
+				if (pfd[i].revents & (POLLHUP | POLLERR))
+					return died((enum stage_id)k, why, e);
 			}
 			if (!readable)
 				continue;
 		}
 		char *line;
 		size_t len;
-		int rc = lr_next(&stages[s].reader, &line, &len, &e);
+		struct sfma_err re;
+		int rc = lr_next(&stages[s].reader, &line, &len, &re);
 		if (rc <= 0) {
-			stages[s].dead = 1;
-			*dead = s;
 			if (rc == 0 || stages[s].reader.torn)
-				snprintf(reason, sizeof reason, "stage %s died", stages[s].name);
-			else
-				snprintf(reason, sizeof reason, "stage %s: %s", stages[s].name, e.text);
-			*why = reason;
+				return died(s, why, e);
+			stages[s].dead = 1;
+			*why = WAIT_DIED;
+			err_set(e, "stage %s: %s", stages[s].name, re.text);
 			return NULL;
 		}
-		json_t *v = json_parse_strict(line, len, &e);
+		json_t *v = json_parse_strict(line, len, &re);
 		if (!v || !json_is_object(v)) {
 			json_decref(v);
-			snprintf(reason, sizeof reason, "stage %s sent a malformed reply", stages[s].name);
-			*dead = s;
-			*why = reason;
+			*why = WAIT_DIED;
+			err_set(e, "stage %s sent a malformed reply", stages[s].name);
 			return NULL;
 		}
 		return v;

@@ -11,6 +11,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
+#include "clock.h"
 #include "err.h"
 
 #include <ctype.h>
@@ -24,18 +25,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RECALL_MAX_TEXT 8192
 #define GIT_MAX_OUTPUT (256u << 10)
 
-static double elapsed_ms(const struct timespec *a)
+/* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
+static double elapsed_ms(double t0)
 {
-	struct timespec b;
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double ms = (double)(b.tv_sec - a->tv_sec) * 1e3 + (double)(b.tv_nsec - a->tv_nsec) / 1e6;
-	return round(ms * 1000) / 1000;
+	return round((mono_ms_frac() - t0) * 1000) / 1000;
 }
 
 /* Run git with fixed arguments; stdout captured (bounded) into out when
@@ -44,7 +42,7 @@ static double elapsed_ms(const struct timespec *a)
 static int git(struct store *st, int explicit_repo, const char *const *args, struct buf *out)
 {
 	const char *argv[40];
-	char gd[4300], wt[4300];
+	char gd[PATH_MAX + 16], wt[PATH_MAX + 16]; /* the store paths fit: see path_join */
 	int n = 0;
 	argv[n++] = "git";
 	if (explicit_repo) {
@@ -61,25 +59,29 @@ static int git(struct store *st, int explicit_repo, const char *const *args, str
 		argv[n++] = args[i];
 	argv[n] = NULL;
 
-	char path_env[4200], ceiling[4200], home[4200];
+	char ceiling[PATH_MAX + 32], home[PATH_MAX + 8];
 	const char *path = getenv("PATH");
-	snprintf(path_env, sizeof path_env, "PATH=%s", path ? path : "/usr/bin:/bin");
+	struct buf path_env = {0};
+	buf_printf(&path_env, "PATH=%s", path ? path : "/usr/bin:/bin");
 	/* Discovery may never climb above .sfma: an enclosing repository is
 	 * not found, let alone written to. */
 	snprintf(ceiling, sizeof ceiling, "GIT_CEILING_DIRECTORIES=%.*s", (int)(strrchr(st->mem_dir, '/') - st->mem_dir),
 	         st->mem_dir);
 	snprintf(home, sizeof home, "HOME=%s", st->mem_dir);
-	char *envp[] = {path_env, ceiling, home, "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+	char *envp[] = {path_env.p, ceiling, home, "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 	                "XDG_CONFIG_HOME=/nonexistent", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0",
 	                "GIT_NO_REPLACE_OBJECTS=1", "GIT_PAGER=cat", NULL};
 
 	int pfd[2];
-	if (pipe2(pfd, O_CLOEXEC) < 0)
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		buf_free(&path_env);
 		return 127;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(pfd[0]);
 		close(pfd[1]);
+		buf_free(&path_env);
 		return 127;
 	}
 	if (pid == 0) {
@@ -93,6 +95,7 @@ static int git(struct store *st, int explicit_repo, const char *const *args, str
 		_exit(127);
 	}
 	close(pfd[1]);
+	buf_free(&path_env);
 	char chunk[8192];
 	ssize_t got;
 	while ((got = read(pfd[0], chunk, sizeof chunk)) != 0) {
@@ -117,47 +120,41 @@ static void chomp(struct buf *b)
 		b->p[--b->len] = '\0';
 }
 
-int store_open(struct store *st, const char *sfma_dir, char *err, size_t errlen)
+int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 {
 	struct stat sb;
 	memset(st, 0, sizeof *st);
 	st->inproc = json_object();
-	snprintf(st->mem_dir, sizeof st->mem_dir, "%s/mem", sfma_dir);
-	snprintf(st->records_dir, sizeof st->records_dir, "%s/records", st->mem_dir);
-	snprintf(st->trace_path, sizeof st->trace_path, "%s/trace.jsonl", sfma_dir);
+	path_join(st->mem_dir, sfma_dir, "mem");
+	path_join(st->records_dir, st->mem_dir, "records");
+	path_join(st->trace_path, sfma_dir, "trace.jsonl");
 
 	/* Guard 1: the store itself is a real directory, never a link that
 	 * could point the runner's writes anywhere on the host. */
 	if (lstat(st->mem_dir, &sb) == 0) {
 		if (S_ISLNK(sb.st_mode)) {
-			snprintf(err, errlen, ".sfma/mem must not be a symlink");
-			return -1;
+			return err_set(e, ".sfma/mem must not be a symlink");
 		}
 		if (!S_ISDIR(sb.st_mode)) {
-			snprintf(err, errlen, ".sfma/mem must be a directory");
-			return -1;
+			return err_set(e, ".sfma/mem must be a directory");
 		}
 	} else if (mkdir(st->mem_dir, 0755) < 0) {
-		snprintf(err, errlen, "%s: %s", st->mem_dir, strerror(errno));
-		return -1;
+		return err_set(e, "%s: %s", st->mem_dir, strerror(errno));
 	}
 	if (mkdir(st->records_dir, 0755) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "%s: %s", st->records_dir, strerror(errno));
-		return -1;
+		return err_set(e, "%s: %s", st->records_dir, strerror(errno));
 	}
 	if (lstat(st->records_dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-		snprintf(err, errlen, ".sfma/mem/records must be a real directory");
-		return -1;
+		return err_set(e, ".sfma/mem/records must be a real directory");
 	}
 
 	/* Guard 2: .git must be the store's own repository directory, not a
 	 * `gitdir:` file or a link that sends objects somewhere else. It is
 	 * checked before git is even asked whether it exists. */
-	snprintf(st->git_dir, sizeof st->git_dir, "%s/.git", st->mem_dir);
+	path_join(st->git_dir, st->mem_dir, ".git");
 	int have_git_dir = lstat(st->git_dir, &sb) == 0;
 	if (have_git_dir && !S_ISDIR(sb.st_mode)) {
-		snprintf(err, errlen, ".sfma/mem/.git must be a real repository directory");
-		return -1;
+		return err_set(e, ".sfma/mem/.git must be a real repository directory");
 	}
 
 	static const char *const version[] = {"--version", NULL};
@@ -180,13 +177,17 @@ int store_open(struct store *st, const char *sfma_dir, char *err, size_t errlen)
 	int rc = git(st, 0, where, &out);
 	chomp(&out);
 	if (rc != 0 || !real || !out.p || strcmp(out.p, real) != 0) {
-		snprintf(err, errlen, "git resolves %s, not .sfma/mem/.git: refusing an enclosing repository",
-		         out.p && *out.p ? out.p : "no repository");
+		err_set(e, "git resolves %s, not .sfma/mem/.git: refusing an enclosing repository",
+		        out.p && *out.p ? out.p : "no repository");
 		free(real);
 		buf_free(&out);
 		return -1;
 	}
-	snprintf(st->git_dir, sizeof st->git_dir, "%s", real);
+	if (strlen(real) >= sizeof st->git_dir) {
+		free(real);
+		return err_set(e, ".sfma/mem/.git: path too long");
+	}
+	strcpy(st->git_dir, real);
 	free(real);
 	buf_free(&out);
 	/* The identity lives in the store's own configuration only. */
@@ -217,18 +218,18 @@ static _Noreturn void file_probe_failed_in_memory(void)
 
 void store_profile(struct store *st, json_t **git_entry, json_t **placement)
 {
-	struct timespec t0;
+	double t0;
 	/* In-process: a put and a get of a small pointer. */
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = mono_ms_frac();
 	json_object_set_new(st->inproc, ".probe", json_string("probe"));
 	if (!json_object_get(st->inproc, ".probe"))
 		file_probe_failed_in_memory();
 	json_object_del(st->inproc, ".probe");
-	st->latency_inproc = elapsed_ms(&t0);
+	st->latency_inproc = elapsed_ms(t0);
 	/* Files: a durable write and a read back. */
-	char probe[4300];
-	snprintf(probe, sizeof probe, "%s/.probe", st->records_dir);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char probe[PATH_MAX];
+	path_join(probe, st->records_dir, ".probe");
+	t0 = mono_ms_frac();
 	int file_ok = atomic_write(probe, "probe", 5, 0644, NULL) == 0;
 	if (file_ok) {
 		char back[8];
@@ -238,13 +239,13 @@ void store_profile(struct store *st, json_t **git_entry, json_t **placement)
 			close(fd);
 		unlink(probe);
 	}
-	st->latency_file = elapsed_ms(&t0);
+	st->latency_file = elapsed_ms(t0);
 	/* Git: hashing an object, the cheapest real round trip. */
 	if (st->git_available) {
 		static const char *const hash[] = {"hash-object", "--", "records", NULL};
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = mono_ms_frac();
 		git(st, 1, hash, NULL);
-		st->latency_git = elapsed_ms(&t0);
+		st->latency_git = elapsed_ms(t0);
 	}
 	/* Place by measured latency. */
 	struct { const char *name; double ms; int ok; } s[3] = {
@@ -300,10 +301,11 @@ static int safe_id(const char *id)
 json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes)
 {
 	struct buf b = {0};
-	char path[4400];
+	char path[PATH_MAX], name[200];
 	canon_dump(payload, &b, NULL);
 	size_t bytes = b.len;
-	snprintf(path, sizeof path, "%s/%s.json", st->records_dir, id);
+	snprintf(name, sizeof name, "%s.json", safe_id(id) ? id : "");
+	path_join(path, st->records_dir, name);
 	json_t *entry = json_pack("{s:s, s:s, s:I}", "op", "put", "id", id, "bytes", (json_int_t)bytes);
 	struct sfma_err e;
 	if (!safe_id(id) || atomic_write(path, b.p, b.len, 0644, &e) < 0) {
@@ -313,32 +315,26 @@ json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_m
 	}
 	buf_free(&b);
 	char ref[200];
-	const char *tier;
-	if ((long)bytes > fast_max_bytes && st->git_available) {
+	snprintf(ref, sizeof ref, "file:%s", id);
+	const char *tier = tier_of(st, "file");
+	if ((long)bytes > fast_max_bytes) {
 		/* Over the fast tier's ceiling: a git blob, committed with this
-		 * run's records at the end of the run, so never dangling. */
-		char rel[300];
+		 * run's records at the end of the run, so never dangling. The
+		 * reason names the ceiling in words scripts look for. */
+		char rel[300], reason[200];
 		struct buf out = {0};
 		snprintf(rel, sizeof rel, "records/%s.json", id);
 		const char *const hash[] = {"hash-object", "-w", "--", rel, NULL};
-		int rc = git(st, 1, hash, &out);
+		int hashed = st->git_available && git(st, 1, hash, &out) == 0;
 		chomp(&out);
-		if (rc == 0 && out.len == 40) {
+		if (hashed && out.len == 40) {
 			snprintf(ref, sizeof ref, "git:%s", out.p);
 			tier = tier_of(st, "git");
-			char reason[160];
-			snprintf(reason, sizeof reason, "%zu bytes exceed fastTierMaxBytes %ld", bytes, fast_max_bytes);
-			json_object_set_new(entry, "reason", json_string(reason));
-		} else {
-			snprintf(ref, sizeof ref, "file:%s", id);
-			tier = tier_of(st, "file");
 		}
+		snprintf(reason, sizeof reason, "payload of %zu bytes exceeds fastTierMaxBytes (%ld)%s", bytes,
+		         fast_max_bytes, strncmp(ref, "git:", 4) == 0 ? "" : "; git unavailable, kept in files");
+		json_object_set_new(entry, "reason", json_string(reason));
 		buf_free(&out);
-	} else {
-		snprintf(ref, sizeof ref, "file:%s", id);
-		tier = tier_of(st, "file");
-		if ((long)bytes > fast_max_bytes)
-			json_object_set_new(entry, "reason", json_string("over fastTierMaxBytes, git unavailable"));
 	}
 	json_object_set_new(st->inproc, id, json_string(ref));
 	json_object_set_new(entry, "tier", json_string(tier));
@@ -369,15 +365,14 @@ static json_t *read_record(const char *path)
 	return json_load_strict_at(AT_FDCWD, path, 1, 1u << 20, NULL);
 }
 
-static void referential(struct store *st, json_t *call, json_t *ans, const char **refusal)
+static int referential(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
 {
 	const char *id = json_string_value(json_object_get(call, "id"));
-	if (!safe_id(id)) {
-		*refusal = "recall referential: id must be an entry id (letters, digits, . _ -)";
-		return;
-	}
-	char path[4400];
-	snprintf(path, sizeof path, "%s/%s.json", st->records_dir, id);
+	if (!safe_id(id))
+		return err_set(refusal, "recall referential: id must be an entry id (letters, digits, . _ -)");
+	char path[PATH_MAX], name[200];
+	snprintf(name, sizeof name, "%s.json", id); /* a safe id is at most 128 bytes */
+	path_join(path, st->records_dir, name);
 	json_t *pointer = json_object_get(st->inproc, id);
 	json_t *record = NULL;
 	const char *tier = NULL;
@@ -405,6 +400,7 @@ static void referential(struct store *st, json_t *call, json_t *ans, const char 
 		json_object_set(ans, "pointer", pointer);
 	if (record)
 		json_object_set_new(ans, "record", record);
+	return 0;
 }
 
 /* A list answer: found, the tier of the store that answered (NULL: the
@@ -445,23 +441,22 @@ static void episodic(struct store *st, json_t *call, json_t *ans)
 	put_results(st, ans, NULL, entries);
 }
 
-static int query_of(json_t *call, const char **q, const char **refusal, const char *mode_refusal)
+/* The call's query: a non-empty one-line string of at most 200 bytes. */
+static int query_of(json_t *call, const char **q, const char *mode, struct sfma_err *refusal)
 {
 	*q = json_string_value(json_object_get(call, "query"));
 	if (!*q || !**q || strlen(*q) > 200 || strchr(*q, '\n') ||
-	    strlen(*q) != json_string_length(json_object_get(call, "query"))) {
-		*refusal = mode_refusal;
-		return -1;
-	}
+	    strlen(*q) != json_string_length(json_object_get(call, "query")))
+		return err_set(refusal, "recall %s: query must be a non-empty one-line string", mode);
 	return 0;
 }
 
 /* Literal search over committed history: git grep over the recent commits. */
-static void lexical(struct store *st, json_t *call, json_t *ans, const char **refusal)
+static int lexical(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
 {
 	const char *q;
-	if (query_of(call, &q, refusal, "recall lexical: query must be a non-empty one-line string") < 0)
-		return;
+	if (query_of(call, &q, "lexical", refusal) < 0)
+		return -1;
 	long limit = limit_of(call, 20, 100);
 	json_t *results = json_array();
 	struct buf revs = {0};
@@ -505,15 +500,16 @@ static void lexical(struct store *st, json_t *call, json_t *ans, const char **re
 	}
 	buf_free(&revs);
 	put_results(st, ans, "git", results);
+	return 0;
 }
 
 /* Which commits (and so which runs) made the string enter or leave memory:
  * git's pickaxe. */
-static void change(struct store *st, json_t *call, json_t *ans, const char **refusal)
+static int change(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
 {
 	const char *q;
-	if (query_of(call, &q, refusal, "recall change: query must be a non-empty one-line string") < 0)
-		return;
+	if (query_of(call, &q, "change", refusal) < 0)
+		return -1;
 	long limit = limit_of(call, 20, 100);
 	char pickaxe[220], max[40];
 	snprintf(pickaxe, sizeof pickaxe, "-S%s", q); /* glued: the query cannot be an option */
@@ -532,15 +528,16 @@ static void change(struct store *st, json_t *call, json_t *ans, const char **ref
 	}
 	buf_free(&out);
 	put_results(st, ans, "git", results);
+	return 0;
 }
 
 /* No store here does similarity search: rank records by shared terms and
  * say so, plainly. */
-static void semantic(struct store *st, json_t *call, json_t *ans, const char **refusal)
+static int semantic(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
 {
 	const char *q;
-	if (query_of(call, &q, refusal, "recall semantic: query must be a non-empty one-line string") < 0)
-		return;
+	if (query_of(call, &q, "semantic", refusal) < 0)
+		return -1;
 	long limit = limit_of(call, 10, 50);
 	char terms[16][64];
 	int nterms = 0;
@@ -567,8 +564,8 @@ static void semantic(struct store *st, json_t *call, json_t *ans, const char **r
 		size_t n = strlen(de->d_name);
 		if (de->d_name[0] == '.' || n < 6 || strcmp(de->d_name + n - 5, ".json") != 0)
 			continue;
-		char path[4400];
-		snprintf(path, sizeof path, "%s/%s", st->records_dir, de->d_name);
+		char path[PATH_MAX];
+		path_join(path, st->records_dir, de->d_name);
 		json_t *rec = read_record(path);
 		struct buf b = {0};
 		if (rec)
@@ -602,19 +599,19 @@ static void semantic(struct store *st, json_t *call, json_t *ans, const char **r
 	json_object_set_new(ans, "degraded", json_true());
 	json_object_set_new(ans, "notice", json_string("no store here does similarity search: this is a "
 	                                               "term-overlap ranking, not semantic similarity"));
+	return 0;
 }
 
-char *store_recall(struct store *st, json_t *call, json_t **entry, const char **refusal)
+char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal)
 {
 	const char *mode = json_string_value(json_object_get(call, "mode"));
 	static const char *const modes[] = {"referential", "episodic", "lexical", "change", "semantic", NULL};
-	int known = 0;
-	*refusal = NULL;
+	int known = 0, rc = 0;
 	*entry = NULL;
 	for (int i = 0; mode && modes[i]; i++)
 		known |= strcmp(mode, modes[i]) == 0;
 	if (!known) {
-		*refusal = "recall: unknown recall mode";
+		err_set(refusal, "recall: unknown recall mode");
 		return NULL;
 	}
 	json_t *ans = json_pack("{s:s}", "mode", mode);
@@ -626,17 +623,17 @@ char *store_recall(struct store *st, json_t *call, json_t **entry, const char **
 	} else {
 		json_object_set_new(ans, "available", json_true());
 		if (strcmp(mode, "referential") == 0)
-			referential(st, call, ans, refusal);
+			rc = referential(st, call, ans, refusal);
 		else if (strcmp(mode, "episodic") == 0)
 			episodic(st, call, ans);
 		else if (strcmp(mode, "lexical") == 0)
-			lexical(st, call, ans, refusal);
+			rc = lexical(st, call, ans, refusal);
 		else if (strcmp(mode, "change") == 0)
-			change(st, call, ans, refusal);
+			rc = change(st, call, ans, refusal);
 		else
-			semantic(st, call, ans, refusal);
+			rc = semantic(st, call, ans, refusal);
 	}
-	if (*refusal) {
+	if (rc < 0) {
 		json_decref(ans);
 		return NULL;
 	}
@@ -681,8 +678,8 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 	*sha = NULL;
 	if (!st->git_available)
 		return NULL;
-	char path[4300];
-	snprintf(path, sizeof path, "%s/memory.json", st->mem_dir);
+	char path[PATH_MAX];
+	path_join(path, st->mem_dir, "memory.json");
 	atomic_write(path, memory_json, strlen(memory_json), 0644, NULL);
 	static const char *const add[] = {"add", "-A", "--", ".", NULL};
 	const char *const cm[] = {"commit", "-q", "--allow-empty", "--no-verify", "-m", subject, NULL};

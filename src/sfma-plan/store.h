@@ -7,12 +7,15 @@
 #define SFMA_PLAN_STORE_H
 
 #include <jansson.h>
+#include <limits.h>
+
+#include "err.h"
 
 struct store {
-	char mem_dir[4096];        /* <ws>/.sfma/mem */
-	char records_dir[4200];    /* <ws>/.sfma/mem/records */
-	char git_dir[4200];        /* <ws>/.sfma/mem/.git (real path once checked) */
-	char trace_path[4200];
+	char mem_dir[PATH_MAX];     /* <ws>/.sfma/mem */
+	char records_dir[PATH_MAX]; /* <ws>/.sfma/mem/records */
+	char git_dir[PATH_MAX];     /* <ws>/.sfma/mem/.git (real path once checked) */
+	char trace_path[PATH_MAX];
 	int git_available;
 	char git_unavailable_why[200];
 	double latency_inproc, latency_file, latency_git;
@@ -21,9 +24,9 @@ struct store {
 };
 
 /* Set up the stores for the workspace's .sfma directory, running the
- * containment guards before any git command. Returns 0, or -1 with err set
+ * containment guards before any git command. Returns 0, or -1 with e set
  * to a message containing the contract's phrase (the run must abort). */
-int store_open(struct store *st, const char *sfma_dir, char *err, size_t errlen);
+int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e);
 
 /* Measure the stores and place them. Returns the two `store` entries'
  * data: the git store's description and the placement. */
@@ -32,10 +35,10 @@ void store_profile(struct store *st, json_t **git_entry, json_t **placement);
 /* Write a record durably; returns the `store` entry data (op "put"). */
 json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes);
 
-/* Serve a recall call. Returns the text shown to the model (owned), fills
- * *entry with the `store` entry data (op "recall"); *refusal is set (static
- * text) when the hard tier refuses the call. */
-char *store_recall(struct store *st, json_t *call, json_t **entry, const char **refusal);
+/* Serve a recall call. Returns the text shown to the model (owned) and
+ * fills *entry with the `store` entry data (op "recall"); or NULL when the
+ * hard tier refuses the call, the reason in refusal. */
+char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal);
 
 /* Commit memory.json and the records: one commit per run. Returns the
  * `store` entry data (stage "commit"), or NULL without git. *sha receives

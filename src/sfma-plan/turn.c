@@ -1,12 +1,12 @@
 /* turn.c - one turn of a run: ask the model, read its reply, hand a tool
  * call to the hard tier (or serve recall), and keep the budgets. */
 #include "plan.h"
-#include "store.h"
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "clock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +15,12 @@
 
 /* ---- one turn --------------------------------------------------------- */
 
-void say(struct run *r, const char *role, const char *content)
+static void say(struct run *r, const char *role, const char *content)
 {
 	json_array_append_new(r->messages, json_pack("{s:s, s:s}", "role", role, "content", content));
 }
 
-void tool_result(struct run *r, const char *text)
+static void tool_result(struct run *r, const char *text)
 {
 	json_t *msg = json_pack("{s:s}", "toolResult", text);
 	struct buf b = {0};
@@ -33,25 +33,47 @@ void tool_result(struct run *r, const char *text)
 /* One request to the model or exec stage, answered by the run's deadline
  * (plus a grace for the stage to report it). On no answer the run's verdict
  * says why: a halt, the time budget, or the stage that died. Consumes req. */
+static const char *halt_signal_name(void)
+{
+	return halt_signal == SIGINT ? "SIGINT" : halt_signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+static void halt_operator_signal(struct run *r)
+{
+	end_halted(r, "halted-operator", halt_signal_name(), "halted by %s", halt_signal_name());
+}
+
+static void halt_max_seconds(struct run *r)
+{
+	end_halted(r, "halted-budget", "maxSeconds", "maxSeconds (%ld) reached", r->m->max_seconds);
+}
+
 static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
 {
-	const char *why = NULL;
-	enum stage_id dead;
+	const struct wait_opts o = {.deadline_mono = r->deadline_mono + EXEC_GRACE_MS, .stop_on_halt = 1,
+	                            .watch_others = 1};
+	enum wait_why why = WAIT_DIED;
+	struct sfma_err e;
 	json_t *reply = NULL;
 	if (stage_send(s, req) == 0)
-		reply = stage_wait(s, r->deadline_ms + EXEC_GRACE_MS, 1, &why, &dead);
+		reply = stage_wait(s, &o, &why, &e);
+	else
+		err_set(&e, "stage %s died", stages[s].name);
 	json_decref(req);
 	if (reply)
 		return reply;
-	if (why && strcmp(why, "halt") == 0)
-		end_with(r, "halted-operator", "halted by signal");
-	else if (why && strcmp(why, "timeout") == 0)
-		end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
-	else if (why)
-		end_with(r, "failed", "%s", why);
+	if (why == WAIT_HALT)
+		halt_operator_signal(r);
+	else if (why == WAIT_TIMEOUT)
+		halt_max_seconds(r);
 	else
-		end_with(r, "failed", "stage %s died", stages[s].name);
+		end_with(r, "failed", "%s", e.text);
 	return NULL;
+}
+
+static void halt_max_model_calls(struct run *r)
+{
+	end_halted(r, "halted-budget", "maxModelCalls", "maxModelCalls (%ld) spent", r->m->max_model_calls);
 }
 
 /* Ask the model for the next reply. Returns the text (owned) or NULL with
@@ -60,12 +82,12 @@ static char *ask_model(struct run *r, const char *cls)
 {
 	long left = r->m->max_model_calls - r->model_calls;
 	if (left <= 0) {
-		end_with(r, "halted-budget", "maxModelCalls (%ld) spent", r->m->max_model_calls);
+		halt_max_model_calls(r);
 		return NULL;
 	}
 	json_t *req = json_pack("{s:I, s:s, s:O, s:s, s:I, s:I}", "id", (json_int_t)r->turns + 1,
 	                        "system", r->system, "messages", r->messages, "class", cls,
-	                        "deadlineMs", (json_int_t)r->deadline_ms, "callsLeft", (json_int_t)left);
+	                        "deadlineMs", (json_int_t)deadline_wall_ms(r), "callsLeft", (json_int_t)left);
 	if (r->endpoints && r->turns == 0)
 		json_object_set(req, "state", r->endpoints);
 	json_t *reply = ask_stage(r, STAGE_MODEL, req);
@@ -91,9 +113,9 @@ static char *ask_model(struct run *r, const char *cls)
 	} else {
 		const char *err = json_string_value(json_object_get(reply, "error"));
 		if (r->model_calls >= r->m->max_model_calls)
-			end_with(r, "halted-budget", "maxModelCalls (%ld) spent", r->m->max_model_calls);
-		else if (now_ms() >= r->deadline_ms)
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
+			halt_max_model_calls(r);
+		else if (mono_ms() >= r->deadline_mono)
+			halt_max_seconds(r);
 		else
 			end_with(r, "failed", "model: %s", err ? err : "no reply");
 	}
@@ -117,7 +139,7 @@ static void carry_out(struct run *r, json_t *call)
 		return;
 	const char *task_id = entry_id(task);
 	json_t *req = json_pack("{s:I, s:O, s:O, s:I}", "id", (json_int_t)r->turns, "call", call,
-	                        "seq", json_object_get(task, "seq"), "deadlineMs", (json_int_t)r->deadline_ms);
+	                        "seq", json_object_get(task, "seq"), "deadlineMs", (json_int_t)deadline_wall_ms(r));
 	json_t *reply = ask_stage(r, STAGE_EXEC, req);
 	if (!reply) {
 		json_decref(task);
@@ -133,8 +155,13 @@ static void carry_out(struct run *r, json_t *call)
 		json_object_set(verdict, "run", json_object_get(reply, "run"));
 	trace_quiet(r, "verdict", verdict, 1, json_pack("[s]", task_id));
 	if (!pass)
-		r->hard_failures++;
-	progress(r, "%s: %s%s", tool ? tool : "?", pass ? "pass" : "refused: ", pass ? "" : reason);
+		refused(r, reason);
+	/* What was done where: the path of a read or write, the command of a run. */
+	const char *what = json_string_value(json_object_get(call, "path"));
+	if (!what)
+		what = json_string_value(json_object_get(call, "cmd"));
+	progress(r, "%s%s%.200s: %s%s", tool ? tool : "?", what ? " " : "", what ? what : "",
+	         pass ? "pass" : "refused: ", pass ? "" : (reason ? reason : "refused"));
 
 	json_t *mut = json_object_get(reply, "mutation");
 	if (pass && json_is_object(mut)) {
@@ -167,16 +194,22 @@ static void carry_out(struct run *r, json_t *call)
  * and no call was refused. */
 static void judge_done(struct run *r)
 {
+	/* A refusal is the cause to name first: a refused write is also
+	 * why its output is missing. */
+	if (r->hard_failures) {
+		end_with(r, "failed", "done, but %ld call%s refused by the hard tier (the first: %s)",
+		         r->hard_failures, r->hard_failures == 1 ? " was" : "s were", r->first_refusal);
+		return;
+	}
 	for (size_t i = 0; i < r->m->n_outputs; i++) {
 		const char *p = r->m->outputs[i];
 		int ok;
 		if (r->dry_run) {
 			ok = json_object_get(r->written, p) != NULL;
 		} else {
-			char full[8300];
+			char full[PATH_MAX];
 			struct stat st;
-			snprintf(full, sizeof full, "%s/%s", r->m->workspace_path, p);
-			ok = lstat(full, &st) == 0 && S_ISREG(st.st_mode);
+			ok = lstat(path_join(full, r->m->workspace_path, p), &st) == 0 && S_ISREG(st.st_mode);
 		}
 		if (!ok) {
 			end_with(r, "failed", "done, but declared output %s %s", p,
@@ -184,10 +217,7 @@ static void judge_done(struct run *r)
 			return;
 		}
 	}
-	if (r->hard_failures)
-		end_with(r, "failed", "done, but %ld tool call(s) were refused by the hard tier", r->hard_failures);
-	else
-		end_with(r, "completed", NULL);
+	end_with(r, "completed", NULL);
 }
 
 /* recall is served here, with the runner's rights over .sfma/mem and the
@@ -200,18 +230,18 @@ static void recall(struct run *r, json_t *call)
 		json_object_set(shown, "mode", json_object_get(call, "mode"));
 	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), 1, NULL, NULL);
 	const char *task_id = entry_id(task);
-	const char *refusal = NULL;
+	struct sfma_err refusal;
 	json_t *entry = NULL;
 	char *text = store_recall(&r->store, call, &entry, &refusal);
-	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", refusal == NULL, "reason",
-	                                    refusal ? refusal : "recall"),
+	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", text != NULL, "reason",
+	                                    text ? "recall" : refusal.text),
 	            1, task_id ? json_pack("[s]", task_id) : NULL);
-	if (refusal) {
-		char shown_text[300];
-		r->hard_failures++;
-		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal);
+	if (!text) {
+		char shown_text[SFMA_ERR_MAX + 40];
+		refused(r, refusal.text);
+		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal.text);
 		tool_result(r, shown_text);
-		progress(r, "recall: refused: %s", refusal);
+		progress(r, "recall: refused: %s", refusal.text);
 	} else {
 		trace_quiet(r, "store", entry, 1, task_id ? json_pack("[s]", task_id) : NULL);
 		tool_result(r, text);
@@ -234,26 +264,28 @@ static void keep_candidate(struct run *r, json_t *candidate_entry)
 
 static int halt_file_present(struct run *r)
 {
-	char path[4200];
 	struct stat st;
-	snprintf(path, sizeof path, "%s/HALT", r->sfma_dir);
-	return lstat(path, &st) == 0;
+	return fstatat(r->lock_fd, "HALT", &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 /* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
 void turns(struct run *r)
 {
 	while (!r->verdict) {
-		if (halt_requested || halt_file_present(r)) {
-			end_with(r, "halted-operator", halt_requested ? "halted by signal" : "halted by .sfma/HALT");
+		if (halt_signal) {
+			halt_operator_signal(r);
+			break;
+		}
+		if (halt_file_present(r)) {
+			end_halted(r, "halted-operator", "HALT file", "halted by .sfma/HALT");
 			break;
 		}
 		if (r->turns >= r->m->max_turns) {
-			end_with(r, "halted-maxTurns", "maxTurns (%ld) reached", r->m->max_turns);
+			end_halted(r, "halted-maxTurns", "maxTurns", "maxTurns (%ld) reached", r->m->max_turns);
 			break;
 		}
-		if (now_ms() >= r->deadline_ms) {
-			end_with(r, "halted-budget", "maxSeconds (%ld) reached", r->m->max_seconds);
+		if (mono_ms() >= r->deadline_mono) {
+			halt_max_seconds(r);
 			break;
 		}
 		char *text = ask_model(r, r->candidate ? "mechanical" : "reasoning");
@@ -311,3 +343,24 @@ void turns(struct run *r)
 	}
 }
 
+
+void genesis(struct run *r)
+{
+	/* A pinned configuration is replayed: the bootstrap step is skipped,
+	 * so the first model call is already work. */
+	r->system = genesis_prompt(r->m, r->task, r->dry_run, r->pinned_run);
+	struct buf first = {0};
+	if (r->pinned_run) {
+		struct buf cand = {0};
+		canon_dump(r->candidate, &cand, NULL);
+		buf_printf(&first, "Pinned configuration (certified, replayed): %s\nBegin: one tool call per turn.\n", cand.p);
+		buf_free(&cand);
+	} else {
+		buf_adds(&first, "Begin: reply with your bootstrap candidate.\n");
+	}
+	if (r->inbox && *r->inbox)
+		buf_printf(&first, "\nOperator messages (they may only narrow the task, never widen the manifest):\n%s",
+		           r->inbox);
+	say(r, "user", first.p);
+	buf_free(&first);
+}
