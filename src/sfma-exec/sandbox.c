@@ -185,21 +185,33 @@ static int read_mounts(struct mount_entry **out)
  * keeps the current one (Linux 4.1, commit ffbc6f0ead47). The last mount
  * at a mount point is the top one, which is ours; a host mount hidden
  * under NEW_ROOT at the same path is not a descendant and is left alone. */
-static void remount_runtime_ro(int report)
+static void remount_runtime_ro(int report, unsigned bound)
 {
+	/* The table names mount points by their real path, which is where
+	 * the working directory (the new root) really is: NEW_ROOT may be a
+	 * symlink. */
+	char here[4096];
+	if (!getcwd(here, sizeof here))
+		fail_step(report, "find the new root");
 	struct mount_entry *m = NULL;
 	int n = read_mounts(&m);
 	if (n < 0)
 		fail_step(report, "read the mount table");
 	for (size_t d = 0; runtime_dirs[d]; d++) {
-		char point[64];
-		snprintf(point, sizeof point, NEW_ROOT "/%s", runtime_dirs[d]);
+		if (!(bound & (1u << d)))
+			continue;
+		char point[4200];
+		snprintf(point, sizeof point, "%s/%s", strcmp(here, "/") ? here : "", runtime_dirs[d]);
 		int top = -1;
 		for (int i = 0; i < n; i++)
 			if (strcmp(m[i].point, point) == 0)
 				top = i;
-		if (top >= 0)
-			m[top].marked = 1;
+		/* A bind that is not in the table would stay writable: refuse. */
+		if (top < 0) {
+			errno = ENOENT;
+			fail_step(report, "find a runtime mount");
+		}
+		m[top].marked = 1;
 	}
 	/* Descendants of a marked mount, until nothing changes (the table is
 	 * not ordered parent first). */
@@ -237,6 +249,7 @@ static void remount_runtime_ro(int report)
 /* Populate the new root; the working directory is its top. */
 static void build_root(int report)
 {
+	unsigned bound = 0; /* runtime_dirs bound, by index */
 	for (size_t i = 0; runtime_dirs[i]; i++) {
 		char host[32], target[256];
 		snprintf(host, sizeof host, "/%s", runtime_dirs[i]);
@@ -255,9 +268,10 @@ static void build_root(int report)
 			if (mkdir(runtime_dirs[i], 0755) < 0 ||
 			    mount(host, runtime_dirs[i], NULL, MS_BIND | MS_REC, NULL) < 0)
 				fail_step(report, "bind runtime");
+			bound |= 1u << i;
 		}
 	}
-	remount_runtime_ro(report);
+	remount_runtime_ro(report, bound);
 	/* A minimal /dev: bind the few harmless host nodes onto empty files
 	 * (mknod is not allowed in a user namespace, user_namespaces(7), and a
 	 * tmpfs mounted there is nodev anyway). No tty: TIOCSTI needs one. No
@@ -420,6 +434,14 @@ static char await_go(int go)
 static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int report,
                                    long cpu_s)
 {
+	/* The stage's handlers were copied by clone: drop them. Without a
+	 * handler, PID 1 of a namespace gets no signal from the ancestor
+	 * namespace but SIGKILL and SIGSTOP (pid_namespaces(7)), so a ^C to
+	 * the stage's process group ends the stage alone, and the death
+	 * signal below the rest. */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	/* Die with the stage. Set before waiting for the id maps... */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		fail_step(report, "death signal");
