@@ -179,10 +179,12 @@ static int read_mounts(struct mount_entry **out)
  * bind_mount() does. Inside a user namespace a remount must keep the
  * flags the kernel locked when the mounts were copied into it (nosuid,
  * nodev, noexec, the atime flags, ro), or it fails with EPERM
- * (mount_namespaces(7), "Restrictions on mount namespaces";
- * CVE-2014-8989 is why the lock exists): noexec is kept from the table,
- * nosuid and nodev are wanted anyway, and without an atime flag a remount
- * keeps the current one (Linux 4.1, commit ffbc6f0ead47). The last mount
+ * (mount_namespaces(7), "Restrictions on mount namespaces"; the locks
+ * came with CVE-2014-5206 and CVE-2014-5207, Linux 3.17): noexec is kept
+ * from the table, nosuid and nodev are wanted anyway, and without an atime
+ * flag a remount keeps the current one (Linux 4.1, commit ffbc6f0ead47).
+ * A remount fails with EPERM where a lock would be broken, so nothing is
+ * silently left writable. The last mount
  * at a mount point is the top one, which is ours; a host mount hidden
  * under NEW_ROOT at the same path is not a descendant and is left alone. */
 static void remount_runtime_ro(int report, unsigned bound)
