@@ -16,7 +16,8 @@ setup() {
 	printf 'hello\n' >"$W/ws/src/a.txt"
 	printf 'undeclared\n' >"$W/ws/undeclared.txt"
 	cp "$FIX"/*.sh "$FIX"/*.py "$W/ws/"
-	# A private staging base: lets the tests see that copies are discarded.
+	# A TMPDIR of the test's own, where staging copies were once made: it
+	# must stay empty (no staging copy is ever a host directory).
 	export TMPDIR=$W/stage
 	mkdir -p "$TMPDIR"
 	manifest '["sh","python3","env","echo","dd","head","true","touch","ls"]' \
