@@ -16,10 +16,11 @@ setup() {
 	printf 'hello\n' >"$W/ws/src/a.txt"
 	printf 'undeclared\n' >"$W/ws/undeclared.txt"
 	cp "$FIX"/*.sh "$FIX"/*.py "$W/ws/"
-	# A private staging base: lets the tests see that copies are discarded.
+	# A TMPDIR of the test's own, where staging copies were once made: it
+	# must stay empty (no staging copy is ever a host directory).
 	export TMPDIR=$W/stage
 	mkdir -p "$TMPDIR"
-	manifest '["sh","python3","env","echo","dd","head","true","touch"]' \
+	manifest '["sh","python3","env","echo","dd","head","true","touch","ls"]' \
 		'["src","probe.sh","escape.sh","outputs.sh","fork.sh","mem.py","loop.sh","connect.py","seccomp.py","lnk"]' \
 		'["out/r.txt","out/link.txt","out/dir/passwd","out/fifo","out/big.bin","out/ok.txt"]'
 }
@@ -48,7 +49,7 @@ reply() { sed -n "${1}p" "$W/out"; }
 field() { reply "$1" | jq -r "$2"; }
 alive() { [ "$(field "$1" .result)" = $'exit=0\nstdout:alive\n\nstderr:' ] || { reply "$1"; return 1; }; }
 no_leftovers() {
-	! pgrep -f 'sleep 31[37][12]' || { echo "processes left behind"; return 1; }
+	if pgrep -f 'sleep 31[37][12]'; then echo "processes left behind"; return 1; fi
 	[ -z "$(ls -A "$TMPDIR")" ] || { echo "staging copy left behind:"; ls -A "$TMPDIR"; return 1; }
 	cgroup_leftovers
 }
@@ -117,14 +118,19 @@ await_cgroups() {
 	[ "$(cat "$W/verdict")" = none ]
 }
 
-@test "writes past /workspace do not reach the host; /tmp and outputs are writable" {
-	calls "$(run_cmd 'sh escape.sh')"
+@test "writes past /workspace stay in the sandbox's own root; /usr refuses; outputs copy back" {
+	calls "$(run_cmd 'sh escape.sh')" "$(run_cmd 'ls -A /')"
 	local r
 	r=$(field 1 .result)
 	[[ "$r" != *WROTE* ]] || { echo "$r"; return 1; }
-	[[ "$r" == *"tmp writable"*"output writable"*done* ]]
-	[ ! -e "$W/outside" ] && [ ! -e "$W/x" ] && [ ! -e /usr/sfma-x ] && [ ! -e /sfma-x ]
+	[[ "$r" == *"wrote ../outside"*"wrote /workspace/../x"*"wrote /sfma-x"*"tmp writable"*"output writable"*done* ]] ||
+		{ echo "$r"; return 1; }
+	[ ! -e "$W/outside" ] && [ ! -e "$W/x" ] && [ ! -e /usr/sfma-x ] && [ ! -e /sfma-x ] &&
+		[ ! -e /outside ] && [ ! -e /x ] && [ ! -e /usr/local/sfma-x ]
 	[ ! -e "$TMPDIR/outside" ] && [ ! -e "$TMPDIR/x" ]
+	# the next command's root is a fresh one: nothing of the last is left
+	[ "$(field 2 .run.exit)" = 0 ] && [[ "$(field 2 .result)" == *workspace* ]] || { reply 2; return 1; }
+	if grep -qx -e outside -e x -e sfma-x <<<"$(field 2 .result)"; then reply 2; return 1; fi
 	# the declared output it wrote was copied back
 	[ "$(cat "$W/ws/out/r.txt")" = x ]
 	[ "$(reply 1 | jq -c .run.copiedBack)" = '["out/r.txt"]' ]
@@ -155,8 +161,8 @@ await_cgroups() {
 	[[ "$(field 1 .result)" == *"absent /etc/passwd"* ]]
 }
 
-@test "the seccomp filter is installed last and refuses the listed kernel surface" {
-	[ "$(uname -m)" = x86_64 ] || { echo "seccomp.py uses x86_64 syscall numbers"; return 1; }
+@test "the seccomp filter refuses the listed kernel surface" {
+	[ "$(uname -m)" = x86_64 ] || skip "seccomp.py uses x86_64 system call numbers"
 	calls "$(run_cmd 'python3 seccomp.py')"
 	local r
 	r=$(field 1 .result)
@@ -168,6 +174,37 @@ await_cgroups() {
 		tiocsti ptrace bpf userfaultfd mount umount2 pivot_root add_key request_key kexec_load \
 		init_module finit_module; do
 		[[ "$r" == *"$s EPERM"* ]] || { echo "$s not refused: $r"; return 1; }
+	done
+}
+
+# The order is the point: init needs mount, umount2 and pivot_root, which
+# the filter refuses, and the command's own set-up (capabilities, rlimits,
+# descriptors) comes before it. strace shows it from outside: in the
+# command's process the filter is the last call before the execve that
+# succeeds, and every step it would refuse ran earlier in init.
+@test "the seccomp filter is installed last, right before execve, after the steps it refuses" {
+	require strace
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"true"}}' >"$W/req"
+	# one file per process: trace.PID (LeakSanitizer cannot run under ptrace)
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -ff -qq -o "$W/trace" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out"
+	[ "$(field 1 .run.exit)" = 0 ] || { reply 1; return 1; }
+	local cmd init seccomp_line exec_line vfork_line call
+	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l 'pivot_root(' "$W"/trace.*) ||
+		{ echo "command or init not traced"; return 1; }
+	seccomp_line=$(grep -n -m1 'prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, .* = 0$' "$cmd" | cut -d: -f1)
+	exec_line=$(grep -n -m1 'execve("/usr/bin/true"' "$cmd" | cut -d: -f1)
+	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 1)) ] ||
+		{ echo "seccomp at ${seccomp_line:-none}, execve at ${exec_line:-none}:"; cat "$cmd"; return 1; }
+	# before it, in the command: capabilities, death signal, descriptors, ceilings
+	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_AS'; do
+		head -n "$seccomp_line" "$cmd" | grep -qF "$call" || { echo "no $call before the filter"; cat "$cmd"; return 1; }
+	done
+	# and in init, before it forked the command, the calls the filter refuses succeeded
+	vfork_line=$(grep -n -m1 '^vfork(' "$init" | cut -d: -f1)
+	[ -n "$vfork_line" ] || { cat "$init"; return 1; }
+	for call in 'pivot_root(".", ".")' 'umount2(".", MNT_DETACH)' 'mount("tmpfs", "/tmp"'; do
+		head -n "$vfork_line" "$init" | grep -F "$call" | grep -q ' = 0$' ||
+			{ echo "no successful $call before the command"; cat "$init"; return 1; }
 	done
 }
 
@@ -260,7 +297,8 @@ PY
 		'echo 0 >/proc/sys/user/max_user_namespaces && exec sfma-exec --apply "$1" <"$2" >"$3"' \
 		sh "$W/m.json" "$W/req" "$W/out"
 	[ "$(field 1 .pass)" = false ]
-	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: clone namespaces: No space left on device" ]]
+	[ "$(field 1 .reason)" = "secure command sandbox unavailable: clone namespaces: No space left on device (the limit of user namespaces is reached: see sysctl user.max_user_namespaces)" ] ||
+		{ reply 1; return 1; }
 	[ "$(field 1 .result)" = "EPSILON_HARD_FAIL: $(field 1 .reason)" ]
 	[ "$(field 1 .run.exit)" = null ]
 	[ ! -e "$W/ws/out/r.txt" ]
@@ -270,15 +308,30 @@ PY
 	no_leftovers
 }
 
-@test "fail closed: a staging failure refuses the command" {
-	TMPDIR=$W/missing calls "$(run_cmd 'touch out/r.txt')"
-	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: staging directory: No such file or directory" ]]
+# An input the stage cannot read makes an incomplete staging copy: the
+# command must not run on it. A sysfs attribute that fails every read
+# (lo has no link speed: EINVAL) is bound over an input, in a mount
+# namespace of the test's own.
+@test "fail closed: an input that fails to copy refuses the command" {
+	require unshare
+	[ -e /sys/class/net/lo/speed ] || { echo "no /sys/class/net/lo/speed to fail a read"; return 1; }
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"touch out/r.txt"}}' >"$W/req"
+	unshare --mount --propagation private sh -c \
+		'mount --bind /sys/class/net/lo/speed "$1" && exec sfma-exec --apply "$2" <"$3" >"$4"' \
+		sh "$W/ws/src/a.txt" "$W/m.json" "$W/req" "$W/out"
+	[ "$(field 1 .reason)" = "secure command sandbox unavailable: staging inputs: Invalid argument" ] ||
+		{ reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = null ]
 	[ ! -e "$W/ws/out/r.txt" ]
+	no_leftovers
 }
 
 @test "the limits in force are recorded with every command" {
 	calls "$(run_cmd true)"
-	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","rootBytes","sharedMemory","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(field 1 .run.limits.rootBytes)" = 16777216 ]
+	[ "$(field 1 .run.limits.tmpBytes)" = 268435456 ]
+	[ "$(field 1 .run.limits.workspaceBytes)" = 2147483648 ]
 	[ "$(field 1 .run.limits.coreBytes)" = 0 ]
 	[ "$(field 1 .run.limits.cpuSeconds)" = 61 ]
 	[ "$(field 1 .run.exit)" = 0 ]
@@ -339,18 +392,22 @@ PY
 	no_leftovers
 }
 
-@test "a stage stopped by a signal mid-command leaves no cgroup and no process" {
+@test "a stage stopped by SIGTERM or SIGINT mid-command leaves no cgroup, no process, no message" {
 	manifest '["sleep"]' '[]' '[]'
 	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 3172"}}' >"$W/req"
-	sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
-	local spid=$!
-	echo "$spid" >>"$W/stages"
-	await_cgroups "$spid" 'sleep 3172' >/dev/null || return 1
-	kill -TERM "$spid"
-	wait "$spid" || true
-	[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
-	for _ in $(seq 50); do pgrep -f 'sleep 3172' >/dev/null || break; sleep 0.1; done
-	no_leftovers
+	local sig spid
+	for sig in TERM INT; do
+		sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" 2>"$W/err" &
+		spid=$!
+		echo "$spid" >>"$W/stages"
+		await_cgroups "$spid" 'sleep 3172' >/dev/null || return 1
+		kill -"$sig" "$spid"
+		wait "$spid" || true
+		[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
+		for _ in $(seq 50); do pgrep -f 'sleep 3172' >/dev/null || break; sleep 0.1; done
+		[ ! -s "$W/err" ] || { echo "SIG$sig: follow-on noise:"; cat "$W/err"; return 1; }
+		no_leftovers
+	done
 }
 
 @test "a stage killed outright (SIGKILL) mid-command still leaves no cgroup behind" {
@@ -366,5 +423,6 @@ PY
 	for _ in $(seq 50); do [ -z "$(cgroup_dirs "$spid")" ] && break; sleep 0.1; done
 	[ -z "$(cgroup_dirs "$spid")" ] || { echo "left behind: $(cgroup_dirs "$spid")"; return 1; }
 	for _ in $(seq 50); do pgrep -f 'sleep 3171' >/dev/null || break; sleep 0.1; done
-	! pgrep -f 'sleep 3171'
+	run pgrep -f 'sleep 3171'
+	[ "$status" -eq 1 ] || { echo "left running: $output"; return 1; }
 }

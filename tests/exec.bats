@@ -4,6 +4,7 @@
 # Sandbox behaviour proper is in exec-sandbox.bats.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 setup() {
 	require jq
@@ -60,14 +61,58 @@ all_refused() { # all_refused N PHRASE: N replies, every one is such a refusal (
 	[[ "$output" == *"- "*"modelAdapter was replaced by modelEndpoints"* ]]
 }
 
-@test "usage errors exit 2" {
-	run sfma-exec </dev/null
+@test "usage errors go to stderr with exit 2, named by the program, not its path" {
+	run --separate-stderr "$SFMA_BINDIR/sfma-exec" </dev/null
+	[ "$status" -eq 2 ] && [ -z "$output" ]
+	[[ "$stderr" == "sfma-exec: missing MANIFEST"$'\n'"usage: sfma-exec "* ]] || { echo "$stderr"; return 1; }
+	run --separate-stderr "$SFMA_BINDIR/sfma-exec" --timeout=0 "$W/m.json" </dev/null
+	[ "$status" -eq 2 ] && [ -z "$output" ]
+	[[ "$stderr" == "sfma-exec: --timeout: expected whole seconds 1..86400"$'\n'* ]]
+	run --separate-stderr sfma-exec --timeout 86401 "$W/m.json" </dev/null
 	[ "$status" -eq 2 ]
-	[[ "$output" == *usage:* ]]
-	run sfma-exec --timeout=0 "$W/m.json" </dev/null
-	[ "$status" -eq 2 ]
-	run sfma-exec --bogus "$W/m.json" </dev/null
-	[ "$status" -eq 2 ]
+	run --separate-stderr sfma-exec --timeout "$W/m.json" </dev/null
+	[ "$status" -eq 2 ] && [[ "$stderr" == *"--timeout: expected whole seconds"* ]]
+	run --separate-stderr sfma-exec --bogus "$W/m.json" </dev/null
+	[ "$status" -eq 2 ] && [[ "$stderr" == "sfma-exec: unknown option --bogus"$'\n'* ]]
+	run --separate-stderr sfma-exec -x "$W/m.json" </dev/null
+	[ "$status" -eq 2 ] && [[ "$stderr" == "sfma-exec: unknown option -x"$'\n'* ]]
+	run --separate-stderr sfma-exec "$W/m.json" extra </dev/null
+	[ "$status" -eq 2 ] && [[ "$stderr" == "sfma-exec: unexpected argument: extra"$'\n'* ]]
+}
+
+@test "--version and --help answer on stdout with exit 0" {
+	run --separate-stderr sfma-exec --version
+	[ "$status" -eq 0 ] && [ -z "$stderr" ]
+	[[ "$output" =~ ^sfma-exec\ [0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "$output"; return 1; }
+	for h in -h --help; do
+		run --separate-stderr sfma-exec "$h"
+		[ "$status" -eq 0 ] && [ -z "$stderr" ]
+		[[ "$output" == "usage: sfma-exec [--apply] [--timeout SECONDS] MANIFEST"* ]] || { echo "$output"; return 1; }
+	done
+}
+
+@test "--timeout takes its value as the next word or after =" {
+	manifest '["sleep"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 30"}}' >"$W/req"
+	sfma-exec --apply --timeout 1 "$W/m.json" <"$W/req" >"$W/out"
+	[ "$(field 1 .run.limits.timeoutMs)" = 1000 ] && [ "$(field 1 .run.exit)" = 124 ]
+	sfma-exec --apply --timeout=1 "$W/m.json" <"$W/req" >"$W/out"
+	[ "$(field 1 .run.limits.timeoutMs)" = 1000 ] && [ "$(field 1 .run.exit)" = 124 ]
+}
+
+@test "a reader gone (EPIPE on the replies) ends the stage quietly" {
+	require python3
+	cat >"$W/epipe.py" <<'PY'
+import subprocess, sys
+p = subprocess.Popen([sys.argv[1], sys.argv[2]], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+p.stdout.close()  # the reader is gone before the first reply
+p.stdin.write(b'{"id":1,"call":{"tool":"read","path":"src/a.txt"}}\n' * 64)
+p.stdin.close()
+err = p.stderr.read()
+print(p.wait(), repr(err.decode()))
+PY
+	[ "$(python3 "$W/epipe.py" "$SFMA_BINDIR/sfma-exec" "$W/m.json")" = "0 ''" ]
 }
 
 # ---- protocol ----
@@ -185,11 +230,21 @@ all_refused() { # all_refused N PHRASE: N replies, every one is such a refusal (
 
 # ---- write ----
 
-@test "an applied write lands atomically with its sha256" {
+@test "an applied write lands with its sha256, replacing the file by rename" {
+	mkdir -p "$W/ws/out"
+	printf 'old\n' >"$W/ws/out/r.txt"
+	# a second name for the old file: a write in place would change it too
+	ln "$W/ws/out/r.txt" "$W/old-r.txt"
+	local before
+	before=$(stat -c %i "$W/ws/out/r.txt")
 	calls --apply '{"tool":"write","path":"out/r.txt","content":"data\n"}' \
 		'{"tool":"write","path":"deep/a/b/c.txt","content":"x"}'
 	[ "$(field 1 .pass)" = true ]
 	[ "$(cat "$W/ws/out/r.txt")" = data ]
+	# a new inode took the name in one step and the old one is intact: a
+	# reader of out/r.txt has the old file or the new one, never a mix
+	[ "$(stat -c %i "$W/ws/out/r.txt")" != "$before" ]
+	[ "$(cat "$W/old-r.txt")" = old ]
 	[ "$(field 1 .mutation.sha256)" = "$(printf 'data\n' | sha256sum | cut -d' ' -f1)" ]
 	[ "$(field 1 .mutation.bytes)" = 5 ]
 	[ "$(field 1 .mutation.applied)" = true ]
@@ -409,4 +464,32 @@ all_refused() { # all_refused N PHRASE: N replies, every one is such a refusal (
 	grep -q '"id":9,"pass":false,"reason":"read rel: escapes workspace via link"' <<<"$output"
 	grep -q '"id":4,.*"pass":true' <<<"$output"
 	[ "$(cat "$W/ws/deep/a/b/c.txt")" = x ]
+}
+
+# ---- the openat2 fallback ----
+
+# Kernels before 5.6 (and valgrind) have no openat2: open_beneath_walk
+# resolves by hand instead. A small program holds its answers against the
+# kernel's own, case by case: absolute and empty paths, "..", links out and
+# in, trailing slashes, "file/.", loops.
+@test "the openat2 fallback refuses exactly as openat2 RESOLVE_BENEATH does" {
+	local liba=${SFMA_LIBA:-$REPO/build/libsfma.a}
+	[ -f "$liba" ] || { echo "no $liba: run make first" >&2; return 1; }
+	cc -D_GNU_SOURCE -std=c11 -I"$REPO/lib" -I"$REPO/src/sfma-exec" -o "$W/beneath" \
+		"$REPO/tests/fixtures/exec/beneath.c" "$REPO/src/sfma-exec/hardtier.c" \
+		"$REPO/src/sfma-exec/text.c" "$liba" -ljansson -lcrypto -lpthread -lm
+	local d=$W/ws
+	mkdir -p "$d/d/e"
+	echo x >"$d/f"
+	ln -s f "$d/lf"; ln -s d "$d/ld"; ln -s d/ "$d/lds"; ln -s /etc "$d/abs"
+	ln -s ../.. "$d/d/up"; ln -s loop "$d/loop"; ln -s ../f "$d/d/back"
+	run "$W/beneath" "$d" '' / /etc f f/ f/. f/.. f// f//x lf lf/ lf/. ld ld/ ld/. lds lds/ \
+		lds/e d/e/ d/.. d/../ .. ../ws d/../.. abs abs/x d/up d/up/x d/back d/back/ loop \
+		. ./ d//e nope nope/ d/e/../../f ld/../f ./../ws/f
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# the cases that matter, by name
+	grep -qx "'': kernel=ENOENT walk=ENOENT" <<<"$output"
+	grep -qx "'/etc': kernel=EXDEV walk=EXDEV" <<<"$output"
+	grep -qx "'f/.': kernel=ENOTDIR walk=ENOTDIR" <<<"$output"
+	grep -qx "'abs/x': kernel=EXDEV walk=EXDEV" <<<"$output"
 }

@@ -507,6 +507,11 @@ int cgroup_enter(struct cgroup_box *b, pid_t pid)
 	return 0;
 }
 
+int cgroup_memory_limited(const struct cgroup_box *b)
+{
+	return b && b->memory_max >= 0;
+}
+
 json_t *cgroup_json(const struct cgroup_box *b)
 {
 	if (!b)

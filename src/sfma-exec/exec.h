@@ -1,4 +1,4 @@
-/* exec.h - the parts of sfma-exec: hard tier, staging, sandbox, seccomp. */
+/* exec.h - the parts of sfma-exec: hard tier, staging copy, sandbox, seccomp. */
 #ifndef SFMA_EXEC_H
 #define SFMA_EXEC_H
 
@@ -21,10 +21,16 @@
 #define LIMIT_FSIZE_BYTES (1ull << 30)
 #define LIMIT_NOFILE      256
 #define LIMIT_NPROC       256
-#define LIMIT_TMP_BYTES   (256ull << 20)         /* the private /tmp tmpfs */
+/* The three tmpfs of a sandbox: the root, /tmp and the staging copy as
+ * /workspace. Their pages are memory: size and inode count cap them. */
+#define LIMIT_ROOT_BYTES  (16ull << 20)
+#define LIMIT_ROOT_INODES 4096u
+#define LIMIT_TMP_BYTES   (256ull << 20)
+#define LIMIT_TMP_INODES  65536u
+#define LIMIT_WORKSPACE_BYTES (2ull << 30)
+#define LIMIT_WORKSPACE_INODES 262144u
 #define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
-#define STAGE_MAX_BYTES   (512ull << 20)         /* all declared inputs together */
-#define LIMIT_WORKSPACE_BYTES (2ull << 30)       /* the staging tmpfs, when private */
+#define STAGING_MAX_BYTES (512ull << 20)         /* all declared inputs together */
 #define LIMIT_CGROUP_MEMORY_BYTES (4ull << 30)   /* all processes and tmpfs pages together */
 
 /* What the hard tier and the sandbox share about the task at hand. */
@@ -68,6 +74,10 @@ void argv_free(char **argv);
  * no_symlinks every symlink fails with ELOOP. Returns an fd or -1/errno. */
 int open_beneath(int dirfd, const char *rel, int flags, int no_symlinks);
 
+/* The fallback of open_beneath, by hand, for kernels without openat2
+ * (exported so that a test can hold it against the kernel's answers). */
+int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks);
+
 /* Open (creating if asked, never following links) the directory rel below
  * dirfd, one component at a time. Returns an fd or -1 with errno. */
 int open_dir_walk(int dirfd, const char *rel, int create, mode_t mode);
@@ -80,11 +90,12 @@ json_t *json_text(const char *s, size_t n);
 
 /* ---- seccomp.c ---- */
 
-/* Compile the filter once. Returns 0 or -1 with *why (static text) set. */
+/* Compile both filters once: the one with and the one without the rules
+ * refusing shared memory. Returns 0 or -1 with *why (static text) set. */
 int seccomp_prepare(const char **why);
-/* Install the compiled filter on the calling thread (no allocation: safe
+/* Install a compiled filter on the calling thread (no allocation: safe
  * after RLIMIT_AS). Returns 0 or -1 with errno. */
-int seccomp_install(void);
+int seccomp_install(int refuse_shm);
 
 /* ---- cgroup.c ---- */
 
@@ -96,6 +107,8 @@ struct cgroup_box;
 struct cgroup_box *cgroup_open(const char **reason);
 /* Move process pid into it (all hierarchies, or none). 0, or -1/errno. */
 int cgroup_enter(struct cgroup_box *b, pid_t pid);
+/* 1 if b holds a memory limit (b may be NULL). */
+int cgroup_memory_limited(const struct cgroup_box *b);
 /* The ceilings in force, for the trace: an object, or null for NULL. */
 json_t *cgroup_json(const struct cgroup_box *b);
 /* Kill what is left inside, remove the cgroup (retrying while busy). */
@@ -119,8 +132,8 @@ struct run_outcome {
 };
 
 /* Run argv in a fresh sandbox over a staging copy of the declared inputs,
- * then copy declared outputs back. timeout_ms > 0. Always discards the
- * staging copy. The outcome is filled in all cases; free it with
+ * then copy declared outputs back. timeout_ms > 0. Nothing of the staging
+ * copy outlives the call. The outcome is filled in all cases; free it with
  * run_outcome_free. */
 void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
                  struct run_outcome *o);

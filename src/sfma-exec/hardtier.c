@@ -89,12 +89,22 @@ static int is_reserved(const char *norm)
  * before 5.6 (and valgrind, which does not know openat2): components are
  * taken one at a time, a symlink's target is spliced in front of the rest
  * and resolved the same way, and ".." above the start is EXDEV. Only
- * directories already checked to be real are on the prefix that is opened. */
-static int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks)
+ * directories already checked to be real are on the prefix that is opened.
+ * It refuses as openat2(2) does: an absolute path is EXDEV (RESOLVE_BENEATH
+ * rejects absolute pathnames), an empty one ENOENT (path_resolution(7):
+ * an empty pathname does not resolve), and a trailing slash requires a
+ * directory (ENOTDIR). */
+int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks)
 {
+	if (rel[0] == '\0' || rel[0] == '/') {
+		errno = rel[0] ? EXDEV : ENOENT;
+		return -1;
+	}
 	struct buf pending = {0}, done = {0};
 	buf_adds(&pending, rel);
 	int links = 0, fd = -1, err = 0;
+	int want_dir = rel[strlen(rel) - 1] == '/'; /* of the path left to resolve */
+	int at_dir = 1; /* what done names is a directory */
 	while (pending.len > 0) {
 		size_t len = strcspn(pending.p, "/");
 		char *comp = xstrdup(pending.p);
@@ -102,11 +112,17 @@ static int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symli
 		size_t skip = len + (pending.p[len] == '/');
 		memmove(pending.p, pending.p + skip, pending.len - skip + 1);
 		pending.len -= skip;
-		if (len == 0 || strcmp(comp, ".") == 0) {
+		int dots = len == 0 || strcmp(comp, ".") == 0 ? 1 : strcmp(comp, "..") == 0 ? 2 : 0;
+		if (dots && !at_dir) { /* "file/." and "file/..": the kernel's ENOTDIR */
+			free(comp);
+			err = ENOTDIR;
+			break;
+		}
+		if (dots == 1) {
 			free(comp);
 			continue;
 		}
-		if (strcmp(comp, "..") == 0) {
+		if (dots == 2) {
 			free(comp);
 			char *up = strrchr(done.p ? done.p : "", '/');
 			if (done.len == 0) {
@@ -127,6 +143,7 @@ static int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symli
 			err = errno;
 			break;
 		}
+		at_dir = S_ISDIR(st.st_mode);
 		if (!S_ISLNK(st.st_mode))
 			continue;
 		char target[PATH_MAX];
@@ -140,15 +157,22 @@ static int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symli
 			err = EXDEV;
 			break;
 		}
-		done.len = before;
+		if (pending.len == 0) /* the target takes the place of the last component */
+			want_dir |= tl > 0 && target[tl - 1] == '/';
+		done.len = before; /* a checked directory again */
 		if (done.p)
 			done.p[before] = '\0';
+		at_dir = 1;
 		struct buf next = {0};
 		buf_printf(&next, "%s%s%s", target, pending.len ? "/" : "", pending.p ? pending.p : "");
 		buf_free(&pending);
 		pending = next;
 	}
 	if (!err) {
+		/* The kernel checks the trailing slash: "file/" is ENOTDIR (the
+		 * start itself, "." here, is a directory). */
+		if (want_dir && done.len)
+			buf_addc(&done, '/');
 		fd = openat(dirfd, done.len ? done.p : ".", flags | O_NOFOLLOW | O_CLOEXEC);
 		err = errno;
 	}

@@ -17,11 +17,12 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "atomic.h"
 #include "canon.h"
+#include "cli.h"
+#include "clock.h"
 #include "err.h"
 #include "ndjson.h"
 #include "sha.h"
@@ -29,17 +30,11 @@
 #define REQUEST_MAX NDJSON_DEFAULT_MAX
 #define NOBODY 65534u
 
-static _Noreturn void usage(void)
-{
-	die_status(2, "usage: sfma-exec [--apply] [--timeout=SECONDS] MANIFEST");
-}
-
-static long long epoch_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static const char usage[] =
+	"usage: sfma-exec [--apply] [--timeout SECONDS] MANIFEST\n"
+	"       sfma-exec --version | --help\n"
+	"  --apply            apply writes and run commands (default: dry run)\n"
+	"  --timeout SECONDS  wall-clock limit of one command, 1..86400 (default 60)\n";
 
 /* 1 if host uid/gid `id` is mapped in our user namespace (always so in the
  * initial one; not so under an `unshare --map-root-user`). */
@@ -87,8 +82,14 @@ static json_t *accept(json_t *r, const char *reason, json_t *result)
 
 static void emit(json_t *r)
 {
-	if (json_print_line(stdout, r) < 0)
+	if (json_print_line(stdout, r) < 0) {
+		/* The reader is gone (the planner ended, or ^C ended the whole
+		 * pipeline): nobody is left to answer, and nothing to say. The
+		 * atexit handler still cleans up. */
+		if (errno == EPIPE)
+			exit(0);
 		die("write reply: %s", strerror(errno));
+	}
 	json_decref(r);
 }
 
@@ -266,7 +267,7 @@ static json_t *do_run(const struct exec_ctx *c, json_t *call, json_t *req, json_
 	}
 	long long timeout_ms = (long long)c->timeout_s * 1000, deadline;
 	if (json_integer_of(json_object_get(req, "deadlineMs"), &deadline)) {
-		long long left = deadline - epoch_ms();
+		long long left = deadline - wall_ms();
 		if (left <= 0) {
 			argv_free(argv);
 			return refuse(r, "run: the run's deadline has passed");
@@ -303,18 +304,14 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	const char *text = string_arg(call, key, &n);
 	if (!text)
 		return refuse_arg(r, kind, key);
-	char name[96], at[96];
+	char name[96], at[ISO8601_LEN];
 	long long seq;
-	long long ms = epoch_ms();
+	int64_t ms = wall_ms();
 	if (json_integer_of(json_object_get(req, "seq"), &seq) && seq >= 0)
 		snprintf(name, sizeof name, "%lld-%s.json", seq, kind);
 	else
-		snprintf(name, sizeof name, "t%lld-%s.json", ms, kind);
-	time_t secs = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	snprintf(at, sizeof at, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+		snprintf(name, sizeof name, "t%lld-%s.json", (long long)ms, kind);
+	iso8601_utc(ms, at);
 
 	json_t *msg = json_object();
 	json_object_set_new(msg, "kind", json_string(kind));
@@ -413,35 +410,44 @@ int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
 	struct exec_ctx c = {.timeout_s = 60};
-	const char *manifest_path = NULL;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--apply") == 0) {
+	static const struct option longopts[] = {
+		{"apply", no_argument, NULL, 'a'},
+		{"timeout", required_argument, NULL, 't'},
+		{"version", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		unsigned long t;
+		switch (opt) {
+		case 'a':
 			c.apply = 1;
-		} else if (strncmp(argv[i], "--timeout=", 10) == 0) {
-			char *end;
-			errno = 0;
-			long t = strtol(argv[i] + 10, &end, 10);
-			if (errno || *end || end == argv[i] + 10 || t < 1 || t > 86400)
-				die_status(2, "--timeout: expected whole seconds 1..86400");
-			c.timeout_s = t;
-		} else if (argv[i][0] == '-' || manifest_path) {
-			usage();
-		} else {
-			manifest_path = argv[i];
+			break;
+		case 't':
+			if (cli_parse_ulong(optarg, 1, 86400, &t) < 0)
+				cli_usage_error(usage, "--timeout: expected whole seconds 1..86400");
+			c.timeout_s = (long)t;
+			break;
+		case 'V':
+			cli_version();
+		case 'h':
+			cli_help(usage);
+		default:
+			cli_bad_option(usage, opt, argv);
 		}
 	}
-	if (!manifest_path)
-		usage();
+	if (optind == argc)
+		cli_usage_error(usage, "missing MANIFEST");
+	if (argc - optind > 1)
+		cli_usage_error(usage, "unexpected argument: %s", argv[optind + 1]);
+	const char *manifest_path = argv[optind];
 
 	struct reasons why = {0};
 	struct manifest *m = manifest_load(manifest_path, &why);
-	if (!m) {
-		fputs("TASK_INVALID\n", stderr);
-		for (size_t i = 0; i < why.n; i++)
-			fprintf(stderr, "- %s\n", why.items[i]);
-		reasons_free(&why);
-		return 2;
-	}
+	if (!m)
+		cli_task_invalid(&why);
 	c.m = m;
 	/* The workspace is opened at the first request, not here: in a run the
 	 * planner creates it after every stage has started. */
@@ -466,9 +472,10 @@ int main(int argc, char **argv)
 	}
 	/* A reader that went away is noticed as a write error, not a signal. */
 	signal(SIGPIPE, SIG_IGN);
-	/* Also after die(): no staging directory is left behind. */
+	/* Also after die(): no cgroup and no exiting sandbox is left behind
+	 * (staging copies need nothing: see sandbox.c). */
 	atexit(sandbox_shutdown);
-	/* Stopped by a signal, still leave no staging mount point behind. */
+	/* Stopped by a signal, the same. */
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);

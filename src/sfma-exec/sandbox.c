@@ -5,17 +5,31 @@
  * namespace, also the owner of new user, mount, network, IPC and UTS
  * namespaces), which builds the new root and then waits; and the command,
  * forked by init, which drops everything and execs. When init exits the
- * kernel kills every process left in its PID namespace, so "kill init" is
- * how a timeout ends daemonized grandchildren too (setsid escapes a
- * process group, never a PID namespace).
+ * kernel kills every process left in its PID namespace (pid_namespaces(7)),
+ * so "kill init" is how a timeout ends daemonized grandchildren too (setsid
+ * escapes a process group, never a PID namespace).
  *
- * Order (as bubblewrap): no-new-privs -> clone -> setgroups deny and id
- * maps, cgroup placement (by the parent) -> make / private -> tmpfs root, binds,
- * remount read-only -> pivot_root, detach the old root -> [vfork] ->
- * drop capabilities -> death signal (again after each fork and credential
- * change) -> close stray fds -> rlimits -> seccomp -> execve. */
+ * Nothing of a command lives in the host's file system. init mounts, in
+ * its own mount namespace, the tmpfs that becomes the new root and the
+ * staging tmpfs that becomes /workspace, and hands this stage a directory
+ * descriptor of the latter over the report socket (SCM_RIGHTS, unix(7)).
+ * Through it the stage fills the staging copy before the command starts
+ * and copies the declared outputs back after it ended. A mount lives as
+ * long as a namespace or an open file refers to it (umount2(2) MNT_DETACH
+ * semantics; mount_namespaces(7): a namespace's mounts go with its last
+ * process): once init is gone and the stage closes the descriptor, the
+ * kernel frees the whole tree, however deep or large, and the same
+ * happens when the stage itself is killed with SIGKILL.
+ *
+ * Order, as STYLE and bubblewrap fix it: no-new-privileges (main) ->
+ * validate everything (seccomp filters compiled, groups shed) -> clone ->
+ * setgroups deny and id maps, cgroup placement (by the stage) -> make /
+ * private -> tmpfs root and staging tmpfs (filled by the stage) -> binds,
+ * every runtime mount read-only -> pivot_root, detach the old root ->
+ * [vfork] -> drop capabilities -> death signal (again after each fork and
+ * credential change) -> close stray fds -> rlimits -> seccomp -> execve. */
 #include "exec.h"
-#include "stage.h"
+#include "staging.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,13 +44,13 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -52,11 +66,19 @@
 #define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
 #endif
 
-/* What a failed isolation step tells the parent through the report pipe. */
+/* What init tells the stage over the report socket: a failed isolation
+ * step (step named, err its errno), the staging descriptor (step
+ * "staging", with the descriptor attached), or the command's end (step
+ * empty, err its exit code). */
 struct step_report {
 	char step[48];
 	int err;
 };
+
+/* Where init mounts the new root, in its own mount namespace only: any
+ * directory of the host will do, as bubblewrap uses /tmp (its base_path);
+ * the host never sees the mount (the tree was made private first). */
+#define NEW_ROOT "/tmp"
 
 /* Fixed and non-secret: nothing of the runner's environment is inherited. */
 static char *const command_env[] = {
@@ -72,7 +94,7 @@ static const char *const runtime_dirs[] = {
 
 static const char *const device_nodes[] = {"null", "zero", "full", "random", "urandom", NULL};
 
-/* ---- inside the sandbox (no allocation beyond this point is needed) ---- */
+/* ---- inside the sandbox ---- */
 
 static _Noreturn void fail_step(int report_fd, const char *step)
 {
@@ -83,33 +105,153 @@ static _Noreturn void fail_step(int report_fd, const char *step)
 	_exit(127);
 }
 
-/* Bind src onto dst read-only. A bind mount ignores MS_RDONLY until it is
- * remounted, and inside a user namespace the remount must keep the flags
- * the kernel locked on the source (nosuid, nodev, noexec, atime), or it
- * fails with EPERM: read them back with statvfs and keep them. */
-static int bind_ro(const char *src, const char *dst)
+/* Mountinfo escapes blanks and backslashes in paths as \ooo: undo it. */
+static void unescape_octal(char *s)
 {
-	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
-		return -1;
-	struct statvfs sv;
-	if (statvfs(dst, &sv) < 0)
-		return -1;
-	unsigned long keep = 0;
-	if (sv.f_flag & ST_NOEXEC)
-		keep |= MS_NOEXEC;
-	if (sv.f_flag & ST_NOATIME)
-		keep |= MS_NOATIME;
-	if (sv.f_flag & ST_NODIRATIME)
-		keep |= MS_NODIRATIME;
-	if (sv.f_flag & ST_RELATIME)
-		keep |= MS_RELATIME;
-	return mount(NULL, dst, NULL,
-	             MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | keep, NULL);
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
 }
 
-/* Populate the new root: the tmpfs on <base>/root, our working directory. */
+struct mount_entry {
+	int id, parent;
+	int noexec;
+	int marked;             /* at or below a runtime bind */
+	char *point;
+};
+
+/* The mount table of our namespace as proc(5) /proc/self/mountinfo shows
+ * it: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ...". Returns the count,
+ * or -1 (errno set). */
+static int read_mounts(struct mount_entry **out)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -1;
+	struct mount_entry *list = NULL;
+	size_t n = 0, cap = 0;
+	char *line = NULL;
+	size_t len = 0;
+	while (getline(&line, &len, f) > 0) {
+		char *save = NULL, *id = strtok_r(line, " ", &save), *parent = strtok_r(NULL, " ", &save);
+		char *dev = strtok_r(NULL, " ", &save), *root = strtok_r(NULL, " ", &save);
+		char *point = strtok_r(NULL, " ", &save), *opts = strtok_r(NULL, " ", &save);
+		if (!id || !parent || !dev || !root || !point || !opts)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			list = xrealloc(list, cap * sizeof *list);
+		}
+		unescape_octal(point);
+		list[n] = (struct mount_entry){.id = atoi(id), .parent = atoi(parent),
+		                               .point = xstrdup(point)};
+		for (char *o, *os = NULL, *p = opts; (o = strtok_r(p, ",", &os)); p = NULL)
+			list[n].noexec |= strcmp(o, "noexec") == 0;
+		n++;
+	}
+	free(line);
+	int failed = ferror(f);
+	fclose(f);
+	if (failed) {
+		errno = EIO;
+		return -1;
+	}
+	*out = list;
+	return (int)n;
+}
+
+/* Make every mount at or below the runtime binds read-only.
+ *
+ * A bind mount ignores MS_RDONLY until it is remounted, and a remount
+ * without MS_REC changes that one mount only, while MS_BIND|MS_REC copied
+ * the whole subtree: a tmpfs or a writable disk mounted below /usr on the
+ * host would stay writable inside (mount(2), "Creating a bind mount" and
+ * "Changing the mount flags"). So each mount of the copied subtrees is
+ * remounted, found through the mount table by parent ID, as bubblewrap's
+ * bind_mount() does. Inside a user namespace a remount must keep the
+ * flags the kernel locked when the mounts were copied into it (nosuid,
+ * nodev, noexec, the atime flags, ro), or it fails with EPERM
+ * (mount_namespaces(7), "Restrictions on mount namespaces"; the locks
+ * came with CVE-2014-5206 and CVE-2014-5207, Linux 3.17): noexec is kept
+ * from the table, nosuid and nodev are wanted anyway, and without an atime
+ * flag a remount keeps the current one (Linux 4.1, commit ffbc6f0ead47).
+ * A remount fails with EPERM where a lock would be broken, so nothing is
+ * silently left writable. The last mount
+ * at a mount point is the top one, which is ours; a host mount hidden
+ * under NEW_ROOT at the same path is not a descendant and is left alone. */
+static void remount_runtime_ro(int report, unsigned bound)
+{
+	/* The table names mount points by their real path, which is where
+	 * the working directory (the new root) really is: NEW_ROOT may be a
+	 * symlink. */
+	char here[4096];
+	if (!getcwd(here, sizeof here))
+		fail_step(report, "find the new root");
+	struct mount_entry *m = NULL;
+	int n = read_mounts(&m);
+	if (n < 0)
+		fail_step(report, "read the mount table");
+	for (size_t d = 0; runtime_dirs[d]; d++) {
+		if (!(bound & (1u << d)))
+			continue;
+		char point[4200];
+		snprintf(point, sizeof point, "%s/%s", strcmp(here, "/") ? here : "", runtime_dirs[d]);
+		int top = -1;
+		for (int i = 0; i < n; i++)
+			if (strcmp(m[i].point, point) == 0)
+				top = i;
+		/* A bind that is not in the table would stay writable: refuse. */
+		if (top < 0) {
+			errno = ENOENT;
+			fail_step(report, "find a runtime mount");
+		}
+		m[top].marked = 1;
+	}
+	/* Descendants of a marked mount, until nothing changes (the table is
+	 * not ordered parent first). */
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (int i = 0; i < n; i++) {
+			if (m[i].marked)
+				continue;
+			for (int j = 0; j < n; j++) {
+				if (m[j].marked && m[j].id == m[i].parent) {
+					m[i].marked = changed = 1;
+					break;
+				}
+			}
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (!m[i].marked)
+			continue;
+		unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
+		                      (m[i].noexec ? MS_NOEXEC : 0);
+		/* A mount point the contained ids cannot reach (a directory of
+		 * the host they may not search, in which init, uid 0 of a
+		 * namespace mapping nobody of the host's ids, has no rights
+		 * either) cannot be remounted, and cannot be reached by the
+		 * command: skipped, as bubblewrap skips it. */
+		if (mount(NULL, m[i].point, NULL, flags, NULL) < 0 && errno != EACCES)
+			fail_step(report, "remount runtime read-only");
+	}
+	for (int i = 0; i < n; i++)
+		free(m[i].point);
+	free(m);
+}
+
+/* Populate the new root; the working directory is its top. */
 static void build_root(int report)
 {
+	unsigned bound = 0; /* runtime_dirs bound, by index */
 	for (size_t i = 0; runtime_dirs[i]; i++) {
 		char host[32], target[256];
 		snprintf(host, sizeof host, "/%s", runtime_dirs[i]);
@@ -125,13 +267,17 @@ static void build_root(int report)
 			if (symlink(target, runtime_dirs[i]) < 0)
 				fail_step(report, "runtime link");
 		} else if (S_ISDIR(sb.st_mode)) {
-			if (mkdir(runtime_dirs[i], 0755) < 0 || bind_ro(host, runtime_dirs[i]) < 0)
-				fail_step(report, "bind runtime read-only");
+			if (mkdir(runtime_dirs[i], 0755) < 0 ||
+			    mount(host, runtime_dirs[i], NULL, MS_BIND | MS_REC, NULL) < 0)
+				fail_step(report, "bind runtime");
+			bound |= 1u << i;
 		}
 	}
+	remount_runtime_ro(report, bound);
 	/* A minimal /dev: bind the few harmless host nodes onto empty files
-	 * (mknod is not allowed in a user namespace, and a tmpfs mounted there
-	 * is nodev anyway). No tty: TIOCSTI needs one. */
+	 * (mknod is not allowed in a user namespace, user_namespaces(7), and a
+	 * tmpfs mounted there is nodev anyway). No tty: TIOCSTI needs one. No
+	 * /dev/shm: POSIX shared memory has no place to live. */
 	if (mkdir("dev", 0755) < 0)
 		fail_step(report, "mkdir /dev");
 	for (size_t i = 0; device_nodes[i]; i++) {
@@ -148,21 +294,19 @@ static void build_root(int report)
 	if (symlink("/proc/self/fd", "dev/fd") < 0)
 		fail_step(report, "create /dev/fd");
 	/* A private, size-capped /tmp: its pages are memory, so it is a
-	 * ceiling too. */
-	char opts[64];
-	snprintf(opts, sizeof opts, "mode=1777,size=%llu", (unsigned long long)LIMIT_TMP_BYTES);
+	 * ceiling too (tmpfs(5) size=, nr_inodes=). */
+	char opts[96];
+	snprintf(opts, sizeof opts, "mode=1777,size=%llu,nr_inodes=%u",
+	         (unsigned long long)LIMIT_TMP_BYTES, LIMIT_TMP_INODES);
 	if (mkdir("tmp", 01777) < 0 ||
 	    mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		fail_step(report, "mount private /tmp");
 }
 
 /* The command's last steps. Runs in the child init forked; never returns. */
-static _Noreturn void exec_command(char **argv, int out, int err, int report, long cpu_s)
+static _Noreturn void exec_command(char **argv, int out, int err, int report, long cpu_s,
+                                   int refuse_shm)
 {
-	/* PR_SET_PDEATHSIG is cleared by fork: set it again. init is the
-	 * parent here, and init's own death ends the namespace anyway. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-		fail_step(report, "death signal");
 	/* A new session: no controlling terminal, so no TIOCSTI target. */
 	if (setsid() < 0)
 		fail_step(report, "setsid");
@@ -171,19 +315,13 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL); /* ignored signals survive execve otherwise */
-	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-		fail_step(report, "standard descriptors");
-	/* Every other descriptor closes at execve; the report pipe stays
-	 * usable until then and its closing tells the parent exec happened. */
-	if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0)
-		fail_step(report, "close stray descriptors");
 	if (chdir("/workspace") < 0)
 		fail_step(report, "chdir /workspace");
 
-	/* The command is uid 0 of its user namespace: lock root's special
-	 * treatment away (SECBIT_NOROOT: execve grants no capabilities to
-	 * uid 0), empty the bounding set, the ambient and the current sets. */
+	/* Drop capabilities. The command is uid 0 of its user namespace: lock
+	 * root's special treatment away (SECBIT_NOROOT: execve grants no
+	 * capabilities to uid 0, capabilities(7) "The securebits flags"), empty
+	 * the bounding set, the ambient and the current sets. */
 	if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
 	          SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
 	          SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
@@ -197,12 +335,31 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
 	if (syscall(SYS_capset, &hdr, none) < 0)
 		fail_step(report, "drop capabilities");
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	/* no-new-privileges was set by main() and is inherited across fork,
+	 * clone and execve (prctl(2) PR_SET_NO_NEW_PRIVS); the seccomp filter
+	 * needs it now that no capability is left (seccomp(2)). */
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
 		fail_step(report, "no-new-privileges");
 
+	/* Death signal. PR_SET_PDEATHSIG is cleared by fork (prctl(2)): set it
+	 * again. init is the parent here, and init's own death ends the
+	 * namespace anyway. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		fail_step(report, "death signal");
+
+	/* Close stray descriptors: every one but the standard three closes at
+	 * execve; the report socket stays usable until then and its closing
+	 * tells the stage the exec happened. */
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		fail_step(report, "standard descriptors");
+	if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0)
+		fail_step(report, "close stray descriptors");
+
 	/* Ceilings. RLIMIT_NPROC counts processes of the real user: that is
-	 * why the command is never host uid 0 (exempt from it). RLIMIT_AS is
-	 * last: nothing after it allocates (the seccomp filter is prebuilt). */
+	 * why the command is never host uid 0, which is exempt from it
+	 * (setrlimit(2)). RLIMIT_AS is last: nothing after it allocates (the
+	 * seccomp filters are prebuilt). */
 	struct { int res; rlim_t soft, hard; const char *what; } lim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
 		{RLIMIT_CPU, (rlim_t)cpu_s, (rlim_t)cpu_s + 1, "RLIMIT_CPU"},
@@ -216,7 +373,10 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 		if (setrlimit(lim[i].res, &rl) < 0)
 			fail_step(report, lim[i].what);
 	}
-	if (seccomp_install() < 0)
+	/* seccomp last, right before execve: the filter refuses what init
+	 * needed for the steps before (mount, umount2, pivot_root), and
+	 * nothing after it runs but execve. */
+	if (seccomp_install(refuse_shm) < 0)
 		fail_step(report, "seccomp");
 
 	/* No execvp: on ENOEXEC it would hand the file to /bin/sh. */
@@ -231,80 +391,138 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 			saved = errno;
 	}
 	char msg[512];
-	int n = snprintf(msg, sizeof msg, "sfma-exec: %.200s: %s\n", argv[0],
+	int n = snprintf(msg, sizeof msg, "%s: %s\n", argv[0],
 	                 saved == ENOENT ? "command not found" : strerror(saved));
 	ssize_t w = write(2, msg, (size_t)n);
 	(void)w;
 	_exit(saved == ENOENT ? 127 : 126);
 }
 
-/* PID 1 of the sandbox. */
-static _Noreturn void sandbox_init(char **argv, int go, int out,
-                                   int err, int report, long cpu_s)
+/* Hand the stage the staging directory (SCM_RIGHTS, unix(7)). */
+static int send_staging(int report, int fd)
 {
+	struct step_report r = {.step = "staging"};
+	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	return sendmsg(report, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
+}
+
+/* Wait for the stage's next go byte; its end of the pipe closing means it
+ * gave up (or died), and so does the sandbox. */
+static char await_go(int go)
+{
+	char byte;
+	ssize_t n;
+	do
+		n = read(go, &byte, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(127);
+	return byte;
+}
+
+/* PID 1 of the sandbox. */
+static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int report,
+                                   long cpu_s)
+{
+	/* The stage's handlers were copied by clone: drop them. Without a
+	 * handler, PID 1 of a namespace gets no signal from the ancestor
+	 * namespace but SIGKILL and SIGSTOP (pid_namespaces(7)), so a ^C to
+	 * the stage's process group ends the stage alone, and the death
+	 * signal below the rest. */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	/* Die with the stage. Set before waiting for the id maps... */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		fail_step(report, "death signal");
-	char byte;
-	if (read(go, &byte, 1) != 1)
-		_exit(127); /* the parent gave up before the maps were written */
+	/* The first go: id maps written, cgroup entered; it says which
+	 * seccomp filter the command gets. */
+	int refuse_shm = await_go(go) == 'S';
 	/* Become uid/gid 0 of the new namespace, i.e. the unprivileged host
 	 * ids just mapped. Until now this process was host root outside any
 	 * mapping. */
 	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
 		fail_step(report, "switch to the mapped ids");
-	/* ...and again: a credential change clears the death signal. If the
-	 * parent died in between, its end of the go pipe is closed. */
+	/* ...and again: a change of the effective ids clears the death signal
+	 * (prctl(2)). If the stage died in between, its end of the go pipe is
+	 * closed. */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		fail_step(report, "death signal");
 	struct pollfd pf = {.fd = go, .events = POLLIN};
 	if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR)))
 		_exit(127);
-	close(go);
 
-	/* Nothing mounted here may propagate back to the host. */
+	/* Nothing mounted here may propagate back to the host: a new mount
+	 * namespace copies the shared propagation of the old one
+	 * (mount_namespaces(7), "Shared subtrees"). */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail_step(report, "make / private");
-	/* The working directory is the staging directory (see supervise): the
-	 * paths below are relative to it, so no directory above it needs to be
-	 * searchable by the unprivileged ids. */
-	if (mount("tmpfs", "../root", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+	/* The new root: a small, size-capped tmpfs, writable and disposable
+	 * like everything else here (bubblewrap mounts a tmpfs as its root
+	 * too), so a program writing beside its working directory works and
+	 * the write goes nowhere. */
+	char opts[96];
+	snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%u",
+	         (unsigned long long)LIMIT_ROOT_BYTES, LIMIT_ROOT_INODES);
+	if (mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		fail_step(report, "mount tmpfs root");
-	if (mkdir("../root/workspace", 0755) < 0 ||
-	    mount("ws", "../root/workspace", NULL, MS_BIND, NULL) < 0 ||
-	    mount(NULL, "../root/workspace", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
-		fail_step(report, "bind /workspace");
-	if (chdir("../root") < 0)
+	if (chdir(NEW_ROOT) < 0)
 		fail_step(report, "chdir new root");
+	/* The staging tmpfs, the command's /workspace. It is a ceiling too:
+	 * all a command writes there counts against its size. */
+	snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%u",
+	         (unsigned long long)LIMIT_WORKSPACE_BYTES, LIMIT_WORKSPACE_INODES);
+	if (mkdir("workspace", 0755) < 0 ||
+	    mount("tmpfs", "workspace", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		fail_step(report, "mount staging tmpfs");
+	int ws = open("workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (ws < 0 || send_staging(report, ws) < 0)
+		fail_step(report, "pass the staging directory");
+	close(ws);
+	/* The second go: the staging copy is complete. */
+	await_go(go);
+	close(go);
+
 	build_root(report);
 	/* pivot_root(".", "."): the old root is stacked under the new one and
-	 * detached at once, so no path to the host tree remains. */
+	 * detached at once, so no path to the host tree remains (pivot_root(2),
+	 * NOTES: new_root and put_old may be the same directory). */
 	if (syscall(SYS_pivot_root, ".", ".") < 0)
 		fail_step(report, "pivot_root");
 	if (umount2(".", MNT_DETACH) < 0)
 		fail_step(report, "detach old root");
 	if (chdir("/") < 0)
 		fail_step(report, "chdir /");
-	/* The root itself read-only: only /workspace and /tmp are writable. */
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
-		fail_step(report, "remount root read-only");
 	if (sethostname("sfma", 4) < 0)
 		fail_step(report, "sethostname");
 	/* The new network namespace holds only a loopback that stays down: no
-	 * route anywhere, not even to the host's 127.0.0.1. */
+	 * route anywhere, not even to the host's 127.0.0.1
+	 * (network_namespaces(7)). */
 
 	/* vfork: the command shares init's memory until its execve, so no
 	 * page table is copied and it runs at once, on this CPU, while init
-	 * sleeps. Sound here: the child only enters exec_command, which never
-	 * returns, and what it changes is its own (signal dispositions,
-	 * rlimits, credentials, securebits and seccomp are per process or per
-	 * task); of the shared memory it writes only its stack below init's
-	 * frame and errno, which init does not read afterwards. */
+	 * sleeps (vfork(2)). Sound here: the child only enters exec_command,
+	 * which never returns, and what it changes is its own (signal
+	 * dispositions, rlimits, credentials, securebits and seccomp are per
+	 * process or per task); of the shared memory it writes only its stack
+	 * below init's frame and errno, which init does not read afterwards. */
 	pid_t cmd = vfork();
 	if (cmd < 0)
 		fail_step(report, "fork command");
 	if (cmd == 0)
-		exec_command(argv, out, err, report, cpu_s);
+		exec_command(argv, out, err, report, cpu_s, refuse_shm);
 	close(out);
 	close(err);
 	int code = -1;
@@ -322,9 +540,9 @@ static _Noreturn void sandbox_init(char **argv, int go, int out,
 		}
 		/* Orphans reparented to init are reaped here. */
 	}
-	/* Tell the parent the outcome now that no process but this one is
-	 * left: it can copy back and answer while the kernel takes the
-	 * namespaces down after this exit. */
+	/* Tell the stage the outcome now that no process but this one is
+	 * left: nothing changes the staging copy any more, so it can copy
+	 * back and answer while the kernel takes the namespaces down. */
 	struct step_report done = {.step = "", .err = code};
 	ssize_t w = write(report, &done, sizeof done);
 	(void)w;
@@ -348,8 +566,9 @@ static int write_file(pid_t pid, const char *name, const char *text)
 }
 
 /* Map uid/gid 0 inside to the chosen host ids. setgroups is denied first:
- * required for an unprivileged writer, and it keeps the contained process
- * from changing its groups. */
+ * required before an unprivileged writer may write gid_map (Linux 3.19,
+ * CVE-2014-8989; user_namespaces(7)), and it keeps the contained process
+ * from dropping a group that denies it access. */
 static const char *write_id_maps(pid_t pid, unsigned uid, unsigned gid)
 {
 	char map[64];
@@ -362,13 +581,6 @@ static const char *write_id_maps(pid_t pid, unsigned uid, unsigned gid)
 	if (write_file(pid, "gid_map", map) < 0)
 		return "gid_map";
 	return NULL;
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Keep the first OUTPUT_CLIP bytes of a stream, count and discard the rest:
@@ -393,15 +605,19 @@ static void unavailable(struct run_outcome *o, const char *step, int err)
 {
 	struct buf b = {0};
 	buf_printf(&b, "secure command sandbox unavailable: %s: %s", step, strerror(err));
+	/* clone fails with ENOSPC when a user namespace over the limit would
+	 * be made, counted per user and per ancestor namespace (Linux 4.9;
+	 * user_namespaces(7), namespaces(7) /proc/sys/user). */
+	if (strcmp(step, "clone namespaces") == 0 && err == ENOSPC)
+		buf_adds(&b, " (the limit of user namespaces is reached: "
+		             "see sysctl user.max_user_namespaces)");
 	free(o->unavailable);
 	o->unavailable = b.p;
 }
 
 static json_t *limits_json(long long timeout_ms, long cpu_s)
 {
-	json_t *ws = stage_private_tmpfs() ? json_integer((json_int_t)LIMIT_WORKSPACE_BYTES)
-	                                   : json_null();
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:n,s:s}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
 	                 "timeoutMs", (json_int_t)timeout_ms,
 	                 "cpuSeconds", (json_int_t)cpu_s,
 	                 "addressSpaceBytes", (json_int_t)LIMIT_AS_BYTES,
@@ -410,9 +626,11 @@ static json_t *limits_json(long long timeout_ms, long cpu_s)
 	                 "processes", (json_int_t)LIMIT_NPROC,
 	                 "coreBytes", (json_int_t)0,
 	                 "tmpBytes", (json_int_t)LIMIT_TMP_BYTES,
+	                 "rootBytes", (json_int_t)LIMIT_ROOT_BYTES,
+	                 "workspaceBytes", (json_int_t)LIMIT_WORKSPACE_BYTES,
 	                 "outputBytes", (json_int_t)OUTPUT_CLIP,
 	                 "copyBackBytes", (json_int_t)COPY_BACK_MAX,
-	                 "workspaceBytes", ws,
+	                 "sharedMemory", "refused",
 	                 "cgroup", "cgroupReason", "sandbox not started");
 }
 
@@ -448,18 +666,58 @@ static void limits_cgroup(json_t *limits, const struct cgroup_box *cg, const cha
 	json_object_set_new(limits, "cgroupReason", reason ? json_string(reason) : json_null());
 }
 
+/* Receive init's first report: the staging directory, or the step that
+ * failed before it. Returns the descriptor, or -1 with o->unavailable set. */
+static int recv_staging(int rep, struct run_outcome *o)
+{
+	struct step_report r;
+	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	do
+		n = recvmsg(rep, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	int fd = -1;
+	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+	if (n == (ssize_t)sizeof r && strcmp(r.step, "staging") == 0 && fd >= 0)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	if (n == (ssize_t)sizeof r && r.step[0]) {
+		r.step[sizeof r.step - 1] = '\0';
+		unavailable(o, r.step, r.err);
+	} else {
+		unavailable(o, "sandbox init", n < 0 ? errno : EPIPE);
+	}
+	return -1;
+}
+
 /* Start the sandbox and follow it to the end. Returns 0 when the command
- * ran (o->exit_code set), -1 when a step failed (o->unavailable set). */
-static int supervise(const struct exec_ctx *c, const struct stage *st, char **argv,
-                     long long timeout_ms, long cpu_s, struct run_outcome *o)
+ * ran (o->exit_code set; *staging is the staging directory, for the copy
+ * back, to be closed by the caller), -1 when a step failed (o->unavailable
+ * set). */
+static int supervise(const struct exec_ctx *c, char **argv, long long timeout_ms, long cpu_s,
+                     struct run_outcome *o, int *staging)
 {
 	int go[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
-	int pidfd = -1, rc = -1;
+	int pidfd = -1, ws = -1, rc = -1;
 	pid_t pid = -1;
 	struct cgroup_box *cg = NULL;
+	*staging = -1;
 	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
+	/* The report channel is a socket, so that it can carry a descriptor;
+	 * SEQPACKET keeps each report one message, and its end (every writer
+	 * gone: init, or the command at execve) reads as 0, like a pipe. */
 	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
-	    pipe2(rep, O_CLOEXEC) < 0) {
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) {
 		unavailable(o, "pipe", errno);
 		goto out;
 	}
@@ -469,27 +727,10 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 	cg = cgroup_open(&cg_reason);
 	limits_cgroup(o->limits, cg, cg_reason);
 	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
-	/* The child starts in the staging directory: clone(CLONE_NEWNS) carries
-	 * the working directory into the new mount namespace (an inherited fd
-	 * would still point into ours, where mounting on it fails). */
-	int here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (here < 0 || fchdir(st->dir_fd) < 0) {
-		unavailable(o, "enter staging directory", errno);
-		if (here >= 0)
-			close(here);
-		goto out;
-	}
 	/* clone as a fork (no CLONE_VM, no new stack): the child continues here
 	 * on a copy of this stack, which also keeps AddressSanitizer happy. */
 	long r = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
 	                 CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, NULL, NULL, NULL, NULL);
-	if (r != 0) {
-		int saved = errno;
-		if (fchdir(here) < 0)
-			die("return to the working directory: %s", strerror(errno));
-		close(here);
-		errno = saved;
-	}
 	if (r < 0) {
 		unavailable(o, "clone namespaces", errno);
 		goto out;
@@ -524,16 +765,39 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 	if (cg && cgroup_enter(cg, pid) < 0) {
 		struct buf b = {0};
 		buf_printf(&b, "moving the sandbox into its cgroup: %s", strerror(errno));
-		json_object_set_new(o->limits, "cgroup", json_null());
-		json_object_set_new(o->limits, "cgroupReason", json_string(b.p));
+		cgroup_close(cg);
+		cg = NULL;
+		limits_cgroup(o->limits, NULL, b.p);
 		buf_free(&b);
+	}
+	/* Shared memory outside every address space - memfd_create(2),
+	 * shmget(2) - escapes RLIMIT_AS, which counts mappings only: a memfd
+	 * need never be mapped, and RLIMIT_FSIZE bounds each one, not their
+	 * number. A cgroup memory limit counts those pages (shmem is charged
+	 * to the memory cgroup of the task that first touches it, cgroup-v1
+	 * memory.txt 2.3, cgroup-v2 "Memory"); without one the filter
+	 * refuses them. POSIX shm_open needs /dev/shm, which the root lacks. */
+	int refuse_shm = !cgroup_memory_limited(cg);
+	json_object_set_new(o->limits, "sharedMemory",
+	                    json_string(refuse_shm ? "refused" : "memoryCgroup"));
+	if (write(go[1], refuse_shm ? "S" : "s", 1) != 1) {
+		unavailable(o, "start sandbox", errno);
+		goto out;
+	}
+	ws = recv_staging(rep[0], o);
+	if (ws < 0)
+		goto out;
+	const char *step = NULL;
+	if (staging_fill(c, ws, o->refused, &step) < 0) {
+		unavailable(o, step, errno);
+		goto out;
 	}
 	if (write(go[1], "g", 1) != 1) {
 		unavailable(o, "start sandbox", errno);
 		goto out;
 	}
 
-	long long deadline = now_ms() + timeout_ms;
+	int64_t deadline = mono_ms() + timeout_ms;
 	int exited = 0, reaped = 0, status = 0, out_open = 1, err_open = 1, rep_open = 1;
 	int reported = -1; /* the command's exit code, as init reported it */
 	while ((!exited && reported < 0) || out_open || err_open) {
@@ -543,7 +807,7 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 			{.fd = rep_open ? rep[0] : -1, .events = POLLIN},
 			{.fd = exited ? -1 : pidfd, .events = POLLIN},
 		};
-		long long left = deadline - now_ms();
+		int64_t left = deadline - mono_ms();
 		if (left <= 0 && !exited && !o->timed_out) {
 			/* SIGKILL to init: the kernel then kills the whole PID namespace. */
 			o->timed_out = 1;
@@ -601,6 +865,8 @@ static int supervise(const struct exec_ctx *c, const struct stage *st, char **ar
 			o->exit_code = WEXITSTATUS(status);
 		else
 			o->exit_code = 128 + WTERMSIG(status);
+		*staging = ws;
+		ws = -1;
 		rc = 0;
 	}
 out:
@@ -610,7 +876,7 @@ out:
 			;
 	}
 	cgroup_close(cg);
-	int fds[] = {go[0], go[1], out[0], out[1], err[0], err[1], rep[0], rep[1], pidfd};
+	int fds[] = {go[0], go[1], out[0], out[1], err[0], err[1], rep[0], rep[1], pidfd, ws};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -637,27 +903,23 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 		unavailable(o, "drop supplementary groups", EPERM);
 		return;
 	}
-	struct stage st;
-	const char *step = NULL;
-	if (stage_create(c, &st, o->refused, &step) < 0) {
-		unavailable(o, step, errno ? errno : EIO);
-	} else if (supervise(c, &st, argv, timeout_ms, cpu_s, o) == 0) {
-		stage_copy_back(c, &st, o->copied, o->refused);
+	int staging = -1;
+	if (supervise(c, argv, timeout_ms, cpu_s, o, &staging) == 0) {
+		staging_copy_back(c, staging, o->copied, o->refused);
+		/* The last reference: the kernel frees the staging tmpfs. */
+		close(staging);
 	}
-	stage_discard(&st);
 }
 
 void sandbox_shutdown(void)
 {
 	reap_exiting(1);
 	cgroup_shutdown();
-	stage_shutdown();
 }
 
 void sandbox_shutdown_signal(void)
 {
 	cgroup_shutdown_signal();
-	stage_shutdown_signal();
 }
 
 void run_outcome_free(struct run_outcome *o)

@@ -27,8 +27,9 @@
 #define AF_VSOCK 40
 #endif
 
-static struct sock_filter *filter;
-static unsigned short filter_len;
+/* [0]: the filter; [1]: the same refusing shared memory as well. */
+static struct sock_filter *filter[2];
+static unsigned short filter_len[2];
 
 /* Kernel surface a build, test or git command has no use for, and which
  * has carried most container escapes: debugging other processes, the
@@ -56,7 +57,7 @@ static struct scmp_arg_cmp arg_cmp(unsigned arg, enum scmp_compare op, scmp_datu
 	return c;
 }
 
-static int add_rules(scmp_filter_ctx ctx)
+static int add_rules(scmp_filter_ctx ctx, int refuse_shm)
 {
 	const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
 	for (size_t i = 0; denied[i]; i++) {
@@ -89,13 +90,19 @@ static int add_rules(scmp_filter_ctx ctx)
 	if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
 	                     arg_cmp(0, SCMP_CMP_EQ, AF_VSOCK, 0)) < 0)
 		return -1;
+	/* Memory no address-space ceiling sees (see sandbox.c): answered
+	 * ENOSYS, as on a kernel built without it, which programs expect and
+	 * work around (glibc's and Python's callers of memfd_create fall back
+	 * to a file; SysV IPC is an optional kernel feature, CONFIG_SYSVIPC). */
+	if (refuse_shm &&
+	    (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(memfd_create), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(shmget), 0) < 0))
+		return -1;
 	return 0;
 }
 
-int seccomp_prepare(const char **why)
+static int compile(int refuse_shm, const char **why)
 {
-	if (filter)
-		return 0;
 	*why = "seccomp_init";
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
@@ -109,14 +116,14 @@ int seccomp_prepare(const char **why)
 	    seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL) < 0) /* kernel < 4.14 */
 		goto out;
 	*why = "seccomp rules";
-	if (add_rules(ctx) < 0)
+	if (add_rules(ctx, refuse_shm) < 0)
 		goto out;
 	*why = "seccomp export";
 	fd = memfd_create("sfma-seccomp", MFD_CLOEXEC);
 	if (fd < 0 || seccomp_export_bpf(ctx, fd) < 0)
 		goto out;
 	off_t size = lseek(fd, 0, SEEK_END);
-	if (size <= 0 || size % (off_t)sizeof *filter || size / (off_t)sizeof *filter > 4096 ||
+	if (size <= 0 || size % (off_t)sizeof *filter[0] || size / (off_t)sizeof *filter[0] > 4096 ||
 	    lseek(fd, 0, SEEK_SET) < 0)
 		goto out;
 	struct sfma_err e;
@@ -126,8 +133,8 @@ int seccomp_prepare(const char **why)
 		free(raw);
 		goto out;
 	}
-	filter = (struct sock_filter *)(void *)raw;
-	filter_len = (unsigned short)(got / sizeof *filter);
+	filter[refuse_shm] = (struct sock_filter *)(void *)raw;
+	filter_len[refuse_shm] = (unsigned short)(got / sizeof *filter[0]);
 	rc = 0;
 out:
 	if (fd >= 0)
@@ -136,10 +143,19 @@ out:
 	return rc;
 }
 
-int seccomp_install(void)
+int seccomp_prepare(const char **why)
 {
-	struct sock_fprog prog = {.len = filter_len, .filter = filter};
-	if (!filter) {
+	for (int i = 0; i < 2; i++)
+		if (!filter[i] && compile(i, why) < 0)
+			return -1;
+	return 0;
+}
+
+int seccomp_install(int refuse_shm)
+{
+	int i = refuse_shm ? 1 : 0;
+	struct sock_fprog prog = {.len = filter_len[i], .filter = filter[i]};
+	if (!filter[i]) {
 		errno = EINVAL;
 		return -1;
 	}

@@ -12,7 +12,7 @@ for t in python3 unshare bwrap; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/ws/src" "$work/stage"
+mkdir -p "$work/ws/src"
 echo input >"$work/ws/src/a.txt"
 cat >"$work/m.json" <<JSON
 {"name":"bench","workspace":"$work/ws","modelEndpoints":[{"name":"m","provider":"mock","model":"x"}],
@@ -21,7 +21,7 @@ JSON
 python3 - "$bindir/sfma-exec" "$work" "${N:-200}" <<'PY'
 import json, os, statistics, subprocess, sys, time
 exe, work, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-env = dict(os.environ, TMPDIR=work + "/stage")
+env = dict(os.environ)
 
 def median_ms(samples):
     return statistics.median(samples) * 1000

@@ -1,20 +1,21 @@
-/* stage.c - the staging copy a sandboxed command sees as /workspace.
+/* staging.c - the staging copy a sandboxed command sees as /workspace.
  *
  * Built fresh for every command from the declared inputs only, never
  * following a symlink (a link in the workspace could otherwise smuggle a
- * host file in); after the command, declared outputs are copied back only
- * when they are plain files under the size ceiling; the copy is always
- * removed. */
-#include "stage.h"
+ * host file in), inside the staging tmpfs of the command's own mount
+ * namespace (see staging.h); after the command, declared outputs are
+ * copied back only when they are plain files under the size ceiling.
+ * Nothing here removes anything: the kernel frees the whole tmpfs with its
+ * last reference, however deep or large the tree the command left. */
+#include "staging.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <string.h>
-#include <sys/mount.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,9 +23,7 @@
 #include "err.h"
 #include "ndjson.h"
 
-#define STAGE_MAX_DEPTH 64
-
-static void rm_tree(int dirfd, int depth);
+#define STAGING_MAX_DEPTH 64
 
 static void refuse(json_t *list, const char *path, const char *why)
 {
@@ -64,46 +63,104 @@ static int copy_fd(int in, int out, uint64_t size)
 	return 0;
 }
 
-struct stager {
+/* Who creates entries in the staging tmpfs. init mounted it as uid 0 of
+ * the command's user namespace, so its superblock belongs to that
+ * namespace, and the kernel refuses (EOVERFLOW) to create an inode whose
+ * owner has no mapping there (fs/namei.c may_o_create and may_create,
+ * fsuidgid_has_mapping; Linux 4.8). Host root is unmapped: when this stage
+ * is root it creates as the contained ids by switching its file-system ids
+ * (setfsuid(2)), and only around the creating calls, because reading the
+ * workspace still needs root's own rights: a change of fsuid from 0 clears
+ * the file capabilities (CAP_DAC_OVERRIDE and the like) from the effective
+ * set and the change back restores them (capabilities(7), "Effect of user
+ * ID changes on capabilities"). Run as that user already, nothing switches. */
+struct copier {
 	json_t *refused;
 	uint64_t total;
 	int failed;             /* an I/O error: the staging copy is incomplete */
+	int err;                /* the first such error */
+	int switch_ids;
+	unsigned uid, gid;      /* the contained ids, on the host */
 };
 
+static void fail(struct copier *s)
+{
+	if (!s->failed)
+		s->err = errno ? errno : EIO;
+	s->failed = 1;
+}
+
+static void as_contained(const struct copier *s)
+{
+	if (s->switch_ids) {
+		setfsgid(s->gid);
+		setfsuid(s->uid);
+	}
+}
+
+static void as_self(const struct copier *s)
+{
+	int saved = errno;
+	if (s->switch_ids) {
+		setfsuid(geteuid());
+		setfsgid(getegid());
+	}
+	errno = saved;
+}
+
+static int mkdir_contained(const struct copier *s, int dir, const char *name)
+{
+	as_contained(s);
+	int rc = mkdirat(dir, name, 0755);
+	as_self(s);
+	return rc;
+}
+
+/* The directory rel below dirfd, made (as the contained ids) if missing. */
+static int dir_walk_contained(const struct copier *s, int dirfd, const char *rel)
+{
+	as_contained(s);
+	int fd = open_dir_walk(dirfd, rel, 1, 0755);
+	as_self(s);
+	return fd;
+}
+
 /* Copy the regular file open as src into dstdir/name. */
-static void stage_file(struct stager *s, int src, const struct stat *st, int dstdir,
+static void copy_in_file(struct copier *s, int src, const struct stat *st, int dstdir,
                        const char *name, const char *rel)
 {
-	if (s->total + (uint64_t)st->st_size > STAGE_MAX_BYTES) {
+	if (s->total + (uint64_t)st->st_size > STAGING_MAX_BYTES) {
 		refuse(s->refused, rel, "over the staging size ceiling");
 		return;
 	}
 	/* Keep the execute bits, never set-id bits. */
+	as_contained(s);
 	int out = openat(dstdir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 	                 (st->st_mode & 0111) ? 0755 : 0644);
+	as_self(s);
 	if (out < 0) {
 		if (errno != EEXIST) /* nested inputs ("src" and "src/a.c") */
-			s->failed = 1;
+			fail(s);
 		return;
 	}
 	if (copy_fd(src, out, (uint64_t)st->st_size) < 0)
-		s->failed = 1;
+		fail(s);
 	s->total += (uint64_t)st->st_size;
 	close(out);
 }
 
-static void stage_tree(struct stager *s, int src, int dst, const char *rel, int depth)
+static void copy_in_tree(struct copier *s, int src, int dst, const char *rel, int depth)
 {
-	if (depth > STAGE_MAX_DEPTH) {
+	if (depth > STAGING_MAX_DEPTH) {
 		refuse(s->refused, rel, "nested too deeply");
 		return;
 	}
 	int walk = dup(src);
 	DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
 	if (!d) {
+		fail(s);
 		if (walk >= 0)
 			close(walk);
-		s->failed = 1;
 		return;
 	}
 	struct dirent *ent;
@@ -115,18 +172,18 @@ static void stage_tree(struct stager *s, int src, int dst, const char *rel, int 
 		buf_printf(&child, "%s/%s", rel, nm);
 		struct stat st;
 		if (fstatat(src, nm, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			s->failed = 1;
+			fail(s);
 		} else if (S_ISLNK(st.st_mode)) {
 			refuse(s->refused, child.p, "symlink refused while staging");
 		} else if (S_ISDIR(st.st_mode)) {
 			int sub = openat(src, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (mkdirat(dst, nm, 0755) < 0 && errno != EEXIST)
-				s->failed = 1;
+			if (sub < 0 || (mkdir_contained(s, dst, nm) < 0 && errno != EEXIST))
+				fail(s);
 			int dsub = openat(dst, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub >= 0 && dsub >= 0)
-				stage_tree(s, sub, dsub, child.p, depth + 1);
+				copy_in_tree(s, sub, dsub, child.p, depth + 1);
 			else
-				s->failed = 1;
+				fail(s);
 			if (sub >= 0)
 				close(sub);
 			if (dsub >= 0)
@@ -137,7 +194,7 @@ static void stage_tree(struct stager *s, int src, int dst, const char *rel, int 
 			if (in < 0 || fstat(in, &again) < 0 || !S_ISREG(again.st_mode))
 				refuse(s->refused, child.p, "changed while staging");
 			else
-				stage_file(s, in, &again, dst, nm, child.p);
+				copy_in_file(s, in, &again, dst, nm, child.p);
 			if (in >= 0)
 				close(in);
 		} else {
@@ -148,143 +205,15 @@ static void stage_tree(struct stager *s, int src, int dst, const char *rel, int 
 	closedir(d);
 }
 
-static int chown_tree(int dirfd, unsigned uid, unsigned gid, int depth)
+int staging_fill(const struct exec_ctx *c, int ws_fd, json_t *refused, const char **step)
 {
-	if (fchown(dirfd, uid, gid) < 0 || depth > STAGE_MAX_DEPTH + 2)
-		return -1;
-	int walk = dup(dirfd);
-	DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
-	if (!d) {
-		if (walk >= 0)
-			close(walk);
-		return -1;
-	}
-	int rc = 0;
-	struct dirent *ent;
-	while (rc == 0 && (ent = readdir(d))) {
-		if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
-			continue;
-		if (ent->d_type == DT_DIR) {
-			int sub = openat(dirfd, ent->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			rc = sub < 0 ? -1 : chown_tree(sub, uid, gid, depth + 1);
-			if (sub >= 0)
-				close(sub);
-		} else if (fchownat(dirfd, ent->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
-			rc = -1;
-		}
-	}
-	closedir(d);
-	return rc;
-}
-
-/* Where staging copies are made: one directory per sfma-exec process,
- * $TMPDIR/sfma-exec.XXXXXX (TMPDIR defaulting to /tmp), holding "root" -
- * the mount point every sandbox mounts its own root on, each in its own
- * mount namespace - and one sfma-stage.XXXXXX per command. Removed at exit. */
-static char base_dir[PATH_MAX - 64];
-static int base_state; /* 0 not yet, 1 plain directory, 2 private tmpfs, -1 failed */
-static int base_errno;
-
-/* As root the base is a tmpfs only this process and its children can see:
- * unshare(CLONE_NEWNS) gives sfma-exec a private copy of the mount table,
- * so the host never sees the mount, and the kernel drops it with the
- * namespace when sfma-exec exits - staging copies are gone even after a
- * crash. It is also a ceiling: all a command writes under /workspace counts
- * against its size. If that fails the base stays a plain directory. */
-static void base_init(void)
-{
-	const char *tmp = getenv("TMPDIR");
-	if (!tmp || tmp[0] != '/')
-		tmp = "/tmp";
-	base_state = -1;
-	if ((size_t)snprintf(base_dir, sizeof base_dir, "%s/sfma-exec.XXXXXX", tmp) >=
-	    sizeof base_dir) {
-		base_errno = ENAMETOOLONG;
-		return;
-	}
-	if (!mkdtemp(base_dir)) {
-		base_errno = errno;
-		return;
-	}
-	base_state = 1;
-	char opts[64];
-	snprintf(opts, sizeof opts, "mode=0711,size=%llu", (unsigned long long)LIMIT_WORKSPACE_BYTES);
-	if (geteuid() == 0 && unshare(CLONE_NEWNS) == 0 &&
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
-	    mount("tmpfs", base_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0)
-		base_state = 2;
-	/* Searchable by the contained ids, which reach "root" as ../root from
-	 * their staging directory; nothing in it is listable. */
-	char root[PATH_MAX];
-	snprintf(root, sizeof root, "%s/root", base_dir);
-	if (chmod(base_dir, 0711) < 0 || mkdir(root, 0755) < 0) {
-		base_errno = errno;
-		stage_shutdown();
-		base_state = -1;
-	}
-}
-
-int stage_private_tmpfs(void)
-{
-	if (!base_state)
-		base_init();
-	return base_state == 2;
-}
-
-/* Only system calls: also runs in a signal handler. */
-void stage_shutdown_signal(void)
-{
-	if (base_state <= 0)
-		return;
-	if (base_state == 2)
-		umount2(base_dir, MNT_DETACH);
-	int fd = open(base_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
-		unlinkat(fd, "root", AT_REMOVEDIR);
-		close(fd);
-	}
-	rmdir(base_dir);
-}
-
-void stage_shutdown(void)
-{
-	if (base_state == 1) {
-		/* Leftover staging copies (there should be none) go too. */
-		int fd = open(base_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0) {
-			rm_tree(fd, 0);
-			close(fd);
-		}
-	}
-	stage_shutdown_signal();
-	base_state = 0;
-}
-
-int stage_create(const struct exec_ctx *c, struct stage *st, json_t *refused, const char **step)
-{
-	memset(st, 0, sizeof *st);
-	st->dir_fd = st->ws_fd = -1;
-	if (!base_state)
-		base_init();
-	*step = "staging directory";
-	if (base_state < 0) {
-		errno = base_errno;
-		return -1;
-	}
-	snprintf(st->path, sizeof st->path, "%s/sfma-stage.XXXXXX", base_dir);
-	if (!mkdtemp(st->path)) {
-		st->path[0] = '\0';
-		return -1;
-	}
-	st->dir_fd = open(st->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (st->dir_fd < 0 || mkdirat(st->dir_fd, "ws", 0755) < 0)
-		return -1;
-	st->ws_fd = openat(st->dir_fd, "ws", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (st->ws_fd < 0)
-		return -1;
-
+	struct copier s = {
+		.refused = refused,
+		.switch_ids = c->host_uid != (unsigned)geteuid() || c->host_gid != (unsigned)getegid(),
+		.uid = c->host_uid,
+		.gid = c->host_gid,
+	};
 	*step = "staging inputs";
-	struct stager s = {.refused = refused};
 	for (size_t i = 0; i < c->m->n_inputs; i++) {
 		const char *rel = c->m->inputs[i];
 		/* No symlink anywhere along its path. */
@@ -298,24 +227,23 @@ int stage_create(const struct exec_ctx *c, struct stage *st, json_t *refused, co
 		}
 		struct stat sb;
 		if (fstat(in, &sb) < 0) {
-			s.failed = 1;
+			fail(&s);
 		} else if (S_ISDIR(sb.st_mode)) {
-			int dst = open_dir_walk(st->ws_fd, rel, 1, 0755);
+			int dst = dir_walk_contained(&s, ws_fd, rel);
 			if (dst < 0) {
-				s.failed = 1;
+				fail(&s);
 			} else {
-				stage_tree(&s, in, dst, rel, 0);
+				copy_in_tree(&s, in, dst, rel, 0);
 				close(dst);
 			}
 		} else if (S_ISREG(sb.st_mode)) {
 			char *dir = xstrdup(rel), *slash = strrchr(dir, '/');
 			const char *leaf = slash ? slash + 1 : rel;
-			int dst = slash ? (*slash = '\0', open_dir_walk(st->ws_fd, dir, 1, 0755))
-			                : dup(st->ws_fd);
+			int dst = slash ? (*slash = '\0', dir_walk_contained(&s, ws_fd, dir)) : dup(ws_fd);
 			if (dst < 0)
-				s.failed = 1;
+				fail(&s);
 			else
-				stage_file(&s, in, &sb, dst, leaf, rel);
+				copy_in_file(&s, in, &sb, dst, leaf, rel);
 			if (dst >= 0)
 				close(dst);
 			free(dir);
@@ -329,21 +257,16 @@ int stage_create(const struct exec_ctx *c, struct stage *st, json_t *refused, co
 		char *dir = xstrdup(c->m->outputs[i]), *slash = strrchr(dir, '/');
 		if (slash) {
 			*slash = '\0';
-			int fd = open_dir_walk(st->ws_fd, dir, 1, 0755);
+			int fd = dir_walk_contained(&s, ws_fd, dir);
 			if (fd >= 0)
 				close(fd);
 		}
 		free(dir);
 	}
-	if (s.failed)
+	if (s.failed) {
+		errno = s.err;
 		return -1;
-	/* The contained program is a different host user when sfma runs as
-	 * root: it must own its copy to be able to change it. */
-	*step = "staging ownership";
-	if (c->host_uid != (unsigned)geteuid() &&
-	    (chown_tree(st->ws_fd, c->host_uid, c->host_gid, 0) < 0 ||
-	     fchown(st->dir_fd, c->host_uid, c->host_gid) < 0))
-		return -1;
+	}
 	return 0;
 }
 
@@ -380,13 +303,13 @@ static int unchanged(const struct exec_ctx *c, const char *rel, const char *data
 	return same;
 }
 
-void stage_copy_back(const struct exec_ctx *c, struct stage *st, json_t *copied, json_t *refused)
+void staging_copy_back(const struct exec_ctx *c, int ws_fd, json_t *copied, json_t *refused)
 {
 	for (size_t i = 0; i < c->m->n_outputs; i++) {
 		const char *rel = c->m->outputs[i];
 		char *dir = xstrdup(rel), *slash = strrchr(dir, '/');
 		const char *leaf = slash ? slash + 1 : rel;
-		int dfd = slash ? (*slash = '\0', open_dir_walk(st->ws_fd, dir, 0, 0)) : dup(st->ws_fd);
+		int dfd = slash ? (*slash = '\0', open_dir_walk(ws_fd, dir, 0, 0)) : dup(ws_fd);
 		if (dfd < 0) {
 			/* A directory replaced by a link on the way is a refusal; a
 			 * missing one just means the output was not made. */
@@ -440,52 +363,4 @@ void stage_copy_back(const struct exec_ctx *c, struct stage *st, json_t *copied,
 		close(dfd);
 		free(dir);
 	}
-}
-
-/* Remove everything below dirfd; directories the command made unreadable
- * are opened up first. Best effort, never follows a link. */
-static void rm_tree(int dirfd, int depth)
-{
-	int walk = dup(dirfd);
-	DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
-	if (!d) {
-		if (walk >= 0)
-			close(walk);
-		return;
-	}
-	struct dirent *ent;
-	while ((ent = readdir(d))) {
-		const char *nm = ent->d_name;
-		if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0)
-			continue;
-		if (unlinkat(dirfd, nm, 0) == 0)
-			continue;
-		if (errno != EISDIR && errno != EPERM)
-			continue;
-		int sub = openat(dirfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0 && errno == EACCES && fchmodat(dirfd, nm, 0700, 0) == 0)
-			sub = openat(dirfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub >= 0) {
-			fchmod(sub, 0700);
-			if (depth < 4096)
-				rm_tree(sub, depth + 1);
-			close(sub);
-		}
-		unlinkat(dirfd, nm, AT_REMOVEDIR);
-	}
-	closedir(d);
-}
-
-void stage_discard(struct stage *st)
-{
-	if (st->ws_fd >= 0)
-		close(st->ws_fd);
-	if (st->dir_fd >= 0) {
-		rm_tree(st->dir_fd, 0);
-		close(st->dir_fd);
-	}
-	if (st->path[0] && rmdir(st->path) < 0 && errno != ENOENT)
-		warnx("remove staging copy %s: %s", st->path, strerror(errno));
-	st->ws_fd = st->dir_fd = -1;
-	st->path[0] = '\0';
 }

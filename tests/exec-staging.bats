@@ -1,0 +1,259 @@
+#!/usr/bin/env bats
+# sfma-exec: the staging copy and the sandbox's own file systems, in every
+# mode the stage can run in: as root (the command is nobody on the host),
+# and as an unprivileged user, entered here with setpriv. Nothing a command
+# makes - depth, file count, size - may outlive its call, and the next call
+# starts clean.
+
+load helpers
+bats_require_minimum_version 1.5.0
+
+setup() {
+	require jq
+	require python3
+	require setpriv
+	# Not under BATS_TEST_TMPDIR: the unprivileged stage must reach it.
+	W=$(mktemp -d /tmp/sfma-exec-test.XXXXXX)
+	chmod 0755 "$W"
+	mkdir -p "$W/ws/src" "$W/tmp"
+	chmod 1777 "$W/tmp"
+	printf 'hello\n' >"$W/ws/src/a.txt"
+	# The stage's TMPDIR: where staging copies used to be made.
+	export TMPDIR=$W/tmp
+	cat >"$W/ws/deep.py" <<'PY'
+# 5000 files, then a tree 4100 directories deep with 1 MiB at the bottom.
+import os
+for i in range(5000):
+    open("many-%d" % i, "w").close()
+for i in range(4100):
+    os.mkdir("d")
+    os.chdir("d")
+with open("bottom", "wb") as f:
+    f.write(b"\0" * (1 << 20))
+print("made", len(os.getcwd().split("/")) - 2)
+PY
+	cat >"$W/ws/shm.py" <<'PY'
+# Shared memory outside the address space: memfd, SysV, POSIX.
+import ctypes, errno, os
+def name(e): return errno.errorcode.get(e, str(e))
+try:
+    fd = os.memfd_create("x")
+    os.ftruncate(fd, 1 << 20)
+    os.write(fd, b"x" * 4096)
+    print("memfd ok")
+except OSError as e:
+    print("memfd", name(e.errno))
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+print("shmget", "ok" if r >= 0 else name(ctypes.get_errno()))
+try:
+    from multiprocessing import shared_memory
+    shared_memory.SharedMemory(create=True, size=1 << 20).unlink()
+    print("shm_open ok")
+except OSError as e:
+    print("shm_open", name(e.errno))
+PY
+	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' '["src","deep.py","shm.py"]' '["out/r.txt"]'
+}
+
+teardown() {
+	rm -rf "$W"
+}
+
+manifest() { # manifest ALLOWED INPUTS OUTPUTS
+	cat >"$W/m.json" <<JSON
+{"name":"t","workspace":"$W/ws","modelEndpoints":[{"name":"m","provider":"mock","model":"x"}],
+ "allowedCommands":$1,"inputs":$2,"outputs":$3,"maxTurns":5,"dryRunDefault":false}
+JSON
+}
+
+# as MODE CMD...: run CMD as the stage of that mode, in place of this
+# shell (so that $! of "as MODE ... &" is the stage itself).
+as() {
+	local mode=$1
+	shift
+	if [ "$mode" = nobody ]; then
+		chown -R 65534:65534 "$W/ws"
+		exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+	fi
+	exec "$@"
+}
+
+calls() { # calls MODE CMD...: one run request per CMD; replies in $W/out
+	local mode=$1 i=0
+	shift
+	for c in "$@"; do
+		i=$((i + 1))
+		printf '{"id":%d,"call":{"tool":"run","cmd":"%s"}}\n' "$i" "$c"
+	done >"$W/req"
+	(as "$mode" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out")
+}
+
+reply() { sed -n "${1}p" "$W/out"; }
+field() { reply "$1" | jq -r "$2"; }
+stdout_of() { field "$1" .result | sed -n '2s/^stdout://p'; }
+
+# Nothing of a staging copy on the host: not in TMPDIR (a directory in
+# /tmp of this test's own, where staging copies were once made; /tmp itself
+# is shared with whatever else runs here), no mount, no process of ours.
+nothing_left() {
+	[ -z "$(ls -A "$TMPDIR")" ] || { echo "left in TMPDIR:"; ls -A "$TMPDIR"; return 1; }
+	if grep -q "$W" /proc/self/mountinfo; then echo "mount left:"; grep "$W" /proc/self/mountinfo; return 1; fi
+	if pgrep -f 'sleep 317[3-6]'; then echo "processes left behind"; return 1; fi
+}
+
+deep_tree_leaves_nothing() { # MODE
+	calls "$1" 'stat -f -c %f /workspace' 'python3 deep.py' 'stat -f -c %f /workspace' 'ls -A /workspace'
+	[ "$(field 2 .run.exit)" = 0 ] && [ "$(stdout_of 2)" = "made 4100" ] || { reply 2; return 1; }
+	# the next command's staging copy is as empty as the first one's
+	[ "$(stdout_of 3)" = "$(stdout_of 1)" ] || { echo "free blocks $(stdout_of 1), then $(stdout_of 3)"; return 1; }
+	[ "$(field 4 .result)" = $'exit=0\nstdout:deep.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
+	[ ! -e "$W/ws/d" ] && [ ! -e "$W/ws/many-1" ]
+	nothing_left
+}
+
+@test "as root: a 4100-deep tree and 5000 files leave nothing, the next call starts clean" {
+	deep_tree_leaves_nothing root
+}
+
+@test "unprivileged: a 4100-deep tree and 5000 files leave nothing, the next call starts clean" {
+	deep_tree_leaves_nothing nobody
+}
+
+killed_mid_command_leaves_nothing() { # MODE SLEEP-SECONDS
+	printf '{"id":1,"call":{"tool":"run","cmd":"sleep %s"}}\n' "$2" >"$W/req"
+	as "$1" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
+	local spid=$!
+	for _ in $(seq 100); do pgrep -f "sleep $2" >/dev/null && break; sleep 0.05; done
+	pgrep -f "sleep $2" >/dev/null || { echo "the command never started"; return 1; }
+	kill -KILL "$spid"
+	wait "$spid" || true
+	for _ in $(seq 100); do pgrep -f "sleep $2" >/dev/null || break; sleep 0.05; done
+	nothing_left
+	calls "$1" 'echo alive'
+	[ "$(field 1 .result)" = $'exit=0\nstdout:alive\n\nstderr:' ] || { reply 1; return 1; }
+	nothing_left
+}
+
+@test "as root: SIGKILL of the stage mid-command leaves nothing; the next stage works" {
+	killed_mid_command_leaves_nothing root 3173
+}
+
+@test "unprivileged: SIGKILL of the stage mid-command leaves nothing; the next stage works" {
+	killed_mid_command_leaves_nothing nobody 3174
+}
+
+sizes_capped() { # MODE
+	calls "$1" "stat -f -c %b*%S /workspace" "stat -f -c %b*%S /" "stat -f -c %b*%S /tmp" \
+		'touch ../beside' 'dd if=/dev/zero of=../fill bs=1M count=32' 'ls -A /'
+	[ "$(( $(stdout_of 1) ))" = 2147483648 ] || { reply 1; return 1; }
+	[ "$(( $(stdout_of 2) ))" = 16777216 ] || { reply 2; return 1; }
+	[ "$(( $(stdout_of 3) ))" = 268435456 ] || { reply 3; return 1; }
+	[ "$(field 1 .run.limits.workspaceBytes)" = 2147483648 ]
+	[ "$(field 1 .run.limits.rootBytes)" = 16777216 ]
+	# the root is writable beside the working directory, within its cap
+	[ "$(field 4 .run.exit)" = 0 ] || { reply 4; return 1; }
+	[ "$(field 5 .run.exit)" = 1 ] && [[ "$(field 5 .result)" == *"No space left on device"* ]] || { reply 5; return 1; }
+	# and each command has its own: nothing of the last one is there
+	[ "$(field 6 .run.exit)" = 0 ] || { reply 6; return 1; }
+	if grep -qx -e beside -e fill <<<"$(field 6 .result | tail -n +2)"; then reply 6; return 1; fi
+	[ ! -e "$W/beside" ] && [ ! -e /beside ] && [ ! -e "$W/fill" ]
+	nothing_left
+}
+
+@test "as root: the staging copy, the root and /tmp are size-capped tmpfs of the command's own" {
+	sizes_capped root
+}
+
+@test "unprivileged: the staging copy, the root and /tmp are size-capped tmpfs of the command's own" {
+	sizes_capped nobody
+}
+
+# A mount below /usr on the host (here: in a mount namespace of the
+# test's own) is copied along by the recursive bind; it must be read-only
+# inside as well, keeping its own locked flags (noexec).
+nested_mounts_read_only() { # MODE
+	require unshare
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"touch /usr/local/src/f"}}' \
+		'{"id":2,"call":{"tool":"run","cmd":"touch /usr/local/src/sub/g"}}' \
+		'{"id":3,"call":{"tool":"run","cmd":"touch /usr/f"}}' \
+		'{"id":4,"call":{"tool":"run","cmd":"echo alive"}}' >"$W/req"
+	[ "$1" = root ] || chown -R 65534:65534 "$W/ws"
+	local priv=()
+	[ "$1" = root ] || priv=(setpriv --reuid=65534 --regid=65534 --clear-groups --)
+	unshare --mount --propagation private sh -c '
+		w=$1; shift
+		mount -t tmpfs -o mode=1777 x /usr/local/src &&
+		mkdir -m 1777 /usr/local/src/sub &&
+		mount -t tmpfs -o mode=1777,noexec y /usr/local/src/sub || exit 1
+		"$@" --apply "$w/m.json" <"$w/req" >"$w/out"
+		ls -A /usr/local/src /usr/local/src/sub >"$w/after"' sh "$W" "${priv[@]}" sfma-exec
+	for n in 1 2 3; do
+		[ "$(field $n .run.exit)" = 1 ] && [[ "$(field $n .result)" == *"Read-only file system"* ]] ||
+			{ reply $n; return 1; }
+	done
+	[ "$(field 4 .result)" = $'exit=0\nstdout:alive\n\nstderr:' ] || { reply 4; return 1; }
+	[ "$(cat "$W/after")" = $'/usr/local/src:\nsub\n\n/usr/local/src/sub:' ] || { cat "$W/after"; return 1; }
+	nothing_left
+}
+
+@test "as root: a mount nested below /usr is read-only inside too" {
+	nested_mounts_read_only root
+}
+
+@test "unprivileged: a mount nested below /usr is read-only inside too" {
+	nested_mounts_read_only nobody
+}
+
+@test "as root with a memory cgroup: shared memory works and is counted by the cgroup" {
+	calls root 'python3 shm.py'
+	[ "$(field 1 .run.limits.cgroup.memoryMaxBytes)" = 4294967296 ] || { reply 1; return 1; }
+	[ "$(field 1 .run.limits.sharedMemory)" = memoryCgroup ]
+	[[ "$(field 1 .result)" == *"memfd ok"*"shmget ok"* ]] || { reply 1; return 1; }
+}
+
+# RLIMIT_AS counts mappings; a memfd need not be mapped, and RLIMIT_FSIZE
+# caps each, not their number: without a cgroup memory limit one process
+# could hold any amount. There they are refused.
+@test "unprivileged (no cgroup): memfd_create and shmget are refused, POSIX shm has no /dev/shm" {
+	calls nobody 'python3 shm.py' 'echo alive'
+	[ "$(field 1 .run.limits.cgroup)" = null ]
+	[ "$(field 1 .run.limits.sharedMemory)" = refused ] || { reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = 0 ] || { reply 1; return 1; }
+	[ "$(stdout_of 1)" = "memfd ENOSYS" ] || { reply 1; return 1; }
+	[[ "$(field 1 .result)" == *$'\nshmget ENOSYS\nshm_open ENOENT\n'* ]] || { reply 1; return 1; }
+	[ "$(field 2 .result)" = $'exit=0\nstdout:alive\n\nstderr:' ]
+}
+
+# Root without CAP_SYS_ADMIN on the host: the sandbox needs none (the user
+# namespace gives init its own), and the staging copy is never a host
+# directory that a host process as nobody could read or rewrite.
+@test "as root without CAP_SYS_ADMIN: the command runs isolated, its staging copy out of the host's reach" {
+	require capsh
+	printf 'marker-%s\n' "$$" >"$W/ws/src/a.txt"
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 3175"}}' >"$W/req"
+	capsh --drop=cap_sys_admin -- -c 'exec sfma-exec --apply --timeout=3 "$1" <"$2" >"$3"' \
+		sh "$W/m.json" "$W/req" "$W/out" &
+	local spid=$!
+	for _ in $(seq 100); do pgrep -f 'sleep 3175' >/dev/null && break; sleep 0.05; done
+	pgrep -f 'sleep 3175' >/dev/null || { echo "the command never started"; return 1; }
+	# a host process as nobody, while the command runs: no staging copy to see
+	run setpriv --reuid=65534 --regid=65534 --clear-groups -- \
+		sh -c 'find "$1" -mindepth 1; grep -rl "marker-$2" "$1" 2>/dev/null' sh "$TMPDIR" "$$"
+	[ -z "$output" ] || { echo "visible to nobody: $output"; return 1; }
+	wait "$spid"
+	[ "$(field 1 .pass)" = true ] && [ "$(field 1 .run.exit)" = 124 ] || { reply 1; return 1; }
+	nothing_left
+}
+
+@test "fail closed: without the capabilities to map ids, root's command is refused, not run" {
+	require capsh
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"touch out/r.txt"}}' >"$W/req"
+	capsh --drop=cap_setuid,cap_setgid -- -c 'exec sfma-exec --apply "$1" <"$2" >"$3"' \
+		sh "$W/m.json" "$W/req" "$W/out"
+	[ "$(field 1 .pass)" = false ]
+	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: "* ]] || { reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = null ]
+	[ ! -e "$W/ws/out/r.txt" ]
+	nothing_left
+}
