@@ -414,17 +414,25 @@ PY
 		'{"id":2,"seq":42,"call":{"tool":"ask","question":"which branch?\nmain?"}}' \
 		'{"id":3,"call":{"tool":"notify","text":"no seq"}}' \
 		'{"id":4,"seq":43,"call":{"tool":"ask"}}' | sfma-exec "$W/m.json" >"$W/out"
-	local f=$W/ws/.sfma/outbox/41-notify.json
+	local f=$W/ws/.sfma/outbox/0000000000000041-notify.json
 	[ "$(jq -r .kind "$f")" = notify ]
 	[ "$(jq -r .text "$f")" = "half way" ]
 	[[ "$(jq -r .at "$f")" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$ ]]
-	[ "$(jq -r .text "$W/ws/.sfma/outbox/42-ask.json")" = $'which branch?\nmain?' ]
-	[ "$(reply 1 | jq -c .message)" = '{"dir":"out","file":"41-notify.json","kind":"notify","text":"half way"}' ]
+	[ "$(jq -r .text "$W/ws/.sfma/outbox/0000000000000042-ask.json")" = $'which branch?\nmain?' ]
+	[ "$(reply 1 | jq -c .message)" = '{"dir":"out","file":"0000000000000041-notify.json","kind":"notify","text":"half way"}' ]
 	[ "$(field 2 .message.kind)" = ask ]
 	[ "$(field 3 .pass)" = true ]
 	[ -e "$W/ws/.sfma/outbox/$(field 3 .message.file)" ]
 	refused_with 4 "question must be a string"
 	[ "$(ls -A "$W/ws/.sfma/outbox" | wc -l)" -eq 3 ]
+}
+
+@test "outbox names sort in the order they were written (ls order is seq order)" {
+	printf '%s\n' '{"id":1,"seq":9,"call":{"tool":"ask","question":"first"}}' \
+		'{"id":2,"seq":13,"call":{"tool":"notify","text":"second"}}' \
+		'{"id":3,"seq":120,"call":{"tool":"notify","text":"third"}}' | sfma-exec "$W/m.json" >"$W/out"
+	run sh -c "cd '$W/ws/.sfma/outbox' && ls | xargs -n1 jq -r '.text // .question' | tr '\n' ' '"
+	[ "$output" = "first second third " ]
 }
 
 @test "the outbox is never reached through a link" {

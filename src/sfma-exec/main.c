@@ -308,7 +308,7 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	long long seq;
 	int64_t ms = wall_ms();
 	if (json_integer_of(json_object_get(req, "seq"), &seq) && seq >= 0)
-		snprintf(name, sizeof name, "%lld-%s.json", seq, kind);
+		snprintf(name, sizeof name, "%016lld-%s.json", seq, kind); /* zero-padded: ls order is write order (seq < 2^53, 16 digits) */
 	else
 		snprintf(name, sizeof name, "t%lld-%s.json", (long long)ms, kind);
 	iso8601_utc(ms, at);
