@@ -304,7 +304,7 @@ PY
 	[ ! -e "$W/ws/out/r.txt" ]
 	[ "$(field 2 .pass)" = true ] && [ "$(cat "$W/ws/out/ok.txt")" = w ]
 	[ "$(field 3 .result)" = hello ]
-	[ -e "$W/ws/.sfma/outbox/9-notify.json" ]
+	[ -e "$W/ws/.sfma/outbox/0000000000000009-notify.json" ]
 	no_leftovers
 }
 
