@@ -160,7 +160,7 @@ static int open_trace(const char *tpath)
  * interrupted run leaves: an intact continuation that begins as a run
  * begins. Anything else is not explained by a crash. */
 static void check_tail(int fd, const struct chain_summary *sum, const struct chain_opts *opts,
-                       uint64_t sealed, int torn)
+                       uint64_t sealed, int torn, const char *no_record_path)
 {
 	struct sfma_err e;
 	if (torn && opts->trusted_count > sum->entries)
@@ -173,6 +173,9 @@ static void check_tail(int fd, const struct chain_summary *sum, const struct cha
 		invalid("trace line %" PRIu64 ": %s", sealed + 1, e.text);
 	if (!record_begins_run(first)) {
 		const char *kind = json_string_value(json_object_get(first, "kind"));
+		if (no_record_path)
+			invalid("%s: %s, and trace line 1 (%s) does not begin a run", no_record_path,
+			        strerror(ENOENT), kind ? kind : "no kind");
 		invalid("integrity.entries says %" PRIu64 " but the trace has %" PRIu64 " entries, and line %"
 		        PRIu64 " (%s) does not begin a run", sealed, sum->entries, sealed + 1,
 		        kind ? kind : "no kind");
@@ -185,15 +188,14 @@ static void check_tail(int fd, const struct chain_summary *sum, const struct cha
  * not AUDIT_OK either: no record covers those entries yet. Exit 3. */
 static _Noreturn void report_unsealed(uint64_t n, int torn, int no_record)
 {
-	const char *noun = n == 1 ? "entry" : "entries";
-	const char *where = no_record ? "and no result record" : "after the sealed head";
+	char what[96];
+	int k = n ? snprintf(what, sizeof what, "%" PRIu64 " %s", n, n == 1 ? "entry" : "entries") : 0;
 	if (torn)
-		fprintf(stderr, "AUDIT_UNSEALED: %" PRIu64 " %s and a torn final line %s (an interrupted "
-		        "write; sfma-chain --recover-torn repairs it, then the next run records it)\n",
-		        n, noun, where);
-	else
-		fprintf(stderr, "AUDIT_UNSEALED: %" PRIu64 " %s %s (an interrupted run; the next run "
-		        "records it)\n", n, noun, where);
+		snprintf(what + k, sizeof what - (size_t)k, "%sa torn final line", n ? " and " : "");
+	fprintf(stderr, "AUDIT_UNSEALED: %s %s (%s)\n", what,
+	        no_record ? "and no result record" : "after the sealed head",
+	        torn ? "an interrupted write; sfma-chain --recover-torn repairs it, then the next run records it"
+	             : "an interrupted run; the next run records it");
 	exit(3);
 }
 
@@ -215,7 +217,7 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 		invalid("trace %s", e.text);
 	if (rc == 0 && sum.entries == 0)
 		invalid("%s: %s", record_path, strerror(ENOENT));
-	check_tail(fd, &sum, opts, 0, rc < 0);
+	check_tail(fd, &sum, opts, 0, rc < 0, record_path);
 	close(fd);
 	free(tpath);
 	report_unsealed(sum.entries, rc < 0, 1);
@@ -351,7 +353,7 @@ int main(int argc, char **argv)
 	if (chain_rc < 0 && !(unsealed && sum.torn))
 		invalid("trace %s", e.text);
 	if (unsealed) {
-		check_tail(fd, &sum, &opts, (uint64_t)entries, chain_rc < 0);
+		check_tail(fd, &sum, &opts, (uint64_t)entries, chain_rc < 0, NULL);
 	} else {
 		if (strcmp(sum.head, head) != 0)
 			invalid("integrity.headHash does not match the trace head %s", sum.head);

@@ -508,6 +508,7 @@ int main(int argc, char **argv)
 
 	/* 4. The run opens in the trace. A broken chain stops everything here:
 	 * sfma-chain refuses to append and says why. */
+	record_interrupted_run(&r);
 	clock_anchor(&r);
 	if (!r.chain_alive) {
 		warnx("%s; nothing was appended", r.error);

@@ -113,5 +113,10 @@ void say(struct run *r, const char *role, const char *content);
 void tool_result(struct run *r, const char *text);
 /* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
 void turns(struct run *r);
+/* interrupted.c: before the run opens, record the unsealed tail an
+ * interrupted run left after the last record's head (a `result` entry);
+ * on a torn final line, end the run (chain_alive 0, r->error says how to
+ * recover) before anything is appended. */
+void record_interrupted_run(struct run *r);
 
 #endif
