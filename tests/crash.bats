@@ -381,3 +381,214 @@ last_entry() { tail -n 1 ws/.sfma/trace.jsonl | jq -e "$1" > /dev/null; }
 	[ "$(jq .integrity.entries ws/.sfma/result.json)" -eq "$(wc -l < ws/.sfma/trace.jsonl)" ]
 	next_run_records
 }
+
+@test "a first run killed before it seals: no record yet, AUDIT_UNSEALED, the next run records it from the start" {
+	crash sfma-plan turn
+	nothing_left sfma-plan
+	[ ! -e ws/.sfma/result.json ]
+	n=$(wc -l < ws/.sfma/trace.jsonl)
+	run sfma-verify ws
+	[ "$status" -eq 3 ]
+	[ "$output" = "AUDIT_UNSEALED: $n entries and no result record (an interrupted run; the next run records it)" ]
+	# a record named explicitly must exist
+	run sfma-verify ws/.sfma/result.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == "AUDIT_INVALID: ws/.sfma/result.json: No such file or directory" ]]
+	manifest '[{"name":"mock","provider":"mock","model":"m"}]'
+	SFMA_MOCK=$QUICK run sfma run m.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"the previous run was interrupted before it sealed: its $n entries are recorded (result-$((n + 1)))"* ]]
+	jq -s -e --argjson n "$n" '.[$n].data.interrupted == {afterSeq: 0, entries: $n, firstSeq: 1, lastSeq: $n,
+		headHash: ("0" * 64)} and .[$n].refs == ["clock-anchor-1", .[$n - 1].id]' ws/.sfma/trace.jsonl > /dev/null
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+}
+
+# A workspace sealed by sfma-seal over three entries.
+sealed_by_hand() {
+	rm -rf w && mkdir -p w/.sfma
+	printf '%s\n' '{"kind":"clock-anchor","data":{"wallMs":1,"source":"system-wall"}}' \
+		'{"kind":"lifecycle","data":{"from":null,"to":"probation"}}' \
+		'{"kind":"clock-anchor","data":{"wallMs":2,"source":"system-wall"}}' |
+		sfma-chain w/.sfma/trace.jsonl > /dev/null
+	sfma-seal w <<<'{"manifest":{"name":"w","workspace":"w"},"verdict":"completed","turns":1}' > /dev/null
+	cp w/.sfma/trace.jsonl sealed.jsonl
+	cp w/.sfma/result.json sealed.json
+}
+
+append() { printf '%s\n' "$@" | sfma-chain w/.sfma/trace.jsonl > /dev/null; }
+ANCHOR='{"kind":"clock-anchor","data":{"wallMs":3,"source":"system-wall"}}'
+TASK='{"kind":"task","data":{"call":{"tool":"done"}},"loop":1}'
+
+# verify_says STATUS LINE: sfma-verify w exits STATUS with LINE alone on
+# stderr and nothing on stdout.
+verify_says() {
+	local err status=0
+	err=$(sfma-verify w 2>&1 > verify.out) || status=$?
+	[ "$status" -eq "$1" ] && [ ! -s verify.out ] && [ "$err" = "$2" ] ||
+		{ echo "status $status, stdout '$(cat verify.out)', stderr '$err'; wanted $1 '$2'"; return 1; }
+}
+
+@test "sfma-verify: AUDIT_UNSEALED (exit 3) only for an intact tail after the sealed head that begins as a run does" {
+	sealed_by_hand
+	append "$ANCHOR" "$TASK"
+	verify_says 3 "AUDIT_UNSEALED: 2 entries after the sealed head (an interrupted run; the next run records it)"
+	cp sealed.jsonl w/.sfma/trace.jsonl && append "$ANCHOR"
+	verify_says 3 "AUDIT_UNSEALED: 1 entry after the sealed head (an interrupted run; the next run records it)"
+	# the two result entries that may come before a run's clock-anchor
+	cp sealed.jsonl w/.sfma/trace.jsonl
+	append '{"kind":"result","data":{"interrupted":{"afterSeq":3,"entries":1,"firstSeq":4,"lastSeq":4,"headHash":"x"}}}' "$ANCHOR"
+	verify_says 3 "AUDIT_UNSEALED: 2 entries after the sealed head (an interrupted run; the next run records it)"
+	cp sealed.jsonl w/.sfma/trace.jsonl
+	append '{"kind":"result","data":{"error":"torn-write-recovered","tornBytes":3}}'
+	verify_says 3 "AUDIT_UNSEALED: 1 entry after the sealed head (an interrupted run; the next run records it)"
+
+	# Entries that no run begins with are not a crash's doing.
+	for first in "$TASK" '{"kind":"result","data":{"error":"x"}}' '{"kind":"lifecycle","data":{"from":null,"to":"x"}}'; do
+		cp sealed.jsonl w/.sfma/trace.jsonl && append "$first" "$ANCHOR"
+		kind=$(jq -r .kind <<<"$first")
+		verify_says 1 "AUDIT_INVALID: integrity.entries says 3 but the trace has 5 entries, and line 4 ($kind) does not begin a run"
+	done
+	# The tail is part of the chain: a break in it is a break.
+	cp sealed.jsonl w/.sfma/trace.jsonl && append "$ANCHOR" "$TASK"
+	cp w/.sfma/trace.jsonl tailed.jsonl
+	sed -i '5s/"done"/"run"/' w/.sfma/trace.jsonl
+	verify_says 1 "AUDIT_INVALID: trace line 5: hash mismatch (the entry's content was altered)"
+	sed 4d tailed.jsonl > w/.sfma/trace.jsonl
+	verify_says 1 "AUDIT_INVALID: trace line 4: prevHash does not match the previous entry (a line was deleted, inserted or reordered)"
+	{ cat tailed.jsonl; echo '{"seq":9}'; } > w/.sfma/trace.jsonl
+	verify_says 1 "AUDIT_INVALID: trace line 6: unchained line after chained entries"
+	# The prefix must be the one the record sealed, entry for entry.
+	cp tailed.jsonl w/.sfma/trace.jsonl
+	head=$(jq -r .integrity.headHash sealed.json)
+	jq '.integrity.entries = 2' sealed.json > w/.sfma/result.json
+	verify_says 1 "AUDIT_INVALID: integrity.headHash does not match the trace head $(tail -n 1 tailed.jsonl | jq -r .hash)"
+	jq --arg h "$(sed -n 2p tailed.jsonl | jq -r .hash)" '.integrity.headHash = $h' sealed.json > w/.sfma/result.json
+	verify_says 1 "AUDIT_INVALID: integrity.headHash does not match the trace head $(tail -n 1 tailed.jsonl | jq -r .hash)"
+	# and the record itself intact
+	jq '.verdict = "failed"' sealed.json > w/.sfma/result.json
+	verify_says 1 "AUDIT_INVALID: integrity.resultSha256 does not match the record (a result field was altered)"
+	# A rewritten prefix, however long the rest, is not an unsealed tail.
+	cp sealed.json w/.sfma/result.json
+	{ sed -n 1p tailed.jsonl; sed -n 3p tailed.jsonl; } > w/.sfma/trace.jsonl
+	verify_says 1 "AUDIT_INVALID: trace line 2: prevHash does not match the previous entry (a line was deleted, inserted or reordered)"
+	# Deleting entries of the sealed prefix is still named as before.
+	head -n 2 sealed.jsonl > w/.sfma/trace.jsonl
+	verify_says 1 "AUDIT_INVALID: integrity.headHash does not match the trace head $(sed -n 2p sealed.jsonl | jq -r .hash)"
+}
+
+@test "sfma-verify: a signed record and --trusted-head still hold over an unsealed tail" {
+	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
+	openssl pkey -in key.pem -pubout -out pub.pem
+	openssl genpkey -algorithm ed25519 2> /dev/null | openssl pkey -pubout -out other.pem
+	SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) sealed_by_hand
+	append "$ANCHOR" "$TASK"
+	UNSEALED="AUDIT_UNSEALED: 2 entries after the sealed head (an interrupted run; the next run records it)"
+	SFMA_AUDIT_PUBLIC_KEY=$(cat pub.pem) verify_says 3 "$UNSEALED"
+	SFMA_AUDIT_PUBLIC_KEY=$(cat other.pem) verify_says 1 "AUDIT_INVALID: invalid audit signature"
+	# the record made to claim the tail: the signature no longer holds
+	jq --arg h "$(tail -n 1 w/.sfma/trace.jsonl | jq -r .hash)" '.integrity.entries = 5 | .integrity.headHash = $h' \
+		w/.sfma/result.json > r && cp r w/.sfma/result.json
+	SFMA_AUDIT_PUBLIC_KEY=$(cat pub.pem) verify_says 1 "AUDIT_INVALID: invalid audit signature"
+	cp sealed.json w/.sfma/result.json
+	# a trusted head inside the tail, or in the prefix
+	h5=$(sed -n 5p w/.sfma/trace.jsonl | jq -r .hash)
+	h2=$(sed -n 2p w/.sfma/trace.jsonl | jq -r .hash)
+	run sfma-verify --trusted-head "$h5:5" w
+	[ "$status" -eq 3 ]
+	run sfma-verify --trusted-head "$h2:2" w
+	[ "$status" -eq 3 ]
+	run sfma-verify --trusted-head "$h2:5" w
+	[ "$status" -eq 1 ]
+	[[ "$output" == "AUDIT_INVALID: trace line 5: trusted head not found"* ]]
+	run sfma-verify --trusted-head "$h5:6" w
+	[ "$status" -eq 1 ]
+	[[ "$output" == "AUDIT_INVALID: trace trusted head not found: the trace has 5 entries, fewer than 6 (it was truncated)" ]]
+	printf '{"seq":6,"ki' >> w/.sfma/trace.jsonl
+	run sfma-verify --trusted-head "$h5:6" w
+	[ "$status" -eq 1 ]
+	[[ "$output" == "AUDIT_INVALID: trace trusted head not found: the trace has 5 complete entries, fewer than 6" ]]
+}
+
+@test "a torn final line: AUDIT_UNSEALED; a run refuses it naming sfma-chain --recover-torn; recovered, the next run records it" {
+	sealed_run
+	T=ws/.sfma/trace.jsonl
+	cp "$T" sealed.jsonl
+	torn='{"anchor":"clock-anchor-99","data":{"wal'
+	printf '%s' "$torn" >> "$T"
+	run sfma-verify ws
+	[ "$status" -eq 3 ]
+	[ "$output" = "AUDIT_UNSEALED: a torn final line after the sealed head (an interrupted write; sfma-chain --recover-torn repairs it, then the next run records it)" ]
+	# the way a crash mid-append leaves it: entries of the run, then a torn one
+	cp sealed.jsonl "$T"
+	printf '%s\n' "${ANCHOR}" '{"kind":"lifecycle","data":{"from":null,"to":"probation"}}' | sfma-chain "$T" > /dev/null
+	printf '%s' "$torn" >> "$T"
+	run sfma-verify ws
+	[ "$status" -eq 3 ]
+	[ "$output" = "AUDIT_UNSEALED: 2 entries and a torn final line after the sealed head (an interrupted write; sfma-chain --recover-torn repairs it, then the next run records it)" ]
+	before=$(sha256sum < "$T")
+	SFMA_MOCK=$QUICK run sfma run m.json
+	[ "$status" -eq 1 ]
+	want="sfma-plan: failed hash-chain verification: line $((sealed_entries + 3)): torn final line (${#torn} bytes without a newline): a write was cut short; recover it with \`sfma-chain --recover-torn $BATS_TEST_TMPDIR/ws/.sfma/trace.jsonl\`, then run again; nothing was appended"
+	grep -Fxq -- "$want" <<<"$output" || { echo "$output"; return 1; }
+	[ "$(sha256sum < "$T")" = "$before" ]
+	flock -n ws/.sfma true
+	# The operator recovers; the recovery is an entry of the tail.
+	sfma-chain --recover-torn "$T" > /dev/null
+	audit
+	[ "$unsealed" -eq 3 ]
+	last_entry '.kind == "result" and .data.error == "torn-write-recovered"'
+	next_run_records
+}
+
+@test "a disk that fills mid-run: a clear error, the chain intact, and the next run on a larger disk records it" {
+	require unshare
+	outs=$(printf '"o%d.txt",' $(seq 24))
+	jq -n --argjson outs "[${outs%,}]" '{name:"full",workspace:"ws",modelEndpoints:[{name:"mock",provider:"mock",model:"m"}],
+		allowedCommands:["sleep"],inputs:[],outputs:$outs,maxTurns:40,maxSeconds:300,dryRunDefault:false}' > m.json
+	content=$(head -c 4000 /dev/zero | tr '\0' a)
+	writes=$(for i in $(seq 24); do printf '{"tool":"write","path":"o%d.txt","content":"%s"},' "$i" "$content"; done)
+	export FILL="[$CAND,${writes%,},$DONE]" NONE="[$CAND,$DONE]"
+	# Everything on the small disk happens in a private mount namespace
+	# (mount_namespaces(7)): the tmpfs is nobody else's and goes with it.
+	# Its trace and record are copied out at each step for the checks.
+	run unshare -m --propagation private bash -c '
+		set -u
+		mkdir ws && mount -t tmpfs -o size=1m tmpfs ws || exit 99
+		SFMA_MOCK=$NONE sfma run m.json > run1.out 2>&1; echo $? > run1.status
+		# leave 16 pages: the 24 new files of the next run cannot all fit
+		avail=$(df -B1 --output=avail ws | tail -n 1)
+		fallocate -l $((avail - 16 * 4096)) ws/filler
+		SFMA_MOCK=$FILL sfma run m.json > run2.out 2> run2.err; echo $? > run2.status
+		sfma-verify ws > verify2.out 2>&1; echo $? > verify2.status
+		cp ws/.sfma/trace.jsonl trace2.jsonl
+		cp ws/.sfma/result.json result2.json
+		mount -o remount,size=4m ws
+		SFMA_MOCK=$FILL sfma run m.json > run3.out 2>&1; echo $? > run3.status
+		sfma-verify ws > verify3.out 2>&1; echo $? > verify3.status
+		cp ws/.sfma/trace.jsonl trace3.jsonl
+	'
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# a first run that writes nothing: failed, but sealed
+	[ "$(cat run1.status)" -eq 1 ] && grep -q '^FAILED ' run1.out || { cat run1.out; return 1; }
+	# The full disk ends the run with the reason: the trace writer could not
+	# append, and without it there is no record to seal.
+	[ "$(cat run2.status)" -eq 1 ] || { cat run2.out run2.err; return 1; }
+	grep -q '^FAILED ' run2.out
+	grep -q '^sfma-chain: .*/ws/.sfma/trace.jsonl: write: No space left on device$' run2.err
+	grep -q '^sfma-plan: sealing failed' run2.err
+	# The chain is intact: whole lines only (the short write was undone),
+	# and the unsealed tail of an interrupted run.
+	[ "$(tail -c 1 trace2.jsonl | od -An -c | tr -d ' ')" = '\n' ]
+	[ "$(cat verify2.status)" -eq 3 ] || { cat verify2.out; return 1; }
+	[[ "$(cat verify2.out)" =~ ^AUDIT_UNSEALED:\ ([0-9]+)\ entries\ after\ the\ sealed\ head\ \(an\ interrupted\ run ]]
+	n=${BASH_REMATCH[1]}
+	[ "$n" -eq $(($(wc -l < trace2.jsonl) - $(jq .integrity.entries result2.json))) ]
+	# On a larger disk the next run records it and seals.
+	jq -s -e --arg h "$(jq -r .integrity.headHash result2.json)" --argjson n "$n" \
+		'map(select(.kind == "result" and .data.interrupted.headHash == $h and .data.interrupted.entries == $n)) | length == 1' \
+		trace3.jsonl > /dev/null
+	[ "$(cat run3.status)" -eq 0 ] || { cat run3.out; return 1; }
+	[ "$(cat verify3.status)" -eq 0 ]
+	grep -q '^AUDIT_OK ' verify3.out
+}
