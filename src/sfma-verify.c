@@ -171,16 +171,18 @@ static void check_tail(int fd, const struct chain_summary *sum, const struct cha
 	json_t *first = chain_entry_at(fd, sum->mark_offset, opts->max_line, &e);
 	if (!first)
 		invalid("trace line %" PRIu64 ": %s", sealed + 1, e.text);
-	if (!record_begins_run(first)) {
-		const char *kind = json_string_value(json_object_get(first, "kind"));
-		if (no_record_path)
-			invalid("%s: %s, and trace line 1 (%s) does not begin a run", no_record_path,
-			        strerror(ENOENT), kind ? kind : "no kind");
-		invalid("integrity.entries says %" PRIu64 " but the trace has %" PRIu64 " entries, and line %"
-		        PRIu64 " (%s) does not begin a run", sealed, sum->entries, sealed + 1,
-		        kind ? kind : "no kind");
-	}
+	int begins = record_begins_run(first);
+	char kind[64];
+	const char *k = json_string_value(json_object_get(first, "kind"));
+	snprintf(kind, sizeof kind, "%s", k ? k : "no kind");
 	json_decref(first);
+	if (begins)
+		return;
+	if (no_record_path)
+		invalid("%s: %s, and trace line 1 (%s) does not begin a run", no_record_path, strerror(ENOENT),
+		        kind);
+	invalid("integrity.entries says %" PRIu64 " but the trace has %" PRIu64 " entries, and line %" PRIu64
+	        " (%s) does not begin a run", sealed, sum->entries, sealed + 1, kind);
 }
 
 /* AUDIT_UNSEALED: the record (or its absence) is sound, and the trace goes
