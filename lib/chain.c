@@ -337,6 +337,30 @@ struct verifier {
 	int seen_chained;
 };
 
+/* The prefix ending at the line just linked: its head is that entry's
+ * hash, or for a prefix of legacy lines only, their digest so far. */
+static void mark_here(struct verifier *v, const struct line_info *li)
+{
+	struct chain_summary *s = v->sum;
+	if (li->chained) {
+		memcpy(s->mark_head, li->hash, 64);
+		s->mark_head[64] = '\0';
+	} else {
+		EVP_MD_CTX *copy = EVP_MD_CTX_new();
+		unsigned char md[32];
+		unsigned int mdlen;
+		if (!copy || !EVP_MD_CTX_copy_ex(copy, v->legacy) || !EVP_DigestFinal_ex(copy, md, &mdlen)) {
+			EVP_MD_CTX_free(copy);
+			return; /* not found: the caller reports the prefix as not matching */
+		}
+		EVP_MD_CTX_free(copy);
+		hex_encode(md, 32, s->mark_head);
+	}
+	s->mark_seq = li->seq;
+	s->mark_offset = s->size;
+	s->mark_found = 1;
+}
+
 /* Link the checked lines of one block in order. */
 static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct sfma_err *e)
 {
@@ -378,7 +402,10 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 		if (li->is_anchor && li->id_len)
 			snprintf(s->anchor, sizeof s->anchor, "%.*s", (int)li->id_len, li->id);
 		s->entries = no;
+		s->last_offset = s->size;
 		s->size += li->len + 1;
+		if (v->opts->mark_set && no == v->opts->mark_count)
+			mark_here(v, li);
 		if (v->opts->trusted_count && no == v->opts->trusted_count) {
 			if (!li->chained || memcmp(li->hash, v->opts->trusted_hash, 64) != 0)
 				return err_set(e, "line %llu: trusted head not found (the trace was rewritten, not "
@@ -418,6 +445,10 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	memset(out, 0, sizeof *out);
 	strcpy(out->head, CHAIN_ZERO_HASH);
 	strcpy(out->anchor, "unanchored");
+	if (opts->mark_set && opts->mark_count == 0) {
+		strcpy(out->mark_head, CHAIN_ZERO_HASH);
+		out->mark_found = 1;
+	}
 
 	int threads = opts->threads;
 	if (threads <= 0) {
@@ -493,4 +524,40 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	EVP_MD_CTX_free(v.legacy);
 	EVP_MD_free(md);
 	return rc;
+}
+
+json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_err *e)
+{
+	size_t max = max_line ? (size_t)max_line : NDJSON_DEFAULT_MAX;
+	size_t cap = 4096, have = 0;
+	char *buf = xmalloc(cap);
+	char *nl = NULL;
+	while (!nl) {
+		if (have == cap) {
+			if (cap > max) {
+				free(buf);
+				return err_set(e, "line at byte %llu: longer than %zu bytes", (unsigned long long)offset, max),
+				       NULL;
+			}
+			cap *= 2;
+			buf = xrealloc(buf, cap);
+		}
+		ssize_t got = pread(fd, buf + have, cap - have, (off_t)(offset + have));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			free(buf);
+			return err_set(e, "line at byte %llu: %s", (unsigned long long)offset,
+			               got < 0 ? strerror(errno) : "no complete line"), NULL;
+		}
+		nl = memchr(buf + have, '\n', (size_t)got);
+		have += (size_t)got;
+	}
+	json_t *v = json_parse_strict(buf, (size_t)(nl - buf), e);
+	free(buf);
+	if (v && !json_is_object(v)) {
+		json_decref(v);
+		return err_set(e, "line at byte %llu: not a JSON object", (unsigned long long)offset), NULL;
+	}
+	return v;
 }

@@ -7,6 +7,7 @@
 #ifndef SFMA_CHAIN_H
 #define SFMA_CHAIN_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -22,6 +23,11 @@ struct chain_opts {
 	 * lines included) must have hash trusted_hash. */
 	uint64_t trusted_count;
 	const char *trusted_hash;
+	/* Optional mark (mark_set): also report the trace as it stood after
+	 * entry number mark_count (1-based, legacy lines included; 0 is the
+	 * empty prefix) - the prefix a result record sealed. */
+	int mark_set;
+	uint64_t mark_count;
 };
 
 struct chain_summary {
@@ -34,6 +40,12 @@ struct chain_summary {
 	uint64_t torn_offset;      /* when verification failed on a torn final line */
 	int torn;                  /* 1 if so: the file ends inside a line */
 	uint64_t size;             /* bytes of complete lines */
+	uint64_t last_offset;      /* where the last complete line begins */
+	/* With opts->mark_set, once entry mark_count was linked (mark_found): */
+	int mark_found;
+	char mark_head[65];        /* what `head` was after it */
+	double mark_seq;           /* its seq (0 for the empty prefix) */
+	uint64_t mark_offset;      /* bytes up to and including it: where the rest begins */
 };
 
 /* Verify the trace readable on fd from its current offset to EOF. Returns 0
@@ -41,5 +53,10 @@ struct chain_summary {
  * ("line 7: hash mismatch ..."); out->torn tells a torn final line apart. */
 int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary *out,
                     struct sfma_err *e);
+
+/* The entry on the line that begins at offset of fd (a JSON object, new
+ * reference; the file offset is not moved), or NULL with e filled. Reads at
+ * most max_line bytes (0: NDJSON_DEFAULT_MAX). */
+json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_err *e);
 
 #endif

@@ -4,6 +4,8 @@
 #include "canon.h"
 #include "sha.h"
 
+#include <string.h>
+
 int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], struct sfma_err *e)
 {
 	json_t *manifest = json_object_get(record, "manifest");
@@ -27,4 +29,17 @@ int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], s
 		sha256_hex(b.p, b.len, result_hex);
 	buf_free(&b);
 	return rc;
+}
+
+int record_begins_run(const json_t *entry)
+{
+	const char *kind = json_string_value(json_object_get(entry, "kind"));
+	json_t *data = json_object_get(entry, "data");
+	if (!kind || !json_is_object(data))
+		return 0;
+	if (strcmp(kind, "clock-anchor") == 0)
+		return 1;
+	const char *error = json_string_value(json_object_get(data, "error"));
+	return strcmp(kind, "result") == 0 && (json_is_object(json_object_get(data, "interrupted")) ||
+	                                       (error && strcmp(error, "torn-write-recovered") == 0));
 }

@@ -15,4 +15,10 @@
  * record without `integrity`. 0, or -1 (e filled). */
 int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], struct sfma_err *e);
 
+/* 1 if entry can be the first a run appends: the clock-anchor a run opens
+ * with, or a `result` entry written before it: {"interrupted":{...}} (an
+ * interrupted run recorded) or {"error":"torn-write-recovered",...}. Entries after a record's sealed prefix
+ * that begin otherwise are not the tail of an interrupted run. */
+int record_begins_run(const json_t *entry);
+
 #endif

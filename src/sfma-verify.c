@@ -6,6 +6,8 @@
  * digests and the Ed25519 signature (CONTRACT.md section 7). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
  * and exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
+ * A sound record whose trace goes on past its sealed prefix the way an
+ * interrupted run leaves it is "AUDIT_UNSEALED: ..." on stderr, exit 3.
  * Usage errors exit 2. */
 #include "chain.h"
 #include "cli.h"
@@ -56,8 +58,9 @@ static _Noreturn void bad_trusted_head(void)
 }
 
 /* Where the record and the workspace are: a directory is a workspace; a
- * file is a result record inside <workspace>/.sfma/. */
-static void locate(const char *target, char **record_path, char **workspace)
+ * file is a result record inside <workspace>/.sfma/. Returns 1 for a
+ * workspace. */
+static int locate(const char *target, char **record_path, char **workspace)
 {
 	struct stat st;
 	if (stat(target, &st) < 0)
@@ -66,7 +69,7 @@ static void locate(const char *target, char **record_path, char **workspace)
 		*workspace = xstrdup(target);
 		*record_path = xmalloc(strlen(target) + 32);
 		sprintf(*record_path, "%s/.sfma/result.json", target);
-		return;
+		return 1;
 	}
 	*record_path = xstrdup(target);
 	/* <workspace>/.sfma/result.json: the workspace is two levels up. */
@@ -77,6 +80,7 @@ static void locate(const char *target, char **record_path, char **workspace)
 	else
 		sprintf(ws, "%.*s/..", (int)(slash - target), target);
 	*workspace = ws;
+	return 0;
 }
 
 /* --canonicalize: print the canonical form (CONTRACT.md section 6) of each
@@ -146,6 +150,87 @@ static char *trace_path(json_t *record, const char *workspace)
 	char *p = xmalloc(strlen(workspace) + strlen(rel) + 2);
 	sprintf(p, "%s/%s", workspace, rel);
 	return p;
+}
+
+static int open_trace(const char *tpath)
+{
+	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		invalid("%s: %s", tpath, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		invalid("%s: not a regular file", tpath);
+	return fd;
+}
+
+/* The entries after the sealed prefix (sum->mark_*), on a chain that
+ * verified up to them (torn: up to a torn final line), must be what an
+ * interrupted run leaves: an intact continuation that begins as a run
+ * begins. Anything else is not explained by a crash. */
+static void check_tail(int fd, const struct chain_summary *sum, const struct chain_opts *opts,
+                       uint64_t sealed, int torn, const char *no_record_path)
+{
+	struct sfma_err e;
+	if (torn && opts->trusted_count > sum->entries)
+		invalid("trace trusted head not found: the trace has %" PRIu64 " complete entries, fewer "
+		        "than %" PRIu64, sum->entries, opts->trusted_count);
+	if (sum->entries == sealed)
+		return;
+	json_t *first = chain_entry_at(fd, sum->mark_offset, opts->max_line, &e);
+	if (!first)
+		invalid("trace line %" PRIu64 ": %s", sealed + 1, e.text);
+	int begins = record_begins_run(first);
+	char kind[64];
+	const char *k = json_string_value(json_object_get(first, "kind"));
+	snprintf(kind, sizeof kind, "%s", k ? k : "no kind");
+	json_decref(first);
+	if (begins)
+		return;
+	if (no_record_path)
+		invalid("%s: %s, and trace line 1 (%s) does not begin a run", no_record_path, strerror(ENOENT),
+		        kind);
+	invalid("integrity.entries says %" PRIu64 " but the trace has %" PRIu64 " entries, and line %" PRIu64
+	        " (%s) does not begin a run", sealed, sum->entries, sealed + 1, kind);
+}
+
+/* AUDIT_UNSEALED: the record (or its absence) is sound, and the trace goes
+ * on past it the way an interrupted run leaves it. Not a tamper claim, and
+ * not AUDIT_OK either: no record covers those entries yet. Exit 3. */
+static _Noreturn void report_unsealed(uint64_t n, int torn, int no_record)
+{
+	char what[96];
+	int k = n ? snprintf(what, sizeof what, "%" PRIu64 " %s", n, n == 1 ? "entry" : "entries") : 0;
+	if (torn)
+		snprintf(what + k, sizeof what - (size_t)k, "%sa torn final line", n ? " and " : "");
+	fprintf(stderr, "AUDIT_UNSEALED: %s %s (%s)\n", what,
+	        no_record ? "and no result record" : "after the sealed head",
+	        torn ? "an interrupted write; sfma-chain --recover-torn repairs it, then the next run records it"
+	             : "an interrupted run; the next run records it");
+	exit(3);
+}
+
+/* A workspace with a trace and no record: a first run that never got to
+ * seal. The whole trace is its unsealed tail. */
+static _Noreturn void no_record(const char *record_path, const char *workspace, struct chain_opts *opts)
+{
+	char *tpath = xmalloc(strlen(workspace) + sizeof RECORD_TRACE + 1);
+	sprintf(tpath, "%s/%s", workspace, RECORD_TRACE);
+	if (access(tpath, F_OK) < 0 && errno == ENOENT)
+		invalid("%s: %s", record_path, strerror(ENOENT));
+	int fd = open_trace(tpath);
+	struct sfma_err e;
+	struct chain_summary sum;
+	opts->mark_set = 1;
+	opts->mark_count = 0;
+	int rc = chain_verify_fd(fd, opts, &sum, &e);
+	if (rc < 0 && !sum.torn)
+		invalid("trace %s", e.text);
+	if (rc == 0 && sum.entries == 0)
+		invalid("%s: %s", record_path, strerror(ENOENT));
+	check_tail(fd, &sum, opts, 0, rc < 0, record_path);
+	close(fd);
+	free(tpath);
+	report_unsealed(sum.entries, rc < 0, 1);
 }
 
 static const char *str_member(json_t *obj, const char *key, const char *where)
@@ -253,12 +338,19 @@ int main(int argc, char **argv)
 		cli_usage_error(usage_text, "one WORKSPACE or RESULT.json only (unexpected %s)", argv[optind + 1]);
 
 	char *record_path, *workspace;
-	locate(argv[optind], &record_path, &workspace);
+	int given_workspace = locate(argv[optind], &record_path, &workspace);
 
+	/* A workspace whose first run was interrupted has a trace and no
+	 * record yet: its whole trace is the unsealed tail. */
 	struct sfma_err e;
-	json_t *record = json_load_strict(record_path, RECORD_MAX_BYTES, &e);
+	json_t *record = NULL;
+	if (!(given_workspace && access(record_path, F_OK) < 0 && errno == ENOENT)) {
+		record = json_load_strict(record_path, RECORD_MAX_BYTES, &e);
+		if (!record)
+			invalid("%s", e.text);
+	}
 	if (!record)
-		invalid("%s", e.text);
+		no_record(record_path, workspace, &opts);
 	if (!json_is_object(record))
 		invalid("%s: not a JSON object", record_path);
 	json_t *integrity = json_object_get(record, "integrity");
@@ -271,24 +363,32 @@ int main(int argc, char **argv)
 	if (!json_integer_of(json_object_get(integrity, "entries"), &entries) || entries < 0)
 		invalid("integrity.entries is missing or not a count");
 
-	/* 1. The chain, streamed. */
+	/* 1. The chain, streamed, marking where the sealed prefix ends. */
 	char *tpath = trace_path(record, workspace);
-	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		invalid("%s: %s", tpath, strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		invalid("%s: not a regular file", tpath);
+	int fd = open_trace(tpath);
 	struct chain_summary sum;
-	if (chain_verify_fd(fd, &opts, &sum, &e) < 0)
-		invalid("trace %s", e.text);
-	close(fd);
+	opts.mark_set = 1;
+	opts.mark_count = (uint64_t)entries;
+	int chain_rc = chain_verify_fd(fd, &opts, &sum, &e);
 
-	/* 2. The record's commitments to that chain. */
-	if (strcmp(sum.head, head) != 0)
-		invalid("integrity.headHash does not match the trace head %s", sum.head);
-	if ((unsigned long long)entries != sum.entries)
-		invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries, sum.entries);
+	/* 2. The record's commitments to that chain: to all of it, or to a
+	 * prefix that an interrupted run extended. The tail must be intact
+	 * (the whole chain verified, at most a torn final line) and begin as
+	 * a run begins; anything else is judged against the whole trace. */
+	int unsealed = sum.mark_found && strcmp(sum.mark_head, head) == 0 &&
+	               (sum.entries > (uint64_t)entries || (chain_rc < 0 && sum.torn));
+	if (chain_rc < 0 && !(unsealed && sum.torn))
+		invalid("trace %s", e.text);
+	if (unsealed) {
+		check_tail(fd, &sum, &opts, (uint64_t)entries, chain_rc < 0, NULL);
+	} else {
+		if (strcmp(sum.head, head) != 0)
+			invalid("integrity.headHash does not match the trace head %s", sum.head);
+		if ((unsigned long long)entries != sum.entries)
+			invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries,
+			        sum.entries);
+	}
+	close(fd);
 
 	/* 3. The digests of manifest and result. */
 	char manifest_hex[65], result_hex[65];
@@ -302,10 +402,12 @@ int main(int argc, char **argv)
 	/* 4. The signature, if any, over the integrity object. */
 	const char *sigword = check_signature(integrity, json_object_get(integrity, "signature"));
 
-	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s\n", sigword, sum.entries, sum.head);
 	json_decref(record);
 	free(tpath);
 	free(record_path);
 	free(workspace);
+	if (unsealed)
+		report_unsealed(sum.entries - (uint64_t)entries, chain_rc < 0, 0);
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s\n", sigword, sum.entries, sum.head);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

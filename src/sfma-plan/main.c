@@ -156,10 +156,12 @@ static int cmd_run(const struct options *o)
 	take_halt_signals();
 	stages_open(o->paths);
 	run_open_workspace(&r);
-	if (run_begin(&r) < 0) {
-		/* sfma-chain has said why; the run cannot be recorded, so there
-		 * is nothing to seal. */
-		warnx("the run did not start: the trace refused its first entry; nothing was appended");
+	int begun = run_begin(&r);
+	if (begun < 0) {
+		/* Either sfma-chain has said why (-1), or run_begin has (-2); the
+		 * run cannot be recorded, so there is nothing to seal. */
+		if (begun == -1)
+			warnx("the run did not start: the trace refused its first entry; nothing was appended");
 		run_free(&r);
 		return 1;
 	}

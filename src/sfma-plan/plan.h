@@ -132,9 +132,11 @@ void run_init(struct run *r, struct manifest *m, int apply, const char *task, in
  * inbox and outbox, lock it for this run alone, load memory.json. Dies
  * with one line on failure, having appended nothing. */
 void run_open_workspace(struct run *r);
-/* The run's first entries: clock anchor, lifecycle start, the stores, the
- * inbox, --task. -1 when the trace refuses the first entry (nothing was
- * appended; the run cannot be recorded, so it is not sealed). */
+/* The run's first entries: an interrupted run's record, clock anchor,
+ * lifecycle start, the stores, the inbox, --task. -1 when the trace refuses
+ * the first entry (sfma-chain said why), -2 when the trace cannot be
+ * extended as it is (a torn final line: this says what to do); in both
+ * cases nothing was appended and the run is not sealed. */
 int run_begin(struct run *r);
 /* Close the run in trace and memory, seal it, print the summary line;
  * returns the exit status. Frees the run. */
@@ -168,5 +170,10 @@ int64_t deadline_wall_ms(const struct run *r);
 void genesis(struct run *r);
 /* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
 void turns(struct run *r);
+/* interrupted.c: before the run opens, record the unsealed tail an
+ * interrupted run left after the last record's head (a `result` entry);
+ * on a torn final line, end the run (chain_alive 0, r->error says how to
+ * recover) before anything is appended. */
+void record_interrupted_run(struct run *r);
 
 #endif

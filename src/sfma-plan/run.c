@@ -324,7 +324,13 @@ static void open_stores(struct run *r)
 int run_begin(struct run *r)
 {
 	/* A broken chain stops everything here: sfma-chain refuses to append
-	 * and says why. */
+	 * and says why. An interrupted run's unsealed entries are recorded
+	 * first, so that the record this run seals says what happened. */
+	record_interrupted_run(r);
+	if (!r->chain_alive) {
+		warnx("%s; nothing was appended", r->error);
+		return -2;
+	}
 	clock_anchor(r);
 	if (!r->chain_alive)
 		return -1;
