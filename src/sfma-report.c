@@ -287,10 +287,10 @@ static const char css[] =
 	".audit.invalid{background:var(--bad);border-color:var(--bad);color:#fff;font-size:15px}"
 	".audit.invalid b{font-size:20px;display:block;margin-bottom:4px}"
 	".audit.unknown{background:var(--warn-bg);border-color:#e9cf86;color:#5c3d00}"
-	".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}"
+	".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:10px}"
 	".card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px}"
-	".card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}"
-	".card .v{font-size:18px;font-weight:600;margin-top:2px;overflow-wrap:anywhere}"
+	".card .k{color:var(--muted);font-size:11px;text-transform:uppercase;letter-spacing:.04em}"
+	".card .v{font-size:16px;font-weight:600;margin-top:2px;overflow-wrap:anywhere}"
 	".v.completed{color:var(--pass)}.v.failed,.v.bad{color:var(--bad)}.v.halted,.v.unfinished{color:var(--warn)}"
 	".note{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--model);"
 	"border-radius:6px;padding:10px 14px;margin-top:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
@@ -310,7 +310,8 @@ static const char css[] =
 	".badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:11.5px;font-weight:700}"
 	".badge.pass{background:var(--pass-bg);color:var(--pass)}.badge.refused,.badge.error,.badge.failed,"
 	".badge.invalid{background:var(--bad);color:#fff}.badge.halt{background:var(--warn-bg);color:var(--warn)}"
-	"details{margin-top:4px}summary{cursor:pointer;color:var(--muted)}"
+	"details{margin-top:4px}summary{cursor:pointer;color:var(--muted);overflow-wrap:anywhere}"
+	"summary .mono{color:#36425a}"
 	"pre{background:#f3f5f8;border:1px solid var(--line);border-radius:6px;padding:8px;margin:4px 0 0;"
 	"white-space:pre-wrap;overflow-wrap:anywhere;max-height:320px;overflow:auto}"
 	"footer{color:var(--muted);font-size:12px;margin-top:26px}";
@@ -370,15 +371,15 @@ static void summary_cards(struct buf *b, const struct report *rep)
 	card(b, "duration", "", v);
 	json_t *u = json_object_get(f, "usage");
 	if (json_is_object(u))
-		snprintf(v, sizeof v, "%.0f in / %.0f out", num(u, "inputTokens"), num(u, "outputTokens"));
+		snprintf(v, sizeof v, "%.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"));
 	else
 		snprintf(v, sizeof v, "not recorded");
-	card(b, "tokens", "", v);
+	card(b, "tokens in / out", "", v);
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
 		card(b, "dry run", "", json_is_true(json_object_get(rec, "dryRun")) ? "yes" : "no");
 	card(b, "sealed", json_is_true(json_object_get(f, "sealed")) ? "" : "halted",
-	     json_is_true(json_object_get(f, "sealed")) ? "by result.json" : "no");
+	     json_is_true(json_object_get(f, "sealed")) ? "yes" : "no");
 	buf_adds(b, "</div>\n");
 	if (json_is_string(json_object_get(f, "summary"))) {
 		buf_adds(b, "<div class=\"note\" id=\"summary\"><b>Summary</b> (the model's done)\n");
@@ -404,6 +405,7 @@ struct turn_cell {
 	int state; /* 0 none, 1 pass, 2 protocol refusal, 3 refused */
 	const json_t *what;
 	const json_t *tool;
+	const char *label; /* when there is no tool */
 };
 
 static const char *state_fill(int s)
@@ -470,8 +472,12 @@ static void timeline(struct buf *b, const struct report *rep)
 			c->what = json_object_get(row, "display");
 			c->tool = json_object_get(row, "tool");
 		}
-		if (is(row, "kind", "candidate") && !c->tool)
+		if (is(row, "kind", "candidate") && !c->tool) {
 			c->what = json_object_get(row, "display");
+			c->label = "bootstrap";
+		}
+		if (is(row, "kind", "verdict") && is(row, "tier", "protocol") && !c->tool)
+			c->label = "invalid";
 		if (is(row, "kind", "verdict")) {
 			int s = json_is_true(json_object_get(row, "pass")) ? 1 : is(row, "tier", "protocol") ? 2 : 3;
 			if (s > c->state)
@@ -519,6 +525,9 @@ static void timeline(struct buf *b, const struct report *rep)
 			if (cw >= 90 && json_is_string(cells[k].tool)) {
 				buf_adds(b, " ");
 				esc_text(b, cells[k].tool, 10, 0);
+			} else if (cw >= 90 && cells[k].label) {
+				buf_adds(b, " ");
+				esc(b, cells[k].label);
 			}
 			buf_adds(b, "</text>");
 		}
@@ -598,7 +607,9 @@ static void evidence_block(struct buf *b, const char *label, const json_t *text,
 			           json_is_true(json_object_get(it, "clipped")) ? ", clipped" : "");
 			break;
 		}
-	buf_adds(b, "</summary><pre>");
+	buf_adds(b, ": <span class=\"mono\">");
+	esc_text(b, text, 90, 0);
+	buf_adds(b, "</span></summary><pre>");
 	esc_text(b, text, 0, 1);
 	buf_adds(b, "</pre></details>");
 }
