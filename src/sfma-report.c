@@ -553,7 +553,8 @@ static void timeline(struct buf *b, const struct report *rep)
 		} else {
 			continue;
 		}
-		if (dur <= 0)
+		/* a duration beyond a day in one entry is not drawable (nor real) */
+		if (!(dur > 0 && dur <= 86400000.0 && t >= 0 && t <= total))
 			continue;
 		double x0 = LABEL_W + (t - dur) / total * PLOT_W, w = dur / total * PLOT_W;
 		if (x0 < LABEL_W)
