@@ -21,8 +21,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +293,8 @@ static const char css[] =
 	".note{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--model);"
 	"border-radius:6px;padding:10px 14px;margin-top:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
 	".note.why{border-left-color:var(--bad)}"
+	".note ul{margin:4px 0 0;padding-left:20px;white-space:normal}.note li{margin:2px 0}"
+	"a{color:#2f5fb3}"
 	".panel{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px}"
 	"svg{display:block;width:100%;height:auto}"
 	".legend{color:var(--muted);font-size:12px;margin-top:6px}"
@@ -327,16 +327,24 @@ static void card(struct buf *b, const char *k, const char *cls, const char *v)
 	buf_adds(b, "</div></div>\n");
 }
 
+static int audit_ok(const struct verify *vr)
+{
+	return vr->status == 0 && strncmp(vr->line, "AUDIT_OK", 8) == 0;
+}
+
 static void audit_banner(struct buf *b, const struct verify *vr)
 {
-	if (vr->status == 0 && strncmp(vr->line, "AUDIT_OK", 8) == 0) {
+	if (audit_ok(vr)) {
 		buf_adds(b, "<div class=\"audit ok\" id=\"audit\"><b>AUDIT_OK</b><span class=\"mono\">");
 		esc(b, vr->line + 8);
 		buf_adds(b, "</span><div>The trace and its result record verify (sfma-verify).</div></div>\n");
 	} else if (vr->status == 1 || strncmp(vr->line, "AUDIT_INVALID", 13) == 0) {
 		buf_adds(b, "<div class=\"audit invalid\" id=\"audit\" role=\"alert\"><b>AUDIT_INVALID</b>"
 		            "<span class=\"mono\">");
-		esc(b, strncmp(vr->line, "AUDIT_INVALID", 13) == 0 ? vr->line + 13 : vr->line);
+		const char *why = vr->line;
+		if (strncmp(why, "AUDIT_INVALID", 13) == 0)
+			why += 13 + strspn(why + 13, ": ");
+		esc(b, why);
 		buf_adds(b, "</span><div>This trace does not verify: nothing on this page can be trusted.</div></div>\n");
 	} else {
 		buf_adds(b, "<div class=\"audit unknown\" id=\"audit\" role=\"alert\"><b>NOT VERIFIED</b><span class=\"mono\">");
@@ -346,7 +354,7 @@ static void audit_banner(struct buf *b, const struct verify *vr)
 	}
 }
 
-static void summary_cards(struct buf *b, const struct report *rep)
+static void summary_cards(struct buf *b, const struct report *rep, const struct verify *vr)
 {
 	const json_t *f = rep->footer;
 	const char *verdict = json_string_value(json_object_get(f, "verdict"));
@@ -378,8 +386,10 @@ static void summary_cards(struct buf *b, const struct report *rep)
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
 		card(b, "dry run", "", json_is_true(json_object_get(rec, "dryRun")) ? "yes" : "no");
-	card(b, "sealed", json_is_true(json_object_get(f, "sealed")) ? "" : "halted",
-	     json_is_true(json_object_get(f, "sealed")) ? "yes" : "no");
+	/* the record's claim to seal the run means something only once verified */
+	int sealed = json_is_true(json_object_get(f, "sealed"));
+	card(b, "sealed", sealed && audit_ok(vr) ? "" : sealed ? "bad" : "halted",
+	     !sealed ? "no" : audit_ok(vr) ? "yes" : "unverified");
 	buf_adds(b, "</div>\n");
 	if (json_is_string(json_object_get(f, "summary"))) {
 		buf_adds(b, "<div class=\"note\" id=\"summary\"><b>Summary</b> (the model's done)\n");
@@ -391,6 +401,29 @@ static void summary_cards(struct buf *b, const struct report *rep)
 		esc_text(b, json_object_get(f, "error"), 0, 1);
 		buf_adds(b, "</div>\n");
 	}
+	/* every refusal, each linked to its row: what a reviewer looks for first */
+	size_t i, shown = 0;
+	json_t *row;
+	json_array_foreach(rep->rows, i, row) {
+		if (!is(row, "kind", "verdict") || json_is_true(json_object_get(row, "pass")))
+			continue;
+		if (!shown++)
+			buf_adds(b, "<div class=\"note why\" id=\"refusals\"><b>Refused</b><ul>");
+		buf_printf(b, "<li><a href=\"#line-%.0f\">", num(row, "line"));
+		if (num(row, "turn") >= 1)
+			buf_printf(b, "T%.0f", num(row, "turn"));
+		else
+			buf_printf(b, "line %.0f", num(row, "line"));
+		buf_adds(b, "</a> ");
+		esc_text(b, json_object_get(row, "display"), 300, 0);
+		buf_adds(b, "</li>");
+		if (shown >= 50) {
+			buf_adds(b, "<li>(more in the table)</li>");
+			break;
+		}
+	}
+	if (shown)
+		buf_adds(b, "</ul></div>\n");
 }
 
 /* ---- the timeline --------------------------------------------------------- */
@@ -563,7 +596,7 @@ static void timeline(struct buf *b, const struct report *rep)
 			w = 1.5;
 		int y = top + lane * lane_h;
 		buf_printf(b, "<a href=\"#line-%.0f\"><rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"18\" rx=\"2\" "
-		              "fill=\"%s\" fill-opacity=\"0.85\">", num(row, "line"), x0, y + 8, w, fill);
+		              "fill=\"%s\" stroke=\"#fff\" stroke-width=\"1\">", num(row, "line"), x0, y + 8, w, fill);
 		svg_title(b, row);
 		buf_adds(b, "</rect></a>\n");
 		drawn++;
@@ -713,7 +746,7 @@ static void page(struct buf *b, const char *ws, const struct report *rep, const 
 	buf_printf(b, "</code>, trace lines %.0f&#8211;%.0f</p>\n", num(rep->footer, "firstLine"),
 	           num(rep->footer, "lastLine"));
 	audit_banner(b, vr);
-	summary_cards(b, rep);
+	summary_cards(b, rep, vr);
 	buf_adds(b, "<h2>Timeline</h2>\n<div class=\"panel\">\n");
 	timeline(b, rep);
 	buf_adds(b, "</div>\n<h2>Entries</h2>\n<table>\n<thead><tr><th>time</th><th>line</th><th>loop</th>"

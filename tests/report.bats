@@ -46,6 +46,9 @@ no_console_messages() {
 	grep -q 'id="summary"><b>Summary</b> (the model.s done)' dom.html
 	grep -q 'Wrote out.txt; SUMMARY-7 all done' dom.html
 	grep -q '<div class="v ">12600 / 492</div>' dom.html
+	# the refusals, listed before the timeline, each linked to its row
+	grep -q '<div class="note why" id="refusals"><b>Refused</b>' dom.html
+	grep -q '<li><a href="#line-[0-9]*">T6</a> write ../evil: outside workspace</li>' dom.html
 	# the timeline: one cell per turn, to scale bars for calls and the command
 	[ "$(grep -o '<rect[^>]*rx="4"' dom.html | wc -l)" -eq 8 ]
 	grep -q 'T5 write' dom.html
@@ -104,7 +107,9 @@ no_console_messages() {
 	no_console_messages
 	grep -q 'class="audit invalid" id="audit" role="alert"><b>AUDIT_INVALID</b>' dom.html
 	grep -q 'nothing on this page can be trusted' dom.html
-	grep -q 'hash mismatch\|failed hash-chain\|line 2[0-9]' dom.html
+	# the record's claim to seal the run is not taken on trust either
+	grep -q '<div class="k">sealed</div><div class="v bad">unverified</div>' dom.html
+	grep -q 'AUDIT_INVALID</b><span class="mono">trace line [0-9]*: hash mismatch' dom.html
 	# before the summary, the timeline and the entries
 	[ "$(grep -n 'id="audit"' dom.html | cut -d: -f1)" -lt "$(grep -n '<h2>Timeline' dom.html | cut -d: -f1)" ]
 	grep -c 'AUDIT_OK' dom.html && return 1
