@@ -136,13 +136,20 @@ static void text_row(struct buf *b, const struct out *o, const json_t *row)
 		snprintf(col, sizeof col, "  L%-2.0f %-5s ", fabs(loop) < 1e6 ? loop : -1, tn);
 	}
 	buf_adds(b, col);
-	char label[32];
-	snprintf(label, sizeof label, "%-13.13s", kind[0] ? kind : "-");
+	/* the kind is the trace's too: made visible, cut to its column */
+	struct buf label = {0};
+	if (kind[0])
+		visible(&label, json_object_get(row, "kind"), 13);
+	else
+		buf_adds(&label, "-");
+	while (label.len < 13)
+		buf_addc(&label, ' ');
 	if (strcmp(kind, "message") == 0 || strcmp(kind, "lifecycle") == 0 || strcmp(kind, "clock-anchor") == 0 ||
 	    strcmp(kind, "task") == 0)
-		paint(b, o, C_CYAN, label);
+		paint(b, o, C_CYAN, label.p);
 	else
-		buf_adds(b, label);
+		buf_adds(b, label.p);
+	buf_free(&label);
 	buf_addc(b, ' ');
 	int colour = C_RESET;
 	const char *status = status_of(row, &colour);
@@ -191,9 +198,14 @@ static void text_header(struct buf *b, const struct out *o, const json_t *h, int
 static void text_footer(struct buf *b, const struct out *o, const json_t *f)
 {
 	const char *verdict = json_string_value(json_object_get(f, "verdict"));
+	struct buf shown = {0};
+	if (verdict)
+		visible(&shown, json_object_get(f, "verdict"), 40);
+	else
+		buf_adds(&shown, "(unfinished)");
 	paint(b, o, C_BOLD, "verdict ");
-	paint(b, o, !verdict ? C_YELLOW : strcmp(verdict, "completed") == 0 ? C_GREEN : C_RED,
-	      verdict ? verdict : "(unfinished)");
+	paint(b, o, !verdict ? C_YELLOW : strcmp(verdict, "completed") == 0 ? C_GREEN : C_RED, shown.p);
+	buf_free(&shown);
 	buf_printf(b, "  turns %.0f  model calls %.0f", json_number_value(json_object_get(f, "turns")),
 	           json_number_value(json_object_get(f, "modelCalls")));
 	if (json_number_value(json_object_get(f, "failedCalls")) > 0)

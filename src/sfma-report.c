@@ -360,8 +360,14 @@ static void summary_cards(struct buf *b, const struct report *rep, const struct 
 	const char *verdict = json_string_value(json_object_get(f, "verdict"));
 	char v[128];
 	buf_adds(b, "<div class=\"cards\">\n");
-	card(b, "verdict", !verdict ? "unfinished" : strncmp(verdict, "halted", 6) == 0 ? "halted" : verdict,
-	     verdict ? verdict : "unfinished");
+	/* the verdict is the trace's string: shown escaped, coloured by what it is */
+	const char *cls = !verdict ? "unfinished" : strcmp(verdict, "completed") == 0 ? "completed"
+	                : strncmp(verdict, "halted", 6) == 0 ? "halted" : "failed";
+	struct buf vtext = {0};
+	if (verdict)
+		rv_visible(&vtext, verdict, strlen(verdict), 60);
+	card(b, "verdict", cls, verdict ? vtext.p : "unfinished");
+	buf_free(&vtext);
 	snprintf(v, sizeof v, "%.0f", num(f, "turns"));
 	card(b, "turns", "", v);
 	snprintf(v, sizeof v, "%.0f", num(f, "modelCalls"));
@@ -720,7 +726,10 @@ static void page(struct buf *b, const char *ws, const struct report *rep, const 
 	else
 		buf_printf(b, "run %ld", rep->run);
 	buf_adds(b, " &#8212; ");
-	esc(b, verdict ? verdict : "unfinished");
+	if (verdict)
+		esc_text(b, json_object_get(rep->footer, "verdict"), 60, 0);
+	else
+		buf_adds(b, "unfinished");
 	buf_adds(b, "</title>\n<style>");
 	buf_adds(b, css);
 	buf_adds(b, "</style>\n</head>\n<body>\n<main>\n<h1>sfma run report");

@@ -229,7 +229,8 @@ entry(kind=None, data=[])
 out.write(b'{"bad utf-8":"\xff\xfe"}\n')
 out.write(b"\x1b[31m a raw escape line\n")
 out.write(b'{"kind":"message","data":{"dir":"out","text":"' + b"A" * (17 << 20) + b'"}}\n')
-entry(seq=8, kind="lifecycle", data={"from": "probation", "to": "failed"})
+entry(seq=7, kind="\x1b[2Jkind\u009b", data={})
+entry(seq=8, kind="lifecycle", data={"from": "probation", "to": "halted-\x1b]0;title\x07"})
 entry(seq=9, kind="clock-anchor", data={"wallMs": -1})
 out.write(b'{"torn":')
 PY
@@ -251,7 +252,8 @@ PY
 	[[ "$output" == *"line 5         -             INVALID not a trace entry: not a JSON object"* ]]
 	[[ "$output" == *"INVALID not a trace entry: longer than 16777216 bytes"* ]]
 	[[ "$output" == *"INVALID not a trace entry: torn final line (no newline)"* ]]
-	[[ "${lines[-1]}" == "verdict failed  turns 0  model calls 1 (1 failed)  refused 1  not sealed by result.json" ]]
+	[[ "$output" == *' \x1b[2Jkind\u{009b} '* ]]
+	[[ "${lines[-1]}" == 'verdict halted-\x1b]0;title\x07  turns 0  model calls 1 (1 failed)  refused 1  not sealed by result.json' ]]
 	# on a terminal too: only the program's own colour sequences
 	script -qec "sfma-log h" /dev/null >tty.out || true
 	grep -q 'INVALID' tty.out
@@ -260,7 +262,7 @@ PY
 	# --json is ASCII, one valid object per line
 	run --separate-stderr sfma-log h --json
 	[ "$status" -eq 1 ]
-	echo "$output" | jq -e -s 'length == 18' >/dev/null
+	echo "$output" | jq -e -s 'length == 19' >/dev/null
 	run grep -c -P '[^\x20-\x7e]' <<<"$output"
 	[ "$output" = 0 ]
 	# a reader: nothing in the workspace changed

@@ -163,19 +163,21 @@ no_console_messages() {
 		'{"kind":"lifecycle","data":{"from":null,"to":"probation"}}' \
 		'not json </table></svg><script>document.title="PWNED3"</script>' \
 		'{"kind":"task","loop":1,"data":{"call":{"tool":"write","path":"\u001b[2J\u202e<b>x</b>"}}}' \
-		'{"kind":"call","loop":1,"data":{"endpoint":"<i>e</i>","latencyMs":1e308,"ok":true}}' >h/.sfma/trace.jsonl
+		'{"kind":"call","loop":1,"data":{"endpoint":"<i>e</i>","latencyMs":1e308,"ok":true}}' \
+		'{"kind":"lifecycle","data":{"from":"probation","to":"halted-<b>v</b>\u001b[2J"}}' >h/.sfma/trace.jsonl
 	printf '{"torn":' >>h/.sfma/trace.jsonl
 	run sfma-report h -o h.html
 	[ "$status" -eq 0 ]
 	dom h.html >dom.html
 	no_console_messages
-	grep -q '<title>sfma report: run 1 — unfinished</title>' dom.html
+	grep -q '<title>sfma report: run 1 — halted-&lt;b&gt;v&lt;/b&gt;\\x1b\[2J</title>' dom.html
+	grep -q '<div class="v halted">halted-&lt;b&gt;v&lt;/b&gt;\\x1b\[2J</div>' dom.html
 	grep -q '<span class="badge invalid">INVALID</span> not a trace entry: invalid JSON' dom.html
 	grep -q 'write \\x1b\[2J\\u{202e}&lt;b&gt;x&lt;/b&gt;' dom.html
 	grep -q '&lt;i&gt;e&lt;/i&gt;' dom.html
 	grep -q 'torn final line' dom.html
 	grep -q 'NOT VERIFIED\|AUDIT_INVALID' dom.html
-	run grep -ci '<script\|<b>x\|<i>e' dom.html
+	run grep -ci '<script\|<b>x\|<i>e\|<b>v' dom.html
 	[ "$output" = 0 ]
 }
 
