@@ -26,6 +26,8 @@
  * a reader must stay bounded even over a hostile blob. */
 #define EVIDENCE_MAX_BYTES (1ull << 30)
 #define MAX_REFS_PER_ROW 16
+/* A row's one line of text is cut here (its fields keep the whole value). */
+#define DISPLAY_MAX 4096
 
 /* ---- strings ----------------------------------------------------------- */
 
@@ -913,6 +915,14 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			json_object_set(row, "content", t);
 	}
 	json_decref(items);
+	/* one line of text: an inbox message or an unknown entry can be large */
+	if (d.len > DISPLAY_MAX) {
+		size_t cut = DISPLAY_MAX;
+		while (cut > 0 && ((unsigned char)d.p[cut] & 0xc0) == 0x80)
+			cut--;
+		d.len = cut;
+		buf_adds(&d, "...");
+	}
 	json_object_set_new(row, "display", json_stringn(d.p ? d.p : "", d.len));
 	buf_free(&d);
 	json_decref(entry);
