@@ -553,6 +553,8 @@ static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, con
 	copy_if(row, "tier", data, "tier");
 	json_object_set_new(row, "pass", json_boolean(pass));
 	copy_if(row, "reason", data, "reason");
+	copy_if(row, "judge", data, "judge");       /* the soft tier's */
+	copy_if(row, "producer", data, "producer");
 	json_t *task_id = json_array_get(json_object_get(entry, "refs"), 0);
 	json_t *task = json_is_string(task_id) ? json_object_get(v->tasks, json_string_value(task_id)) : NULL;
 	if (task) {
