@@ -23,7 +23,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat sfma-log sfma-report
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -39,7 +39,7 @@ LIBS_sfma-exec     := -lseccomp
 
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
-                bubblewrap util-linux valgrind python3 procps nodejs
+                bubblewrap util-linux valgrind python3 procps nodejs chromium
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean

@@ -1,0 +1,1007 @@
+/* runview.c - runs and rows out of a trace, for the programs that show one. */
+#include "runview.h"
+#include "buf.h"
+#include "clock.h"
+#include "ndjson.h"
+#include "record.h"
+#include "sha.h"
+#include "utf8.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Wall times outside year 0..9999 are not shown as times (gmtime would
+ * fail on them and an int64 cast of a huge double is undefined). */
+#define WALL_MS_MAX 253402300799999.0
+/* A duration above a day in one entry is not a duration we can draw. */
+#define DURATION_MS_MAX 86400000.0
+/* Evidence items are hashed in full up to this size, then called altered:
+ * a reader must stay bounded even over a hostile blob. */
+#define EVIDENCE_MAX_BYTES (1ull << 30)
+#define MAX_REFS_PER_ROW 16
+/* A row's one line of text is cut here (its fields keep the whole value). */
+#define DISPLAY_MAX 4096
+
+/* ---- strings ----------------------------------------------------------- */
+
+const char *rv_str(const json_t *v, size_t *len)
+{
+	if (!json_is_string(v))
+		return NULL;
+	if (len)
+		*len = json_string_length(v);
+	return json_string_value(v);
+}
+
+static int str_is(const json_t *v, const char *s)
+{
+	const char *p = json_string_value(v);
+	return p && strcmp(p, s) == 0;
+}
+
+static void add_str(struct buf *b, const json_t *v)
+{
+	size_t n;
+	const char *s = rv_str(v, &n);
+	if (s)
+		buf_add(b, s, n);
+}
+
+/* A finite number in [lo, hi] from v, or 0 (and *ok unset). */
+static int num_in(const json_t *v, double lo, double hi, double *out)
+{
+	if (!json_is_number(v))
+		return 0;
+	double d = json_number_value(v);
+	if (!isfinite(d) || d < lo || d > hi)
+		return 0;
+	*out = d;
+	return 1;
+}
+
+/* A number as JSON: an integer when it is one (so 12 prints as 12, not 12.0). */
+static json_t *num_json(double d)
+{
+	if (isfinite(d) && d == floor(d) && fabs(d) <= 9007199254740991.0)
+		return json_integer((json_int_t)d);
+	return json_real(d);
+}
+
+static uint32_t decode(const unsigned char *s, size_t n)
+{
+	if (n == 1)
+		return s[0];
+	if (n == 2)
+		return ((uint32_t)(s[0] & 0x1f) << 6) | (s[1] & 0x3f);
+	if (n == 3)
+		return ((uint32_t)(s[0] & 0x0f) << 12) | ((uint32_t)(s[1] & 0x3f) << 6) | (s[2] & 0x3f);
+	return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3f) << 12) |
+	       ((uint32_t)(s[2] & 0x3f) << 6) | (s[3] & 0x3f);
+}
+
+/* Code points a terminal or a reader could be fooled by: C1 controls
+ * (0x9b is CSI on many terminals), zero-width and direction marks, line
+ * and paragraph separators, bidirectional embeddings and isolates
+ * (CVE-2021-42574, "Trojan Source"), the byte-order mark. */
+static int invisible(uint32_t cp)
+{
+	return (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x200b && cp <= 0x200f) || cp == 0x2028 ||
+	       cp == 0x2029 || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) ||
+	       cp == 0xfeff;
+}
+
+void rv_visible(struct buf *out, const char *str, size_t n, size_t max_chars)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t chars = 0;
+	for (size_t i = 0; i < n;) {
+		if (max_chars && chars >= max_chars) {
+			buf_adds(out, "...");
+			return;
+		}
+		chars++;
+		unsigned char c = s[i];
+		if (c < 0x20 || c == 0x7f) {
+			if (c == '\n')
+				buf_adds(out, "\\n");
+			else if (c == '\t')
+				buf_adds(out, "\\t");
+			else if (c == '\r')
+				buf_adds(out, "\\r");
+			else
+				buf_printf(out, "\\x%02x", c);
+			i++;
+			continue;
+		}
+		if (c == '\\') {
+			buf_adds(out, "\\\\");
+			i++;
+			continue;
+		}
+		if (c < 0x80) {
+			buf_addc(out, (char)c);
+			i++;
+			continue;
+		}
+		size_t k = utf8_seq(s + i, n - i);
+		if (!k) {
+			buf_printf(out, "\\x%02x", c);
+			i++;
+			continue;
+		}
+		uint32_t cp = decode(s + i, k);
+		if (invisible(cp))
+			buf_printf(out, "\\u{%04x}", (unsigned)cp);
+		else
+			buf_add(out, s + i, k);
+		i += k;
+	}
+}
+
+/* s[0..n) as valid UTF-8: bytes that are not become U+FFFD, and a sequence
+ * cut by the end is dropped. */
+static json_t *lossy_string(const unsigned char *s, size_t n, int cut)
+{
+	struct buf b = {0};
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_seq(s + i, n - i);
+		if (k) {
+			buf_add(&b, s + i, k);
+			i += k;
+		} else if (cut && n - i < 4 && s[i] >= 0xc2) {
+			break; /* a sequence the clip cut short */
+		} else {
+			buf_adds(&b, "\xef\xbf\xbd");
+			i++;
+		}
+	}
+	json_t *v = json_stringn(b.p ? b.p : "", b.len);
+	buf_free(&b);
+	return v;
+}
+
+/* ---- runs --------------------------------------------------------------- */
+
+void rv_split_init(struct rv_splitter *s)
+{
+	memset(s, 0, sizeof *s);
+}
+
+void rv_split_free(struct rv_splitter *s)
+{
+	free(s->runs);
+	memset(s, 0, sizeof *s);
+}
+
+static void push_run(struct rv_splitter *s, uint64_t line, uint64_t offset)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 8;
+		s->runs = xrealloc(s->runs, s->cap * sizeof *s->runs);
+	}
+	s->runs[s->n++] = (struct rv_run){.first_line = line, .last_line = line, .offset = offset};
+}
+
+/* The entries a run may write before its opening clock-anchor: a record of
+ * its predecessor's interruption, or of a torn write recovered. */
+static int opens_run(const char *kind, const json_t *data)
+{
+	if (!kind || strcmp(kind, "result") != 0)
+		return 0;
+	return json_is_object(json_object_get(data, "interrupted")) ||
+	       str_is(json_object_get(data, "error"), "torn-write-recovered");
+}
+
+int rv_split_feed(struct rv_splitter *s, const json_t *entry, uint64_t offset)
+{
+	uint64_t line = ++s->lines;
+	const char *kind = json_string_value(json_object_get(entry, "kind"));
+	json_t *data = json_object_get(entry, "data");
+	int began = 0;
+	if (s->n == 0) {
+		push_run(s, line, offset);
+		began = 1;
+	}
+	struct rv_run *cur = &s->runs[s->n - 1];
+	cur->last_line = line;
+	json_t *from = json_object_get(data, "from");
+	if (kind && strcmp(kind, "lifecycle") == 0 && from && json_is_null(from)) {
+		if (cur->marked) {
+			uint64_t start = s->cand_line ? s->cand_line : line;
+			uint64_t start_off = s->cand_line ? s->cand_offset : offset;
+			cur->last_line = start - 1;
+			push_run(s, start, start_off);
+			s->runs[s->n - 1].last_line = line;
+			began = 1;
+		}
+		s->runs[s->n - 1].marked = 1;
+		s->cand_line = s->pre_line = 0;
+		return began;
+	}
+	if (kind && strcmp(kind, "clock-anchor") == 0) {
+		s->cand_line = s->pre_line ? s->pre_line : line;
+		s->cand_offset = s->pre_line ? s->pre_offset : offset;
+		s->pre_line = 0;
+	} else if (opens_run(kind, data)) {
+		if (!s->pre_line) {
+			s->pre_line = line;
+			s->pre_offset = offset;
+		}
+	} else {
+		s->pre_line = 0;
+	}
+	return began;
+}
+
+int rv_split_fd(int fd, struct rv_splitter *s, int *torn, struct sfma_err *e)
+{
+	struct line_reader r;
+	*torn = 0;
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return err_set(e, "seek: %s", strerror(errno));
+	lr_init(&r, fd, RV_MAX_LINE);
+	for (;;) {
+		char *line;
+		size_t len;
+		struct sfma_err le;
+		int rc = lr_next(&r, &line, &len, &le);
+		if (rc == 0)
+			break;
+		if (rc == 1) {
+			json_t *entry = json_parse_strict(line, len, &le);
+			rv_split_feed(s, json_is_object(entry) ? entry : NULL, r.offset);
+			json_decref(entry);
+			continue;
+		}
+		if (r.torn) {
+			*torn = 1;
+			break;
+		}
+		if (!strstr(le.text, "longer than")) {
+			lr_free(&r);
+			return err_set(e, "%s", le.text);
+		}
+		rv_split_feed(s, NULL, r.consumed + r.start);
+		if (!lr_skip_line(&r))
+			break;
+	}
+	lr_free(&r);
+	return 0;
+}
+
+long rv_pick(const struct rv_splitter *s, long n)
+{
+	if (n >= 1 && (size_t)n <= s->n)
+		return n - 1;
+	if (n <= -1 && (size_t)(-n) <= s->n)
+		return (long)s->n + n;
+	return -1;
+}
+
+/* ---- evidence ----------------------------------------------------------- */
+
+/* The evidence item sha (64 hex, checked by the caller) of bytes bytes:
+ * {"field","sha256","bytes","state":"present"|"missing"|"altered",
+ *  "text"?,"clipped"?}. Text only for an item whose size and digest match. */
+static json_t *evidence_item(const struct rv_view *v, const char *field, const char *sha, double bytes)
+{
+	json_t *item = json_pack("{s:s, s:s, s:o}", "field", field, "sha256", sha, "bytes", num_json(bytes));
+	char path[80];
+	snprintf(path, sizeof path, "evidence/%s", sha);
+	int fd = v->sfma_dirfd >= 0
+	    ? openat(v->sfma_dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY) : -1;
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		json_object_set_new(item, "state", json_string("missing"));
+		return item;
+	}
+	if ((double)st.st_size != bytes || (unsigned long long)st.st_size > EVIDENCE_MAX_BYTES) {
+		close(fd);
+		json_object_set_new(item, "state", json_string("altered"));
+		return item;
+	}
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	if (!md)
+		die("out of memory");
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	unsigned char *head = xmalloc(v->clip + 4);
+	size_t have = 0;
+	unsigned char chunk[65536];
+	unsigned long long total = 0;
+	int bad = 0;
+	for (;;) {
+		ssize_t got = read(fd, chunk, sizeof chunk);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			bad = 1;
+			break;
+		}
+		if (got == 0)
+			break;
+		total += (unsigned long long)got;
+		if (total > EVIDENCE_MAX_BYTES) {
+			bad = 1;
+			break;
+		}
+		EVP_DigestUpdate(md, chunk, (size_t)got);
+		size_t room = v->clip + 4 - have;
+		size_t take = (size_t)got < room ? (size_t)got : room;
+		memcpy(head + have, chunk, take);
+		have += take;
+	}
+	close(fd);
+	unsigned char digest[32];
+	char hex[SHA256_HEX_LEN + 1];
+	EVP_DigestFinal_ex(md, digest, NULL);
+	EVP_MD_CTX_free(md);
+	hex_encode(digest, sizeof digest, hex);
+	if (bad || (double)total != bytes || strcmp(hex, sha) != 0) {
+		json_object_set_new(item, "state", json_string("altered"));
+	} else {
+		json_object_set_new(item, "state", json_string("present"));
+		size_t keep = have < v->clip ? have : v->clip;
+		json_object_set_new(item, "text", lossy_string(head, keep, total > keep));
+		json_object_set_new(item, "clipped", json_boolean(total > keep));
+	}
+	free(head);
+	return item;
+}
+
+/* A reference {"sha256":HEX,"bytes":N} (CONTRACT: evidence). */
+static int is_ref(const json_t *o, const char **sha)
+{
+	size_t n;
+	const char *s = rv_str(json_object_get(o, "sha256"), &n);
+	double bytes;
+	if (!json_is_object(o) || !s || !is_sha256_hex(s, n) ||
+	    !num_in(json_object_get(o, "bytes"), 0, 9007199254740991.0, &bytes) || bytes != floor(bytes))
+		return 0;
+	*sha = s;
+	return 1;
+}
+
+static void collect_refs(const struct rv_view *v, const json_t *o, const char *prefix, json_t *out, int depth)
+{
+	const char *key;
+	json_t *val;
+	if (depth > 4)
+		return;
+	json_object_foreach((json_t *)o, key, val) {
+		if (json_array_size(out) >= MAX_REFS_PER_ROW)
+			return;
+		char field[256];
+		snprintf(field, sizeof field, "%s%s%s", prefix, *prefix ? "." : "", key);
+		const char *sha;
+		if (is_ref(val, &sha))
+			json_array_append_new(out, evidence_item(v, field, sha,
+			                      json_number_value(json_object_get(val, "bytes"))));
+		else if (json_is_object(val))
+			collect_refs(v, val, field, out, depth + 1);
+	}
+}
+
+/* The text of the first item whose field name contains one of the words
+ * (NULL: any), when its blob is present. */
+static json_t *evidence_text(const json_t *items, const char *const *words)
+{
+	size_t i;
+	json_t *it;
+	json_array_foreach(items, i, it) {
+		if (!json_object_get(it, "text"))
+			continue;
+		const char *f = json_string_value(json_object_get(it, "field"));
+		if (!words)
+			return json_object_get(it, "text");
+		for (const char *const *w = words; *w; w++)
+			if (f && strstr(f, *w))
+				return json_object_get(it, "text");
+	}
+	return NULL;
+}
+
+/* ---- rows --------------------------------------------------------------- */
+
+void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip)
+{
+	memset(v, 0, sizeof *v);
+	v->sfma_dirfd = sfma_dirfd;
+	v->run = run;
+	v->clip = clip ? clip : 4096;
+	v->tasks = json_object();
+}
+
+void rv_view_free(struct rv_view *v)
+{
+	json_decref(v->tasks);
+	json_decref(v->usage);
+	json_decref(v->verdict);
+	json_decref(v->summary);
+	json_decref(v->halt_error);
+	memset(v, 0, sizeof *v);
+}
+
+static int terminal_state(const char *to)
+{
+	return to && (strcmp(to, "completed") == 0 || strcmp(to, "failed") == 0 || strncmp(to, "halted", 6) == 0);
+}
+
+/* A copy of v with every integral number as an integer: the strict parser
+ * reads all numbers as doubles, and 7 should print as 7, not 7.0. */
+static json_t *tidy(const json_t *v, int depth)
+{
+	if (json_is_real(v))
+		return num_json(json_real_value(v));
+	if (depth > 32)
+		return json_incref((json_t *)v);
+	if (json_is_object(v)) {
+		json_t *o = json_object();
+		const char *k;
+		json_t *x;
+		json_object_foreach((json_t *)v, k, x)
+			json_object_set_new(o, k, tidy(x, depth + 1));
+		return o;
+	}
+	if (json_is_array(v)) {
+		json_t *a = json_array();
+		size_t i;
+		json_t *x;
+		json_array_foreach(v, i, x)
+			json_array_append_new(a, tidy(x, depth + 1));
+		return a;
+	}
+	return json_incref((json_t *)v);
+}
+
+static void copy_if(json_t *row, const char *key, const json_t *from, const char *from_key)
+{
+	json_t *x = json_object_get(from, from_key);
+	if (x)
+		json_object_set_new(row, key, tidy(x, 0));
+}
+
+static void add_usage(struct rv_view *v, const json_t *u)
+{
+	static const char *const keys[] = {"inputTokens", "outputTokens", "cachedInputTokens"};
+	if (!json_is_object(u))
+		return;
+	if (!v->usage)
+		v->usage = json_pack("{s:i, s:i, s:i}", keys[0], 0, keys[1], 0, keys[2], 0);
+	for (size_t i = 0; i < 3; i++) {
+		double d;
+		if (num_in(json_object_get(u, keys[i]), 0, 1e15, &d))
+			json_object_set_new(v->usage, keys[i],
+			    num_json(json_number_value(json_object_get(v->usage, keys[i])) + d));
+	}
+}
+
+static void short_hex(struct buf *b, const json_t *s)
+{
+	size_t n;
+	const char *p = rv_str(s, &n);
+	if (p)
+		buf_add(b, p, n < 12 ? n : 12);
+}
+
+static void describe_call_of(struct buf *d, const json_t *call)
+{
+	add_str(d, json_object_get(call, "tool"));
+	static const char *const parts[] = {"path", "cmd", "mode"};
+	for (size_t i = 0; i < 3; i++)
+		if (json_is_string(json_object_get(call, parts[i]))) {
+			buf_addc(d, ' ');
+			add_str(d, json_object_get(call, parts[i]));
+		}
+}
+
+static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct buf *d)
+{
+	int ok = json_is_true(json_object_get(data, "ok"));
+	v->calls++;
+	if (ok) {
+		v->turn++;
+		json_object_set_new(row, "turn", json_integer(v->turn));
+	} else {
+		v->failed_calls++;
+		json_object_set_new(row, "turn", json_integer(v->turn + 1));
+	}
+	copy_if(row, "endpoint", data, "endpoint");
+	json_object_set_new(row, "ok", json_boolean(ok));
+	copy_if(row, "latencyMs", data, "latencyMs");
+	copy_if(row, "status", data, "status");
+	copy_if(row, "error", data, "error");
+	copy_if(row, "waitMs", data, "waitMs");
+	if (json_is_object(json_object_get(data, "usage"))) {
+		json_object_set_new(row, "usage", tidy(json_object_get(data, "usage"), 0));
+		add_usage(v, json_object_get(data, "usage"));
+	}
+	add_str(d, json_object_get(data, "endpoint"));
+	double lat;
+	if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
+		buf_printf(d, " %.0f ms", lat);
+	if (ok) {
+		buf_adds(d, " ok");
+	} else {
+		buf_adds(d, " failed");
+		double st;
+		if (num_in(json_object_get(data, "status"), 0, 999, &st))
+			buf_printf(d, " (HTTP %.0f)", st);
+		if (json_is_string(json_object_get(data, "error"))) {
+			buf_adds(d, ": ");
+			add_str(d, json_object_get(data, "error"));
+		}
+	}
+	json_t *u = json_object_get(data, "usage");
+	double in, out;
+	if (num_in(json_object_get(u, "inputTokens"), 0, 1e15, &in) &&
+	    num_in(json_object_get(u, "outputTokens"), 0, 1e15, &out))
+		buf_printf(d, ", tokens in %.0f out %.0f", in, out);
+}
+
+static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, const json_t *data, struct buf *d)
+{
+	int pass = json_is_true(json_object_get(data, "pass"));
+	copy_if(row, "tier", data, "tier");
+	json_object_set_new(row, "pass", json_boolean(pass));
+	copy_if(row, "reason", data, "reason");
+	copy_if(row, "judge", data, "judge");       /* the soft tier's */
+	copy_if(row, "producer", data, "producer");
+	json_t *task_id = json_array_get(json_object_get(entry, "refs"), 0);
+	json_t *task = json_is_string(task_id) ? json_object_get(v->tasks, json_string_value(task_id)) : NULL;
+	if (task) {
+		json_object_set(row, "task", task_id);
+		copy_if(row, "tool", task, "tool");
+		copy_if(row, "path", task, "path");
+		copy_if(row, "cmd", task, "cmd");
+	}
+	json_t *run = json_object_get(data, "run");
+	if (json_is_object(run)) {
+		copy_if(row, "exit", run, "exit");
+		copy_if(row, "timedOut", run, "timedOut");
+		copy_if(row, "durationMs", run, "durationMs");
+		if (json_is_string(json_object_get(run, "output")))
+			copy_if(row, "output", run, "output");
+	}
+	if (!pass && str_is(json_object_get(data, "tier"), "protocol"))
+		v->protocol_refusals++;
+	else if (!pass)
+		v->refused++;
+	/* the call, unless the reason already begins with it */
+	const char *tool = json_string_value(json_object_get(task, "tool"));
+	const char *reason = json_string_value(json_object_get(data, "reason"));
+	size_t tn = tool ? strlen(tool) : 0;
+	if (task && !(reason && tool && strncmp(reason, tool, tn) == 0 && (reason[tn] == ' ' || !reason[tn]))) {
+		describe_call_of(d, task);
+		buf_adds(d, ": ");
+	}
+	add_str(d, json_object_get(data, "reason"));
+	if (json_is_true(json_object_get(run, "timedOut")))
+		buf_adds(d, " (timed out)");
+}
+
+static void row_store(json_t *row, const json_t *data, struct buf *d)
+{
+	json_object_set_new(row, "store", tidy(data, 0));
+	const json_t *op = json_object_get(data, "op");
+	if (str_is(op, "placement")) {
+		json_t *p = json_object_get(data, "placement");
+		buf_adds(d, "placement fast=");
+		add_str(d, json_object_get(p, "fast"));
+		buf_adds(d, " medium=");
+		add_str(d, json_object_get(p, "medium"));
+		buf_adds(d, " long=");
+		add_str(d, json_object_get(p, "long"));
+	} else if (str_is(op, "put")) {
+		buf_adds(d, "put ");
+		add_str(d, json_object_get(data, "id"));
+		buf_adds(d, " in the ");
+		add_str(d, json_object_get(data, "tier"));
+		buf_adds(d, " tier");
+	} else if (str_is(op, "recall")) {
+		buf_adds(d, "recall ");
+		add_str(d, json_object_get(data, "mode"));
+	} else if (json_is_string(json_object_get(data, "stage"))) {
+		add_str(d, json_object_get(data, "stage"));
+		buf_addc(d, ' ');
+		short_hex(d, json_object_get(data, "sha"));
+		buf_addc(d, ' ');
+		add_str(d, json_object_get(data, "message"));
+	} else {
+		add_str(d, json_object_get(data, "name"));
+		if (json_is_boolean(json_object_get(data, "available")))
+			buf_adds(d, json_is_true(json_object_get(data, "available")) ? " available" : " unavailable");
+		if (json_is_string(json_object_get(data, "reason"))) {
+			buf_adds(d, ": ");
+			add_str(d, json_object_get(data, "reason"));
+		}
+	}
+}
+
+static void row_weight(json_t *row, const json_t *data, struct buf *d)
+{
+	const char *name;
+	json_t *ep;
+	json_object_set_new(row, "endpoints", tidy(data, 0));
+	int first = 1;
+	json_object_foreach((json_t *)data, name, ep) {
+		double calls = 0, fails = 0, lat = 0;
+		num_in(json_object_get(ep, "calls"), 0, 1e15, &calls);
+		num_in(json_object_get(ep, "failures"), 0, 1e15, &fails);
+		num_in(json_object_get(ep, "latencyMsEwma"), 0, 1e12, &lat);
+		buf_printf(d, "%s%s: %.0f calls, %.0f failures, latency %.1f ms", first ? "" : "; ", name, calls,
+		           fails, lat);
+		first = 0;
+	}
+}
+
+/* Wall time, derived offset and the role of a clock-anchor. */
+static void row_anchor(struct rv_view *v, json_t *row, const json_t *data, uint64_t line_no, struct buf *d)
+{
+	double wall;
+	int have = num_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &wall);
+	copy_if(row, "wallMs", data, "wallMs");
+	copy_if(row, "source", data, "source");
+	const char *role;
+	if (!v->have_start && have) {
+		v->have_start = 1;
+		v->start_wall_ms = wall;
+		v->t_ms = 0;
+		role = "start";
+	} else if (v->terminal && !v->closed) {
+		role = "end";
+		v->closed = 1;
+		v->closed_line = line_no;
+	} else {
+		role = "re-anchor";
+	}
+	if (have && v->have_start && wall - v->start_wall_ms > v->t_ms)
+		v->t_ms = wall - v->start_wall_ms;
+	if (have && strcmp(role, "end") == 0) {
+		v->have_end = 1;
+		v->end_wall_ms = wall;
+	}
+	json_object_set_new(row, "anchor", json_string(role));
+	buf_adds(d, strcmp(role, "start") == 0 ? "run start" : strcmp(role, "end") == 0 ? "run end" : "clock re-anchored");
+	if (json_is_string(json_object_get(data, "source"))) {
+		buf_adds(d, " (");
+		add_str(d, json_object_get(data, "source"));
+		buf_addc(d, ')');
+	}
+}
+
+static void row_result(struct rv_view *v, json_t *row, const json_t *data, struct buf *d)
+{
+	copy_if(row, "halt", data, "halt");
+	copy_if(row, "error", data, "error");
+	copy_if(row, "reason", data, "reason");
+	copy_if(row, "interrupted", data, "interrupted");
+	json_t *what = json_object_get(data, "reason");
+	if (json_is_string(json_object_get(data, "halt"))) {
+		buf_adds(d, "halt ");
+		add_str(d, json_object_get(data, "halt"));
+		if (json_is_string(what)) {
+			buf_adds(d, ": ");
+			add_str(d, what);
+		}
+	} else if (json_is_object(json_object_get(data, "interrupted"))) {
+		buf_adds(d, "the previous run was interrupted");
+		what = NULL;
+	} else {
+		buf_adds(d, "error: ");
+		what = json_object_get(data, "error");
+		add_str(d, what);
+	}
+	if (!what)
+		what = json_object_get(data, "halt");
+	if (json_is_string(what)) {
+		json_decref(v->halt_error);
+		v->halt_error = json_incref(what);
+	}
+}
+
+static void set_time(const struct rv_view *v, json_t *row)
+{
+	json_object_set_new(row, "t", num_json(round(v->t_ms * 1000) / 1000));
+	if (v->have_start && v->start_wall_ms + v->t_ms <= WALL_MS_MAX) {
+		char iso[ISO8601_LEN];
+		json_object_set_new(row, "at", json_string(iso8601_utc((int64_t)(v->start_wall_ms + v->t_ms), iso)));
+	} else {
+		json_object_set_new(row, "at", json_null());
+	}
+}
+
+json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why)
+{
+	if (!v->first_line)
+		v->first_line = line_no;
+	v->last_line = line_no;
+	json_t *row = json_pack("{s:s, s:i, s:I}", "row", "invalid", "run", v->run, "line", (json_int_t)line_no);
+	set_time(v, row);
+	json_object_set_new(row, "error", json_string(why));
+	struct buf d = {0};
+	buf_adds(&d, "not a trace entry: ");
+	buf_adds(&d, why);
+	json_object_set_new(row, "display", json_stringn(d.p, d.len));
+	buf_free(&d);
+	return row;
+}
+
+json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
+{
+	struct sfma_err e;
+	json_t *entry = json_parse_strict(line, len, &e);
+	if (!json_is_object(entry)) {
+		json_decref(entry);
+		return rv_row_invalid(v, line_no, entry ? "not a JSON object" : e.text);
+	}
+	if (!v->first_line)
+		v->first_line = line_no;
+	v->last_line = line_no;
+	size_t hn;
+	const char *hash = rv_str(json_object_get(entry, "hash"), &hn);
+	if (hash && is_sha256_hex(hash, hn))
+		memcpy(v->last_hash, hash, 65);
+
+	const char *kind = json_string_value(json_object_get(entry, "kind"));
+	json_t *data = json_object_get(entry, "data");
+	if (!json_is_object(data))
+		data = NULL;
+	json_t *row = json_pack("{s:s, s:i, s:I}", "row", "entry", "run", v->run, "line", (json_int_t)line_no);
+	json_object_set_new(row, "t", json_null());
+	json_object_set_new(row, "at", json_null());
+	copy_if(row, "seq", entry, "seq");
+	copy_if(row, "loop", entry, "loop");
+	json_object_set_new(row, "turn", json_integer(v->turn));
+	json_object_set_new(row, "kind", kind ? json_string(kind) : json_null());
+	copy_if(row, "id", entry, "id");
+	copy_if(row, "class", entry, "class");
+	copy_if(row, "refs", entry, "refs");
+
+	struct buf d = {0};
+	if (!kind) {
+		buf_adds(&d, "entry without a kind");
+	} else if (strcmp(kind, "clock-anchor") == 0) {
+		row_anchor(v, row, data, line_no, &d);
+	} else if (strcmp(kind, "lifecycle") == 0) {
+		json_t *from = json_object_get(data, "from"), *to = json_object_get(data, "to");
+		json_object_set(row, "from", from ? from : json_null());
+		json_object_set(row, "to", to ? to : json_null());
+		if (json_is_string(from))
+			add_str(&d, from);
+		else
+			buf_adds(&d, "start");
+		buf_adds(&d, " -> ");
+		add_str(&d, to);
+		if (terminal_state(json_string_value(to))) {
+			v->terminal = 1;
+			json_decref(v->verdict);
+			v->verdict = json_incref(to);
+		}
+	} else if (strcmp(kind, "message") == 0) {
+		copy_if(row, "dir", data, "dir");
+		copy_if(row, "messageKind", data, "kind");
+		copy_if(row, "file", data, "file");
+		copy_if(row, "text", data, "text");
+		add_str(&d, json_object_get(data, "dir"));
+		if (json_is_string(json_object_get(data, "kind"))) {
+			buf_addc(&d, ' ');
+			add_str(&d, json_object_get(data, "kind"));
+		}
+		if (json_is_string(json_object_get(data, "file"))) {
+			buf_addc(&d, ' ');
+			add_str(&d, json_object_get(data, "file"));
+		}
+		buf_adds(&d, ": ");
+		add_str(&d, json_object_get(data, "text"));
+	} else if (strcmp(kind, "clarification") == 0) {
+		copy_if(row, "source", data, "source");
+		copy_if(row, "text", data, "text");
+		add_str(&d, json_object_get(data, "source"));
+		buf_adds(&d, ": ");
+		add_str(&d, json_object_get(data, "text"));
+	} else if (strcmp(kind, "call") == 0) {
+		row_call(v, row, data, &d);
+		double lat, wait;
+		if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
+			v->t_ms += lat;
+		if (num_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait))
+			v->t_ms += wait;
+	} else if (strcmp(kind, "candidate") == 0) {
+		copy_if(row, "mission", data, "mission");
+		buf_adds(&d, "adopted: ");
+		add_str(&d, json_object_get(data, "mission"));
+	} else if (strcmp(kind, "task") == 0) {
+		json_t *call = json_object_get(data, "call");
+		json_t *shown = json_object();
+		static const char *const parts[] = {"tool", "path", "cmd", "mode", "summary"};
+		for (size_t i = 0; i < 5; i++)
+			if (json_is_string(json_object_get(call, parts[i]))) {
+				json_object_set(row, parts[i], json_object_get(call, parts[i]));
+				json_object_set(shown, parts[i], json_object_get(call, parts[i]));
+			}
+		if (json_is_string(json_object_get(entry, "id")))
+			json_object_set(v->tasks, json_string_value(json_object_get(entry, "id")), shown);
+		json_decref(shown);
+		if (json_is_object(call))
+			describe_call_of(&d, call);
+		else
+			add_str(&d, json_object_get(data, "id"));
+		if (str_is(json_object_get(call, "tool"), "done") && json_is_string(json_object_get(call, "summary"))) {
+			json_decref(v->summary);
+			v->summary = json_incref(json_object_get(call, "summary"));
+		}
+	} else if (strcmp(kind, "verdict") == 0) {
+		row_verdict(v, row, entry, data, &d);
+		double dur;
+		json_t *run = json_object_get(data, "run");
+		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur))
+			v->t_ms += dur;
+	} else if (strcmp(kind, "mutation") == 0) {
+		copy_if(row, "path", data, "path");
+		copy_if(row, "bytes", data, "bytes");
+		copy_if(row, "sha256", data, "sha256");
+		copy_if(row, "applied", data, "applied");
+		buf_adds(&d, json_is_false(json_object_get(data, "applied")) ? "recorded (dry run) " : "wrote ");
+		add_str(&d, json_object_get(data, "path"));
+		double bytes;
+		if (num_in(json_object_get(data, "bytes"), 0, 9007199254740991.0, &bytes))
+			buf_printf(&d, ", %.0f bytes", bytes);
+		if (json_is_string(json_object_get(data, "sha256"))) {
+			buf_adds(&d, ", sha256 ");
+			short_hex(&d, json_object_get(data, "sha256"));
+		}
+	} else if (strcmp(kind, "result") == 0) {
+		row_result(v, row, data, &d);
+	} else if (strcmp(kind, "weight") == 0) {
+		row_weight(row, data ? data : json_object_get(entry, "data"), &d);
+	} else if (strcmp(kind, "store") == 0) {
+		row_store(row, data, &d);
+	} else if (strcmp(kind, "compaction") == 0) {
+		copy_if(row, "beforeBytes", data, "beforeBytes");
+		copy_if(row, "afterBytes", data, "afterBytes");
+		copy_if(row, "elided", data, "elided");
+		double b = 0, a = 0;
+		num_in(json_object_get(data, "beforeBytes"), 0, 1e15, &b);
+		num_in(json_object_get(data, "afterBytes"), 0, 1e15, &a);
+		buf_printf(&d, "context %.0f -> %.0f bytes, %zu elided", b, a,
+		           json_array_size(json_object_get(data, "elided")));
+	} else {
+		char *text = data ? json_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		if (text)
+			buf_adds(&d, text);
+		free(text);
+	}
+	set_time(v, row);
+
+	json_t *items = json_array();
+	if (data && kind && strcmp(kind, "mutation") == 0) {
+		const char *sha;
+		/* the digest of what was written: evidence when the blob is kept
+		 * (records made before evidence existed keep none, and that is
+		 * not worth a word) */
+		json_t *it = is_ref(data, &sha) ? evidence_item(v, "content", sha,
+		                                  json_number_value(json_object_get(data, "bytes"))) : NULL;
+		if (it && !str_is(json_object_get(it, "state"), "missing"))
+			json_array_append_new(items, it);
+		else
+			json_decref(it);
+	} else if (data) {
+		collect_refs(v, data, "", items, 0);
+	}
+	if (json_array_size(items)) {
+		json_object_set(row, "evidence", items);
+		static const char *const reply_w[] = {"reply", "response", "text", NULL};
+		static const char *const out_w[] = {"output", "stdout", "result", NULL};
+		static const char *const sum_w[] = {"summary", NULL};
+		static const char *const content_w[] = {"content", NULL};
+		json_t *t = NULL;
+		if (strcmp(kind, "call") == 0 && ((t = evidence_text(items, reply_w)) || (t = evidence_text(items, NULL))))
+			json_object_set(row, "reply", t);
+		if (strcmp(kind, "verdict") == 0 && ((t = evidence_text(items, out_w)) || (t = evidence_text(items, NULL))))
+			json_object_set(row, "output", t);
+		if ((t = evidence_text(items, sum_w))) {
+			json_object_set(row, "summary", t);
+			json_decref(v->summary);
+			v->summary = json_incref(t);
+		}
+		if ((strcmp(kind, "mutation") == 0 || strcmp(kind, "task") == 0) && (t = evidence_text(items, content_w)))
+			json_object_set(row, "content", t);
+	}
+	json_decref(items);
+	/* one line of text: an inbox message or an unknown entry can be large */
+	if (d.len > DISPLAY_MAX) {
+		size_t cut = DISPLAY_MAX;
+		while (cut > 0 && ((unsigned char)d.p[cut] & 0xc0) == 0x80)
+			cut--;
+		d.len = cut;
+		buf_adds(&d, "...");
+	}
+	json_object_set_new(row, "display", json_stringn(d.p ? d.p : "", d.len));
+	buf_free(&d);
+	json_decref(entry);
+	return row;
+}
+
+json_t *rv_header(const struct rv_view *v, size_t runs)
+{
+	json_t *row = json_pack("{s:s, s:i, s:I, s:I}", "row", "header", "run", v->run, "runs", (json_int_t)runs,
+	                        "firstLine", (json_int_t)v->first_line);
+	if (v->have_start) {
+		char iso[ISO8601_LEN];
+		json_object_set_new(row, "startWallMs", num_json(v->start_wall_ms));
+		json_object_set_new(row, "start", json_string(iso8601_utc((int64_t)v->start_wall_ms, iso)));
+	} else {
+		json_object_set_new(row, "startWallMs", json_null());
+		json_object_set_new(row, "start", json_null());
+	}
+	return row;
+}
+
+int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_hash)
+{
+	json_t *in = json_object_get(record, "integrity");
+	double entries;
+	if (!num_in(json_object_get(in, "entries"), 1, 9007199254740991.0, &entries) || entries != (double)last_line)
+		return 0;
+	return !last_hash || !*last_hash || str_is(json_object_get(in, "headHash"), last_hash);
+}
+
+json_t *rv_load_record(int sfma_dirfd)
+{
+	struct sfma_err e;
+	if (sfma_dirfd < 0)
+		return NULL;
+	json_t *rec = json_load_strict_at(sfma_dirfd, "result.json", 1, RECORD_MAX_BYTES, &e);
+	if (rec && !json_is_object(rec)) {
+		json_decref(rec);
+		rec = NULL;
+	}
+	return rec;
+}
+
+json_t *rv_footer(const struct rv_view *v, const json_t *record)
+{
+	int seals = record && rv_record_seals(record, v->last_line, v->last_hash);
+	json_t *row = json_pack("{s:s, s:i, s:I, s:I}", "row", "footer", "run", v->run, "firstLine",
+	                        (json_int_t)v->first_line, "lastLine", (json_int_t)v->last_line);
+	json_t *verdict = seals ? json_object_get(record, "verdict") : v->verdict;
+	json_object_set(row, "verdict", verdict ? verdict : json_null());
+	json_object_set_new(row, "sealed", json_boolean(seals));
+	json_object_set_new(row, "closed", json_boolean(v->closed));
+	json_object_set_new(row, "turns", json_integer(v->turn));
+	json_object_set_new(row, "modelCalls", json_integer(v->calls));
+	json_object_set_new(row, "failedCalls", json_integer(v->failed_calls));
+	json_object_set_new(row, "hardTierFailures", json_integer(v->refused));
+	json_object_set_new(row, "protocolRefusals", json_integer(v->protocol_refusals));
+	if (v->have_start && v->have_end)
+		json_object_set_new(row, "durationMs", num_json(v->end_wall_ms - v->start_wall_ms));
+	else
+		json_object_set_new(row, "durationMs", json_null());
+	json_t *usage = seals && json_is_object(json_object_get(record, "usage")) ? json_object_get(record, "usage")
+	                                                                          : v->usage;
+	json_object_set_new(row, "usage", usage ? tidy(usage, 0) : json_null());
+	json_object_set(row, "summary", v->summary ? v->summary : json_null());
+	json_object_set(row, "error", v->halt_error ? v->halt_error : json_null());
+	if (seals) {
+		json_t *r = json_object();
+		static const char *const keys[] = {"verdict", "turns", "modelCalls", "hardTierFailures", "dryRun",
+		                                   "usage", "error"};
+		for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+			copy_if(r, keys[i], record, keys[i]);
+		json_t *m = json_object_get(record, "manifest");
+		copy_if(r, "name", m, "name");
+		json_object_set_new(row, "record", r);
+	} else {
+		json_object_set_new(row, "record", json_null());
+	}
+	return row;
+}

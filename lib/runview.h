@@ -1,0 +1,113 @@
+/* runview.h - a trace read back as runs, and each entry as one row that a
+ * person or a script reads (sfma-log, sfma-report).
+ *
+ * A reader only: nothing here writes. The trace is hostile input: a line
+ * that is not a JSON object becomes an "invalid" row, never a failure, and
+ * every string keeps its bytes (the renderers make them safe to show). */
+#ifndef SFMA_RUNVIEW_H
+#define SFMA_RUNVIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "err.h"
+
+/* Lines longer than this are shown as invalid rows and skipped. */
+#define RV_MAX_LINE (16u << 20)
+
+struct rv_run {
+	uint64_t first_line, last_line; /* 1-based, inclusive (last_line 0: still empty) */
+	uint64_t offset;                /* byte offset of first_line */
+	int marked;                     /* its lifecycle start has been seen */
+};
+
+/* Runs are found as they begin: a `lifecycle` entry {"from":null} marks a
+ * run, which starts at the last `clock-anchor` before it (together with
+ * the `result` entries a run writes ahead of its anchor for an interrupted
+ * predecessor) or at the marker itself. Lines before the first run belong
+ * to it; a trace without any marker is one run. */
+struct rv_splitter {
+	struct rv_run *runs;
+	size_t n, cap;
+	uint64_t lines;         /* lines fed */
+	uint64_t cand_line;     /* where the next run would start; 0: none */
+	uint64_t cand_offset;
+	uint64_t pre_line;      /* first of the run-opening results just fed; 0: none */
+	uint64_t pre_offset;
+};
+
+void rv_split_init(struct rv_splitter *s);
+/* Feed line number s->lines + 1, starting at byte offset; entry is the
+ * parsed line or NULL when it is not a JSON object. Returns 1 when this
+ * line began a new run (s->runs[s->n - 1]), else 0. */
+int rv_split_feed(struct rv_splitter *s, const json_t *entry, uint64_t offset);
+void rv_split_free(struct rv_splitter *s);
+
+/* Read the whole trace on fd (from its start) into s. Returns 0, or -1
+ * with e filled on a read error. *torn is set when the file ends inside a
+ * line (that line is not fed). */
+int rv_split_fd(int fd, struct rv_splitter *s, int *torn, struct sfma_err *e);
+
+/* Select a run: n >= 1 counts from the first, n <= -1 from the last.
+ * Returns the 0-based index, or -1 when there is no such run. */
+long rv_pick(const struct rv_splitter *s, long n);
+
+/* The state of one run being read, row by row. */
+struct rv_view {
+	int sfma_dirfd;         /* <workspace>/.sfma, for evidence; -1: none */
+	size_t clip;            /* bytes of evidence text kept per item */
+	long run;               /* 1-based run number shown in rows */
+	int have_start;
+	double start_wall_ms;
+	double t_ms;            /* derived time since the run began */
+	long turn, calls, failed_calls, refused, protocol_refusals;
+	int terminal;           /* a lifecycle reached a verdict */
+	int closed;             /* ... and a clock-anchor followed it */
+	uint64_t closed_line;
+	uint64_t first_line, last_line;
+	double end_wall_ms;
+	int have_end;
+	json_t *tasks;          /* task id -> the row of that task */
+	json_t *usage;          /* summed over call entries (NULL: none recorded) */
+	json_t *verdict;        /* the terminal lifecycle's "to" */
+	json_t *summary;        /* the done summary, when the trace or evidence has it */
+	json_t *halt_error;     /* the last result entry's text */
+	char last_hash[65];     /* hash of the last chained entry read ("" if none) */
+};
+
+void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip);
+void rv_view_free(struct rv_view *v);
+
+/* The row of one trace line (its bytes, its 1-based number). Always returns
+ * a new object: {"row":"entry",...} or {"row":"invalid","error":...}. */
+json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no);
+/* An invalid row for a line that could not even be read (too long). */
+json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why);
+
+/* The header row of the run (call after its first row): run, runs,
+ * firstLine, start wallMs and ISO time. */
+json_t *rv_header(const struct rv_view *v, size_t runs);
+
+/* The footer row: final verdict, counts, usage, duration, and whether
+ * record (the workspace's result.json, or NULL) seals this run. */
+json_t *rv_footer(const struct rv_view *v, const json_t *record);
+
+/* Does record seal the run that ends at last_line with hash last_hash? */
+int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_hash);
+
+/* Load <sfma_dirfd>/result.json, or NULL when absent or unreadable. */
+json_t *rv_load_record(int sfma_dirfd);
+
+/* s[0..n) as text safe to print on a terminal: valid UTF-8 is kept except
+ * control characters (C0, DEL, C1), line and paragraph separators and
+ * bidirectional overrides, which become visible escapes (\n, \t, \x1b,
+ * \u{202e}); bytes that are not UTF-8 become \xNN. At most max_chars
+ * characters are kept, then "..." (0: no limit). Appends to out. */
+struct buf;
+void rv_visible(struct buf *out, const char *s, size_t n, size_t max_chars);
+
+/* Pointer and length of a JSON string (NUL bytes included), or NULL. */
+const char *rv_str(const json_t *v, size_t *len);
+
+#endif

@@ -1,0 +1,557 @@
+/* sfma-log - a run of a workspace, as a person reads it.
+ *
+ *   sfma-log WORKSPACE [--json] [--run N | --all] [--follow]
+ *
+ * Reads WORKSPACE/.sfma/trace.jsonl (and result.json, and the evidence
+ * items the entries reference) and prints one row per entry of the chosen
+ * run: its time, loop, turn, what happened and the verdict. The trace is
+ * hostile input: every string is printed with its control characters made
+ * visible, and a line that is not an entry is shown as such. A reader
+ * only: nothing in the workspace is written. Exit 0, 1 when the trace is
+ * unreadable or holds lines that are not entries, 2 on usage errors. */
+#include "buf.h"
+#include "cli.h"
+#include "err.h"
+#include "ndjson.h"
+#include "runview.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+	"usage: sfma-log WORKSPACE [--json] [--run N | --all] [--follow]\n"
+	"       sfma-log --version | --help\n"
+	"  --json     one NDJSON object per row\n"
+	"  --run N    the Nth run (1 is the first, -1 the last; default -1)\n"
+	"  --all      every run in the trace\n"
+	"  --follow   follow the run until it is sealed\n";
+
+/* Evidence text kept per item, and shown of it on one text row. */
+#define CLIP_BYTES 4096
+#define SHOW_CHARS 200
+/* --follow polls the trace this often at most, and at least this often. */
+#define POLL_MIN_MS 50
+#define POLL_MAX_MS 250
+
+struct opts {
+	int json, all, follow, colour;
+	long run;
+};
+
+struct out {
+	const struct opts *o;
+	uint64_t invalid;        /* rows that were not entries */
+	uint64_t first_bad_line;
+	char first_bad[SFMA_ERR_MAX];
+};
+
+/* ---- text ---------------------------------------------------------------- */
+
+enum { C_RESET, C_BOLD, C_DIM, C_RED, C_GREEN, C_YELLOW, C_CYAN };
+static const char *const sgr[] = {"\033[0m", "\033[1m", "\033[2m", "\033[1;31m", "\033[32m", "\033[33m", "\033[36m"};
+
+static void paint(struct buf *b, const struct out *o, int c, const char *text)
+{
+	if (o->o->colour)
+		buf_adds(b, sgr[c]);
+	buf_adds(b, text);
+	if (o->o->colour)
+		buf_adds(b, sgr[C_RESET]);
+}
+
+static void visible(struct buf *b, const json_t *s, size_t max)
+{
+	size_t n;
+	const char *p = rv_str(s, &n);
+	if (p)
+		rv_visible(b, p, n, max);
+}
+
+static int is_true(const json_t *row, const char *k)
+{
+	return json_is_true(json_object_get(row, k));
+}
+
+static const char *str(const json_t *row, const char *k)
+{
+	const char *s = json_string_value(json_object_get(row, k));
+	return s ? s : "";
+}
+
+/* The status word of a row and its colour, or NULL. */
+static const char *status_of(const json_t *row, int *colour)
+{
+	const char *kind = str(row, "kind");
+	if (strcmp(str(row, "row"), "invalid") == 0)
+		return *colour = C_RED, "INVALID";
+	if (strcmp(kind, "verdict") == 0) {
+		if (is_true(row, "pass"))
+			return *colour = C_GREEN, "PASS";
+		return *colour = C_RED, "REFUSED";
+	}
+	if (strcmp(kind, "call") == 0 && !is_true(row, "ok"))
+		return *colour = C_RED, "FAILED";
+	if (strcmp(kind, "result") == 0) {
+		if (json_is_string(json_object_get(row, "halt")))
+			return *colour = C_YELLOW, "HALT";
+		return *colour = C_RED, "ERROR";
+	}
+	return NULL;
+}
+
+static void extra_line(struct buf *b, const struct out *o, const char *label, const json_t *text)
+{
+	if (!json_is_string(text))
+		return;
+	buf_adds(b, "                           ");
+	paint(b, o, C_DIM, label);
+	buf_adds(b, " ");
+	visible(b, text, SHOW_CHARS);
+	buf_addc(b, '\n');
+}
+
+static void text_row(struct buf *b, const struct out *o, const json_t *row)
+{
+	const char *kind = str(row, "kind");
+	char col[64];
+	double t = json_number_value(json_object_get(row, "t"));
+	snprintf(col, sizeof col, "%+9.3fs", isfinite(t) ? t / 1000 : 0);
+	paint(b, o, C_DIM, col);
+	double loop = json_number_value(json_object_get(row, "loop"));
+	double turn = json_number_value(json_object_get(row, "turn"));
+	if (strcmp(str(row, "row"), "invalid") == 0) {
+		snprintf(col, sizeof col, "  line %-9.0f ", json_number_value(json_object_get(row, "line")));
+	} else {
+		char tn[16] = "";
+		if (turn >= 1 && turn < 1e9 && loop != 0)
+			snprintf(tn, sizeof tn, "T%.0f", turn);
+		snprintf(col, sizeof col, "  L%-2.0f %-5s ", fabs(loop) < 1e6 ? loop : -1, tn);
+	}
+	buf_adds(b, col);
+	/* the kind is the trace's too: made visible, cut to its column */
+	struct buf label = {0};
+	if (kind[0])
+		visible(&label, json_object_get(row, "kind"), 13);
+	else
+		buf_adds(&label, "-");
+	while (label.len < 13)
+		buf_addc(&label, ' ');
+	if (strcmp(kind, "message") == 0 || strcmp(kind, "lifecycle") == 0 || strcmp(kind, "clock-anchor") == 0 ||
+	    strcmp(kind, "task") == 0)
+		paint(b, o, C_CYAN, label.p);
+	else
+		buf_adds(b, label.p);
+	buf_free(&label);
+	buf_addc(b, ' ');
+	int colour = C_RESET;
+	const char *status = status_of(row, &colour);
+	if (status) {
+		paint(b, o, colour, status);
+		buf_addc(b, ' ');
+	}
+	int quiet = strcmp(kind, "store") == 0 || strcmp(kind, "weight") == 0;
+	if (quiet && o->o->colour)
+		buf_adds(b, sgr[C_DIM]);
+	visible(b, json_object_get(row, "display"), SHOW_CHARS);
+	if (quiet && o->o->colour)
+		buf_adds(b, sgr[C_RESET]);
+	buf_addc(b, '\n');
+	extra_line(b, o, "reply:", json_object_get(row, "reply"));
+	extra_line(b, o, "output:", json_object_get(row, "output"));
+	extra_line(b, o, "summary:", json_object_get(row, "summary"));
+	extra_line(b, o, "content:", json_object_get(row, "content"));
+	size_t i;
+	json_t *it;
+	json_array_foreach(json_object_get(row, "evidence"), i, it) {
+		const char *state = str(it, "state");
+		if (strcmp(state, "present") == 0)
+			continue;
+		buf_adds(b, "                           ");
+		buf_adds(b, "evidence ");
+		visible(b, json_object_get(it, "field"), 64);
+		buf_adds(b, " ");
+		paint(b, o, strcmp(state, "altered") == 0 ? C_RED : C_YELLOW, state);
+		buf_addc(b, '\n');
+	}
+}
+
+static void text_header(struct buf *b, const struct out *o, const json_t *h, int follow)
+{
+	char line[256];
+	snprintf(line, sizeof line, "run %.0f of %.0f", json_number_value(json_object_get(h, "run")),
+	         json_number_value(json_object_get(h, "runs")));
+	paint(b, o, C_BOLD, line);
+	if (json_is_string(json_object_get(h, "start")))
+		buf_printf(b, "  started %s", str(h, "start"));
+	buf_printf(b, "  trace line %.0f%s\n", json_number_value(json_object_get(h, "firstLine")),
+	           follow ? ", following" : "");
+}
+
+static void text_footer(struct buf *b, const struct out *o, const json_t *f)
+{
+	const char *verdict = json_string_value(json_object_get(f, "verdict"));
+	struct buf shown = {0};
+	if (verdict)
+		visible(&shown, json_object_get(f, "verdict"), 40);
+	else
+		buf_adds(&shown, "(unfinished)");
+	paint(b, o, C_BOLD, "verdict ");
+	paint(b, o, !verdict ? C_YELLOW : strcmp(verdict, "completed") == 0 ? C_GREEN : C_RED, shown.p);
+	buf_free(&shown);
+	buf_printf(b, "  turns %.0f  model calls %.0f", json_number_value(json_object_get(f, "turns")),
+	           json_number_value(json_object_get(f, "modelCalls")));
+	if (json_number_value(json_object_get(f, "failedCalls")) > 0)
+		buf_printf(b, " (%.0f failed)", json_number_value(json_object_get(f, "failedCalls")));
+	buf_printf(b, "  refused %.0f", json_number_value(json_object_get(f, "hardTierFailures")));
+	if (json_number_value(json_object_get(f, "protocolRefusals")) > 0)
+		buf_printf(b, "  invalid replies %.0f", json_number_value(json_object_get(f, "protocolRefusals")));
+	if (json_is_number(json_object_get(f, "durationMs")))
+		buf_printf(b, "  %.3f s", json_number_value(json_object_get(f, "durationMs")) / 1000);
+	json_t *u = json_object_get(f, "usage");
+	if (json_is_object(u))
+		buf_printf(b, "  tokens in %.0f out %.0f cached %.0f", json_number_value(json_object_get(u, "inputTokens")),
+		           json_number_value(json_object_get(u, "outputTokens")),
+		           json_number_value(json_object_get(u, "cachedInputTokens")));
+	buf_adds(b, is_true(f, "sealed") ? "  sealed by result.json\n" : "  not sealed by result.json\n");
+	if (json_is_string(json_object_get(f, "summary"))) {
+		buf_adds(b, "summary ");
+		visible(b, json_object_get(f, "summary"), SHOW_CHARS);
+		buf_addc(b, '\n');
+	}
+	if (json_is_string(json_object_get(f, "error")) && !(verdict && strcmp(verdict, "completed") == 0)) {
+		paint(b, o, C_BOLD, "why ");
+		visible(b, json_object_get(f, "error"), SHOW_CHARS);
+		buf_addc(b, '\n');
+	}
+}
+
+/* Print one row (its text or its JSON line) and flush: --follow shows rows
+ * as they arrive. */
+static void emit(struct out *o, const json_t *row, int kind /* 0 row, 1 header, 2 footer */)
+{
+	struct buf b = {0};
+	if (o->o->json) {
+		char *s = json_dumps(row, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+		if (!s)
+			die("out of memory");
+		buf_adds(&b, s);
+		buf_addc(&b, '\n');
+		free(s);
+	} else if (kind == 1) {
+		text_header(&b, o, row, o->o->follow);
+	} else if (kind == 2) {
+		text_footer(&b, o, row);
+	} else {
+		text_row(&b, o, row);
+	}
+	if (strcmp(str(row, "row"), "invalid") == 0) {
+		if (!o->invalid++) {
+			o->first_bad_line = (uint64_t)json_number_value(json_object_get(row, "line"));
+			snprintf(o->first_bad, sizeof o->first_bad, "%s", str(row, "error"));
+		}
+	}
+	if (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0)
+		die("standard output: %s", strerror(errno));
+	buf_free(&b);
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+struct reader {
+	int fd;
+	uint64_t pos;      /* offset of the next unread line */
+	uint64_t line_no;  /* lines read before pos */
+	int torn;          /* the file ends inside a line at pos */
+};
+
+/* Read the complete lines from r->pos on; call each(line, len, line_no, arg)
+ * for each (line NULL for one longer than the maximum) until it returns
+ * nonzero or the input ends. r->pos stays at the start of a torn line. */
+static void read_lines(struct reader *r, int (*each)(const char *, size_t, uint64_t, uint64_t, void *), void *arg)
+{
+	struct line_reader lr;
+	if (lseek(r->fd, (off_t)r->pos, SEEK_SET) < 0)
+		die(".sfma/trace.jsonl: seek: %s", strerror(errno));
+	lr_init(&lr, r->fd, RV_MAX_LINE);
+	uint64_t base = r->pos;
+	r->torn = 0;
+	for (;;) {
+		char *line;
+		size_t len;
+		struct sfma_err e;
+		int rc = lr_next(&lr, &line, &len, &e);
+		if (rc == 0)
+			break;
+		if (rc == 1) {
+			uint64_t at = r->pos;
+			r->pos = at + len + 1;
+			r->line_no++;
+			if (each(line, len, r->line_no, at, arg))
+				break;
+			continue;
+		}
+		if (lr.torn) {
+			r->torn = 1;
+			break;
+		}
+		if (!strstr(e.text, "longer than"))
+			die(".sfma/trace.jsonl: %s", e.text);
+		uint64_t at = r->pos;
+		int more = lr_skip_line(&lr);
+		r->pos = base + lr.consumed + lr.start; /* just past the skipped line */
+		r->line_no++;
+		if (each(NULL, 0, r->line_no, at, arg) || !more)
+			break;
+	}
+	lr_free(&lr);
+}
+
+struct show {
+	struct out *o;
+	struct rv_view *v;
+	struct rv_splitter *split; /* fed while following, else NULL */
+	uint64_t last_line;        /* stop after this line (0: none) */
+	size_t runs;
+	size_t run_index;          /* following: the run's index in split */
+	int header_done;
+	int new_run;               /* following: a later run began */
+};
+
+static void show_row(struct show *s, json_t *row)
+{
+	if (!s->header_done) {
+		json_t *h = rv_header(s->v, s->runs);
+		emit(s->o, h, 1);
+		json_decref(h);
+		s->header_done = 1;
+	}
+	emit(s->o, row, 0);
+	json_decref(row);
+}
+
+static int show_line(const char *line, size_t len, uint64_t line_no, uint64_t offset, void *arg)
+{
+	struct show *s = arg;
+	if (s->split) {
+		json_t *entry = line ? json_parse_strict(line, len, &(struct sfma_err){{0}}) : NULL;
+		rv_split_feed(s->split, json_is_object(entry) ? entry : NULL, offset);
+		json_decref(entry);
+		if (s->split->n > s->run_index + 1) {
+			s->new_run = 1;
+			return 1;
+		}
+		if (s->v->closed) /* past the run's closing anchor: not ours */
+			return 0;
+	}
+	char why[80];
+	snprintf(why, sizeof why, "longer than %u bytes", RV_MAX_LINE);
+	show_row(s, line ? rv_row(s->v, line, len, line_no) : rv_row_invalid(s->v, line_no, why));
+	return s->last_line && line_no >= s->last_line;
+}
+
+static void finish_run(struct show *s, int sfma_dirfd)
+{
+	if (!s->header_done) {
+		json_t *h = rv_header(s->v, s->runs);
+		emit(s->o, h, 1);
+		json_decref(h);
+	}
+	json_t *record = rv_load_record(sfma_dirfd);
+	json_t *f = rv_footer(s->v, record);
+	emit(s->o, f, 2);
+	json_decref(f);
+	json_decref(record);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Open <workspace>/.sfma and its trace read-only; with wait, until both
+ * exist. Returns the trace fd and sets *sfma_dirfd. */
+static int open_trace(const char *ws, int wait, int *sfma_dirfd)
+{
+	long delay = POLL_MIN_MS;
+	for (;;) {
+		int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int dfd = wfd >= 0 ? openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		int saved = errno;
+		if (wfd >= 0)
+			close(wfd);
+		if (wfd < 0 && !wait)
+			die("%s: %s", ws, strerror(saved));
+		int fd = dfd >= 0 ? openat(dfd, "trace.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
+		saved = errno;
+		if (fd >= 0) {
+			struct stat st;
+			if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+				die("%s/.sfma/trace.jsonl: not a regular file", ws);
+			*sfma_dirfd = dfd;
+			return fd;
+		}
+		if (dfd >= 0)
+			close(dfd);
+		if (!wait || saved != ENOENT)
+			die("%s/.sfma/trace.jsonl: %s", ws, strerror(saved));
+		sleep_ms(delay);
+		delay = delay * 2 > POLL_MAX_MS ? POLL_MAX_MS : delay * 2;
+	}
+}
+
+/* Follow the last run: rows as they arrive, until the run's closing anchor
+ * is sealed by result.json, or a later run begins. */
+static void follow_run(struct reader *r, struct show *s, int sfma_dirfd)
+{
+	long delay = POLL_MIN_MS;
+	for (;;) {
+		if (s->v->closed) {
+			json_t *record = rv_load_record(sfma_dirfd);
+			int sealed = record && rv_record_seals(record, s->v->last_line, s->v->last_hash);
+			json_decref(record);
+			if (sealed)
+				return;
+		}
+		if (s->new_run)
+			return;
+		struct stat st;
+		if (fstat(r->fd, &st) < 0)
+			die(".sfma/trace.jsonl: %s", strerror(errno));
+		if ((uint64_t)st.st_size < r->pos)
+			die(".sfma/trace.jsonl: the trace shrank while being followed");
+		if ((uint64_t)st.st_size > r->pos && !(r->torn && (uint64_t)st.st_size == r->pos)) {
+			uint64_t before = r->pos;
+			read_lines(r, show_line, s);
+			if (r->pos != before) {
+				delay = POLL_MIN_MS;
+				continue;
+			}
+		}
+		sleep_ms(delay);
+		delay = delay * 2 > POLL_MAX_MS ? POLL_MAX_MS : delay * 2;
+	}
+}
+
+static int parse_run(const char *s, long *out)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(s, &end, 10);
+	if (errno || end == s || *end || n == 0 || n < -1000000000L || n > 1000000000L)
+		return -1;
+	*out = n;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	struct opts opts = {.run = -1};
+	int run_given = 0;
+	static const struct option longopts[] = {
+		{"json", no_argument, NULL, 'j'},   {"run", required_argument, NULL, 'r'},
+		{"all", no_argument, NULL, 'a'},    {"follow", no_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},   {"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': opts.json = 1; break;
+		case 'a': opts.all = 1; break;
+		case 'f': opts.follow = 1; break;
+		case 'r':
+			if (parse_run(optarg, &opts.run) < 0)
+				cli_usage_error(usage_text, "--run: a run number, 1 for the first or -1 for the last (not %s)",
+				                optarg);
+			run_given = 1;
+			break;
+		case 'h': cli_help(usage_text);
+		case 'V': cli_version();
+		default: cli_bad_option(usage_text, c, argv);
+		}
+	}
+	if (optind >= argc)
+		cli_usage_error(usage_text, "a WORKSPACE is required");
+	if (optind + 1 < argc)
+		cli_usage_error(usage_text, "one WORKSPACE only (unexpected %s)", argv[optind + 1]);
+	if (opts.all && run_given)
+		cli_usage_error(usage_text, "--run and --all exclude each other");
+	const char *no_color = getenv("NO_COLOR");
+	opts.colour = !opts.json && isatty(STDOUT_FILENO) && !(no_color && *no_color);
+	const char *ws = argv[optind];
+
+	struct out o = {.o = &opts};
+	int sfma_dirfd = -1;
+	int fd = open_trace(ws, opts.follow, &sfma_dirfd);
+	struct rv_splitter split;
+	rv_split_init(&split);
+	int torn;
+	struct sfma_err e;
+	if (rv_split_fd(fd, &split, &torn, &e) < 0)
+		die("%s/.sfma/trace.jsonl: %s", ws, e.text);
+	if (split.n == 0 && !opts.follow)
+		die("%s/.sfma/trace.jsonl: no entries", ws);
+	long first = 0, last = (long)split.n - 1;
+	if (!opts.all && split.n) {
+		first = last = rv_pick(&split, opts.run);
+		if (first < 0)
+			die("%s: no run %ld (the trace holds %zu)", ws, opts.run, split.n);
+	}
+	int follow_last = opts.follow && (split.n == 0 || last == (long)split.n - 1);
+	for (long i = first; split.n && i <= last; i++) {
+		const struct rv_run *run = &split.runs[i];
+		struct rv_view v;
+		rv_view_init(&v, sfma_dirfd, i + 1, CLIP_BYTES);
+		int following = follow_last && i == (long)split.n - 1;
+		struct show s = {.o = &o, .v = &v, .last_line = following ? 0 : run->last_line, .runs = split.n};
+		struct reader r = {.fd = fd, .pos = run->offset, .line_no = run->first_line - 1};
+		if (following) {
+			/* the lines already split are read again; only later ones are fed */
+			s.last_line = split.lines;
+			read_lines(&r, show_line, &s);
+			s.last_line = 0;
+			s.split = &split;
+			s.run_index = (size_t)i;
+			follow_run(&r, &s, sfma_dirfd);
+		} else {
+			read_lines(&r, show_line, &s);
+		}
+		if (torn && !opts.follow && i == (long)split.n - 1) {
+			json_t *row = rv_row_invalid(&v, split.lines + 1, "torn final line (no newline)");
+			emit(&o, row, 0);
+			json_decref(row);
+		}
+		finish_run(&s, sfma_dirfd);
+		rv_view_free(&v);
+	}
+	if (opts.follow && split.n == 0) {
+		/* an empty trace: the run has not begun yet */
+		struct rv_view v;
+		rv_view_init(&v, sfma_dirfd, 1, CLIP_BYTES);
+		struct show s = {.o = &o, .v = &v, .runs = 1, .split = &split};
+		struct reader r = {.fd = fd};
+		follow_run(&r, &s, sfma_dirfd);
+		finish_run(&s, sfma_dirfd);
+		rv_view_free(&v);
+	}
+	rv_split_free(&split);
+	close(fd);
+	if (sfma_dirfd >= 0)
+		close(sfma_dirfd);
+	if (o.invalid)
+		die("%s/.sfma/trace.jsonl: line %llu: %s%s", ws, (unsigned long long)o.first_bad_line, o.first_bad,
+		    o.invalid > 1 ? " (and more lines that are not entries)" : "");
+	return 0;
+}

@@ -1,0 +1,316 @@
+#!/usr/bin/env bats
+# sfma-log: a run read back from its trace - text, NDJSON rows, --run/--all,
+# --follow, colour rules, evidence, and traces that are hostile.
+
+bats_require_minimum_version 1.5.0
+load helpers
+load fixtures/report/eventful
+
+setup() {
+	require jq
+	require python3
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY NO_COLOR
+}
+
+# Every file under a directory with its size and modification time.
+snapshot() {
+	find "$1" -printf '%p %s %T@ %m\n' | sort
+}
+
+@test "the text shows each kind of entry of a run, the refusal's reason and the final verdict" {
+	eventful_run
+	run sfma-log ws
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[[ "${lines[0]}" == "run 1 of 1  started 20"*"Z  trace line 1" ]]
+	[[ "$output" == *"message       in 001.txt: please be brief\n"* ]]
+	[[ "$output" == *"clarification --task: do it"* ]]
+	[[ "$output" == *"call          mock 0 ms ok"* ]]
+	[[ "$output" == *"candidate     adopted: Write out.txt and show the sandbox"* ]]
+	[[ "$output" == *"REFUSED invalid reply: not a JSON object"* ]]
+	[[ "$output" == *"task          run echo MARKER-42"* ]]
+	[[ "$output" == *"PASS run echo MARKER-42: exit=0"* ]]
+	[[ "$output" == *"mutation      wrote out.txt, 11 bytes, sha256 26c60a61d01d"* ]]
+	[[ "$output" == *"REFUSED write ../evil: outside workspace"* ]]
+	[[ "$output" == *"message       out notify: status ok"* ]]
+	[[ "$output" == *"ERROR error: done, but 2 tool call(s) were refused by the hard tier"* ]]
+	[[ "$output" == *"clock-anchor  run end"* ]]
+	[[ "${lines[-2]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  sealed by result.json" ]]
+	[[ "${lines[-1]}" == "why done, but 2 tool call(s) were refused by the hard tier" ]]
+	# turns and loops: the eighth model reply is turn 8 of loop 1
+	[[ "$output" == *"L1  T8    task          done"* ]]
+}
+
+@test "--json prints one object per row that jq reads, with the documented fields" {
+	eventful_run
+	run sfma-log ws --json
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e . >/dev/null
+	local rows="$BATS_TEST_TMPDIR/rows" n
+	echo "$output" >"$rows"
+	n=$(wc -l <ws/.sfma/trace.jsonl)
+	# a header, one row per trace line in order, a footer
+	jq -s -e --argjson n "$n" '.[0].row == "header" and .[-1].row == "footer" and
+		([.[] | select(.row == "entry") | .line] == [range(1; $n + 1)])' "$rows"
+	jq -s -e '.[0] | .run == 1 and .runs == 1 and .firstLine == 1 and (.start | test("^20..-..-..T..:..:..\\....Z$"))' "$rows"
+	jq -e -s 'all(.[] | select(.row == "entry"); (.t | type) == "number" and (.at | type) == "string" and
+		(.seq | type) == "number" and (.kind | type) == "string" and (.display | type) == "string")' "$rows"
+	jq -e -s 'any(.[]; .kind == "verdict" and .pass == false and .tier == "hard" and .tool == "write" and
+		.path == "../evil" and (.reason | contains("outside workspace")))' "$rows"
+	jq -e -s 'any(.[]; .kind == "verdict" and .pass == false and .tier == "protocol" and
+		.reason == "invalid reply: not a JSON object" and .turn == 2)' "$rows"
+	jq -e -s 'any(.[]; .kind == "verdict" and .pass and .tool == "run" and .cmd == "echo MARKER-42" and .exit == 0)' "$rows"
+	jq -e -s 'any(.[]; .kind == "mutation" and .path == "out.txt" and .bytes == 11 and .applied and
+		.sha256 == "26c60a61d01db5836ca70fefd44a6a016620413c8ef5f259a6c5612d4f79d3b8")' "$rows"
+	jq -e -s 'any(.[]; .kind == "message" and .dir == "in" and .file == "001.txt" and .text == "please be brief\n")' "$rows"
+	jq -e -s 'any(.[]; .kind == "message" and .dir == "out" and .messageKind == "notify" and .text == "status ok")' "$rows"
+	jq -e -s 'any(.[]; .kind == "clarification" and .source == "--task" and .text == "do it")' "$rows"
+	jq -e -s 'any(.[]; .kind == "result" and (.error | startswith("done, but 2 tool call(s)")))' "$rows"
+	jq -e -s '[.[] | select(.kind == "call") | .turn] == [1,2,3,4,5,6,7,8]' "$rows"
+	jq -e -s '[.[] | select(.kind == "clock-anchor") | .anchor] == ["start","end"]' "$rows"
+	jq -e -s '.[-1] | .verdict == "failed" and .sealed and .closed and .turns == 8 and .modelCalls == 8 and
+		.hardTierFailures == 2 and .protocolRefusals == 1 and .record.verdict == "failed" and
+		.record.name == "eventful" and (.durationMs | type) == "number"' "$rows"
+}
+
+@test "evidence that is kept is shown: the model's replies, the command's output, the written content, the summary" {
+	eventful_run evidence
+	run sfma-log ws
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[[ "$output" == *'reply: {"tool":"run","cmd":"echo MARKER-42"}'* ]]
+	[[ "$output" == *"reply: not json <script>document.title='PWNED1'</script></svg>"* ]]
+	[[ "$output" == *'output: exit=0\nstdout:MARKER-42\n\nstderr:'* ]]
+	[[ "$output" == *'content: hello\nworld'* ]]
+	[[ "$output" == *"summary Wrote out.txt; SUMMARY-7 all done"* ]]
+	[[ "$output" == *"call          mock 115 ms ok, tokens in 1350 out 51"* ]]
+	[[ "$output" == *"tokens in 12600 out 492 cached 0"* ]]
+	# the derived clock: the command ran 180 ms after its call's 115 ms
+	[[ "$output" == *"   +0.450s  L1  T3    verdict       PASS run echo MARKER-42: exit=0"* ]]
+	run sfma-log ws --json
+	echo "$output" >rows
+	jq -e -s 'any(.[]; .kind == "call" and .reply == "{\"tool\":\"run\",\"cmd\":\"echo MARKER-42\"}" and
+		.evidence[0].state == "present" and .evidence[0].field == "reply")' rows
+	jq -e -s 'any(.[]; .kind == "verdict" and .output == "exit=0\nstdout:MARKER-42\n\nstderr:" and .durationMs == 180)' rows
+	jq -e -s 'any(.[]; .kind == "mutation" and .content == "hello\nworld")' rows
+	jq -e -s '.[-1] | .summary == "Wrote out.txt; SUMMARY-7 all done" and .usage.inputTokens == 12600 and
+		.usage.outputTokens == 492' rows
+}
+
+@test "evidence that is missing or altered is flagged and its bytes are never shown" {
+	eventful_run evidence
+	local marker_out done_summary
+	marker_out=$(jq -r 'select(.kind == "verdict" and .data.run) | .data.run.output.sha256' ws/.sfma/trace.jsonl)
+	done_summary=$(jq -r 'select(.kind == "task" and .data.call.tool == "done") | .data.summary.sha256' ws/.sfma/trace.jsonl)
+	printf 'exit=0\nstdout:FORGED\n\nstderr:' >"ws/.sfma/evidence/$marker_out"
+	rm "ws/.sfma/evidence/$done_summary"
+	run sfma-log ws
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[[ "$output" == *"evidence run.output altered"* ]]
+	[[ "$output" == *"evidence summary missing"* ]]
+	[[ "$output" != *FORGED* ]]
+	[[ "$output" != *$'\nsummary '* ]]
+	run sfma-log ws --json
+	echo "$output" >rows
+	jq -e -s 'any(.[]; .kind == "verdict" and .evidence[0].state == "altered" and (has("output") | not))' rows
+	jq -e -s '.[-1].summary == null' rows
+}
+
+@test "colour only on a terminal, never with NO_COLOR set, never into a pipe or with --json" {
+	require script
+	eventful_run
+	script -qec "sfma-log ws" /dev/null >tty.out
+	grep -q $'\033\\[1;31mREFUSED' tty.out
+	grep -q $'\033\\[32mPASS' tty.out
+	# an empty NO_COLOR is not set (no-color.org: any non-empty value)
+	NO_COLOR= script -qec "sfma-log ws" /dev/null >tty-empty.out
+	grep -q $'\033\\[' tty-empty.out
+	NO_COLOR=1 script -qec "sfma-log ws" /dev/null >tty-nocolor.out
+	grep -q 'REFUSED' tty-nocolor.out
+	run grep -c $'\033' tty-nocolor.out
+	[ "$output" = 0 ]
+	script -qec "sfma-log ws --json" /dev/null >tty-json.out
+	run grep -c $'\033' tty-json.out
+	[ "$output" = 0 ]
+	sfma-log ws | cat >pipe.out
+	grep -q REFUSED pipe.out
+	run grep -c $'\033' pipe.out
+	[ "$output" = 0 ]
+}
+
+@test "--run and --all choose among the three runs of one trace" {
+	cp -r "$INTEROP/multirun/ws" mr && chmod -R u+w mr
+	run sfma-log mr --all --json
+	[ "$status" -eq 0 ]
+	echo "$output" >all
+	jq -e -s '[.[] | select(.row == "header") | [.run, .runs, .firstLine]] == [[1,3,1],[2,3,17],[3,3,43]]' all
+	jq -e -s '[.[] | select(.row == "footer") | [.verdict, .sealed, .lastLine]] ==
+		[["completed",false,16],["failed",false,42],["completed",true,58]]' all
+	jq -e -s '[.[] | select(.row == "entry")] | length == 58' all
+	run sfma-log mr --run 2
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" == "run 2 of 3  started 2026-11-29T20:47:16.155Z  trace line 17" ]]
+	[ "$(grep -c REFUSED <<<"$output")" -eq 3 ]
+	[[ "$output" == *"REFUSED run echo hi; curl x: shell metacharacters are not allowed"* ]]
+	[[ "$output" == *"REFUSED write ../x: outside workspace: ../x"* ]]
+	[[ "$output" == *"REFUSED run git push origin: git subcommand not permitted: push"* ]]
+	[ "$(sfma-log mr --run -1)" = "$(sfma-log mr)" ]
+	[ "$(sfma-log mr --run -3)" = "$(sfma-log mr --run 1)" ]
+	[[ "$(sfma-log mr)" == "run 3 of 3"* ]]
+	run sfma-log mr --run 4
+	[ "$status" -eq 1 ]
+	[ "$output" = "sfma-log: mr: no run 4 (the trace holds 3)" ]
+	run sfma-log mr --run 0
+	[ "$status" -eq 2 ]
+	run sfma-log mr --run two
+	[ "$status" -eq 2 ]
+	run sfma-log mr --run 1 --all
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"--run and --all exclude each other"* ]]
+}
+
+@test "a legacy prefix that never finished is a run of its own" {
+	run sfma-log "$INTEROP/legacy/ws" --all --json
+	[ "$status" -eq 0 ]
+	echo "$output" | jq -e -s '[.[] | select(.row == "footer") | [.firstLine, .lastLine, .verdict, .sealed]] ==
+		[[1,2,null,false],[3,18,"completed",true]]'
+}
+
+@test "--follow prints a live run's rows as they arrive and exits once the run is sealed" {
+	cat >m.json <<'JSON'
+{"name":"slow","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["sleep","echo"],"inputs":[],"outputs":["out.txt"],"maxTurns":8,"dryRunDefault":false}
+JSON
+	export SFMA_MOCK="[$EVENTFUL_CAND,{\"tool\":\"run\",\"cmd\":\"sleep 2\"},{\"tool\":\"run\",\"cmd\":\"echo FOLLOWED\"},
+		{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"s\"}]"
+	# the follower starts first, before the workspace exists, and waits for it
+	timeout 60 sfma-log ws --follow --json >follow.out 2>follow.err &
+	local follower=$!
+	sfma run m.json >/dev/null 2>&1
+	local follow_status=0
+	wait "$follower" || follow_status=$?
+	cat follow.err
+	[ "$follow_status" -eq 0 ]
+	# the rows it printed live are the rows of the finished run
+	sfma-log ws --json >after.out
+	diff follow.out after.out
+	jq -e -s '.[-1] | .row == "footer" and .sealed and .verdict == "completed"' follow.out
+	grep -q 'echo FOLLOWED' follow.out
+}
+
+@test "--follow on a run that is already sealed prints it and exits" {
+	run timeout 20 sfma-log "$INTEROP/multirun/ws" --follow
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" == "run 3 of 3  started "*", following" ]]
+	[[ "${lines[-1]}" == "verdict completed"*"sealed by result.json" ]]
+}
+
+@test "a hostile trace: lines that are not entries are shown as such, escapes come out escaped, exit 1" {
+	mkdir -p h/.sfma
+	python3 - <<'PY'
+import json
+out = open("h/.sfma/trace.jsonl", "wb")
+def entry(**e):
+    out.write(json.dumps(e).encode() + b"\n")
+entry(seq=1, kind="clock-anchor", loop=0, id="clock-anchor-1", refs=[], data={"wallMs": 1e300, "source": "x"})
+entry(seq=2, kind="lifecycle", loop=0, id="lifecycle-2", refs=[], data={"from": None, "to": "probation"})
+out.write(b"not json at all\n")
+out.write(b'{"a":1,"a":2}\n')
+out.write(b"[1,2,3]\n")
+entry(seq=3, kind="task", loop=1, id="task-3", refs=[], data={"call": {"tool": "write",
+      "path": "\x1b[31mRED\x1b]0;pwned\x07\u009b2J\u202eevil\x00nul"}})
+entry(seq=4, kind="verdict", loop=1, id="verdict-4", refs=["task-3"],
+      data={"tier": "hard", "pass": False, "reason": "not a declared output: \x1b[2J"})
+entry(seq=5, kind="call", loop="x", id=5, refs="no", data={"endpoint": ["a"], "latencyMs": -5, "ok": "yes"})
+entry(seq=6, kind="verdict", loop=1, refs=[7], data={"pass": True, "reason": None, "run": {"exit": "x", "durationMs": 1e308}})
+entry(kind=None, data=[])
+out.write(b'{"bad utf-8":"\xff\xfe"}\n')
+out.write(b"\x1b[31m a raw escape line\n")
+out.write(b'{"kind":"message","data":{"dir":"out","text":"' + b"A" * (17 << 20) + b'"}}\n')
+entry(seq=7, kind="\x1b[2Jkind\u009b", data={})
+entry(seq=8, kind="lifecycle", data={"from": "probation", "to": "halted-\x1b]0;title\x07"})
+entry(seq=9, kind="clock-anchor", data={"wallMs": -1})
+out.write(b'{"torn":')
+PY
+	local before
+	before=$(snapshot h)
+	run --separate-stderr sfma-log h
+	[ "$status" -eq 1 ]
+	echo "$output"
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ "$stderr" == "sfma-log: h/.sfma/trace.jsonl: line 3: invalid JSON: "*"(and more lines that are not entries)" ]]
+	# no control byte of the trace reaches the output: they are spelled out
+	run grep -c $'[\001-\010\013-\037\177]' <<<"$output"
+	[ "$output" = 0 ]
+	run --separate-stderr sfma-log h
+	[[ "$output" == *'write \x1b[31mRED\x1b]0;pwned\x07\u{009b}2J\u{202e}evil\x00nul'* ]]
+	[[ "$output" == *'REFUSED write \x1b[31mRED'*': not a declared output: \x1b[2J'* ]]
+	[[ "$output" == *"line 3         -             INVALID not a trace entry: invalid JSON"* ]]
+	[[ "$output" == *"line 4         -             INVALID not a trace entry: invalid JSON: duplicate object key"* ]]
+	[[ "$output" == *"line 5         -             INVALID not a trace entry: not a JSON object"* ]]
+	[[ "$output" == *"INVALID not a trace entry: longer than 16777216 bytes"* ]]
+	[[ "$output" == *"INVALID not a trace entry: torn final line (no newline)"* ]]
+	[[ "$output" == *' \x1b[2Jkind\u{009b} '* ]]
+	[[ "${lines[-1]}" == 'verdict halted-\x1b]0;title\x07  turns 0  model calls 1 (1 failed)  refused 1  not sealed by result.json' ]]
+	# on a terminal too: only the program's own colour sequences
+	script -qec "sfma-log h" /dev/null >tty.out || true
+	grep -q 'INVALID' tty.out
+	run grep -c $'\033\\]\\|\033\\[31mRED\\|\033\\[2J\\|\302\233' tty.out
+	[ "$output" = 0 ]
+	# --json is ASCII, one valid object per line
+	run --separate-stderr sfma-log h --json
+	[ "$status" -eq 1 ]
+	echo "$output" | jq -e -s 'length == 19' >/dev/null
+	run grep -c -P '[^\x20-\x7e]' <<<"$output"
+	[ "$output" = 0 ]
+	# a reader: nothing in the workspace changed
+	[ "$(snapshot h)" = "$before" ]
+}
+
+@test "a reader never writes into the workspace" {
+	eventful_run evidence
+	local before
+	before=$(snapshot ws)
+	sfma-log ws >/dev/null
+	sfma-log ws --json --all >/dev/null
+	timeout 20 sfma-log ws --follow >/dev/null
+	[ "$(snapshot ws)" = "$before" ]
+}
+
+@test "an unreadable trace is one line and exit 1; usage errors exit 2" {
+	run --separate-stderr sfma-log nowhere
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: nowhere: No such file or directory" ]
+	mkdir -p empty/.sfma && : >empty/.sfma/trace.jsonl
+	run --separate-stderr sfma-log empty
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: empty/.sfma/trace.jsonl: no entries" ]
+	mkdir -p fifo/.sfma && mkfifo fifo/.sfma/trace.jsonl
+	run --separate-stderr timeout 10 sfma-log fifo
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: fifo/.sfma/trace.jsonl: not a regular file" ]
+	run sfma-log
+	[ "$status" -eq 2 ]
+	run sfma-log --bogus ws
+	[ "$status" -eq 2 ]
+	[[ "$output" == "sfma-log: unknown option --bogus"* ]]
+	run sfma-log a b
+	[ "$status" -eq 2 ]
+	run sfma-log --run
+	[ "$status" -eq 2 ]
+	run sfma-log --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "sfma-log "[0-9]* ]]
+	run sfma-log --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: sfma-log WORKSPACE"* ]]
+}
+
+@test "sfma log runs sfma-log" {
+	eventful_run
+	run sfma log ws --json
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(sfma-log ws --json)" ]
+}

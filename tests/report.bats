@@ -1,0 +1,214 @@
+#!/usr/bin/env bats
+# sfma-report: one run as a self-contained HTML page, checked in a real
+# browser (headless Chromium): the key facts are in the DOM, nothing is
+# fetched, no script runs, hostile strings stay text, AUDIT_INVALID shows.
+
+bats_require_minimum_version 1.5.0
+load helpers
+load fixtures/report/eventful
+
+CHROME="$BATS_TEST_DIRNAME/fixtures/report/chrome.sh"
+
+setup() {
+	require jq
+	require python3
+	require chromium
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+}
+
+# dom PAGE: the page's DOM after loading, on stdout; the browser's console
+# messages (errors, CSP violations) in console.log.
+dom() {
+	"$CHROME" --dump-dom "file://$PWD/$1" 2>browser.log
+	grep ':CONSOLE' browser.log >console.log || true
+}
+
+no_console_messages() {
+	[ ! -s console.log ] || { cat console.log; return 1; }
+}
+
+@test "the page shows the run's key facts, verified, in a browser without a console message" {
+	eventful_run evidence
+	run sfma-report ws -o report.html
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	dom report.html >dom.html
+	no_console_messages
+	grep -q '<title>sfma report: eventful — failed</title>' dom.html
+	grep -q 'class="audit ok" id="audit"><b>AUDIT_OK</b>' dom.html
+	grep -q "$(sfma-verify ws | cut -d' ' -f2-)" dom.html
+	grep -q '<div class="v failed">failed</div>' dom.html
+	# the refused write and its reason, the marker and its output, the summary
+	grep -q '<span class="badge refused">REFUSED</span> write ../evil: outside workspace' dom.html
+	grep -q 'run echo MARKER-42: exit=0' dom.html
+	grep -q 'stdout:MARKER-42' dom.html
+	grep -q 'id="summary"><b>Summary</b> (the model.s done)' dom.html
+	grep -q 'Wrote out.txt; SUMMARY-7 all done' dom.html
+	grep -q '<div class="v ">12600 / 492</div>' dom.html
+	# the refusals, listed before the timeline, each linked to its row
+	grep -q '<div class="note why" id="refusals"><b>Refused</b>' dom.html
+	grep -q '<li><a href="#line-[0-9]*">T6</a> write ../evil: outside workspace</li>' dom.html
+	# the timeline: one cell per turn, to scale bars for calls and the command
+	[ "$(grep -o '<rect[^>]*rx="4"' dom.html | wc -l)" -eq 8 ]
+	grep -q 'T5 write' dom.html
+	grep -q 'fill="#8e44ad"' dom.html
+	# one table row per trace line
+	[ "$(grep -o '<tr id="line-' dom.html | wc -l)" -eq "$(wc -l <ws/.sfma/trace.jsonl)" ]
+}
+
+@test "the page fetches nothing and carries no script" {
+	eventful_run evidence
+	sfma-report ws -o report.html
+	grep -q "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; " report.html
+	run grep -ci '<script\|<link\|<iframe\|<object\|<embed\|<img\|@import\|url(' report.html
+	[ "$output" = 0 ]
+	# every link stays inside the page; the one URL is the SVG namespace name
+	[ -z "$(grep -o 'href="[^"]*"' report.html | grep -v '^href="#line-[0-9]*"$')" ]
+	[ "$(grep -o 'https\?://[^" ]*' report.html | sort -u)" = "http://www.w3.org/2000/svg" ]
+	# and the browser, asked to load it, logs no blocked request
+	dom report.html >/dev/null
+	no_console_messages
+}
+
+@test "a hostile reply and path stay text: no script runs, the SVG and the table stay whole" {
+	eventful_run evidence
+	sfma-report ws -o report.html
+	# without the page's CSP, so an escaping mistake would run the script
+	sed "/Content-Security-Policy/d" report.html >open.html
+	grep -q Content-Security-Policy open.html && return 1
+	for page in report.html open.html; do
+		dom "$page" >dom.html
+		no_console_messages
+		grep -q '<title>sfma report: eventful — failed</title>' dom.html
+		run grep -c PWNED1 <(grep -o '<title>.*</title>' dom.html)
+		[ "$output" = 0 ]
+		run grep -ci '<script' dom.html
+		[ "$output" = 0 ]
+		# the strings are shown, as text
+		grep -q "write &lt;/svg&gt;&lt;script&gt;document.title=&#39;PWNED2&#39;&lt;/script&gt;: not a declared output" dom.html ||
+			grep -q "write &lt;/svg&gt;&lt;script&gt;document.title='PWNED2'&lt;/script&gt;: not a declared output" dom.html
+		grep -q "not json &lt;script&gt;document.title=.PWNED1.&lt;/script&gt;&lt;/svg&gt;" dom.html
+		# the SVG still holds every turn after the hostile one, the table every row
+		grep -q '>T8 done</text>' dom.html
+		grep -q "<tr id=\"line-$(wc -l <ws/.sfma/trace.jsonl)\"" dom.html
+		grep -q '</footer>' dom.html
+	done
+}
+
+@test "AUDIT_INVALID is shown first and prominently when the trace was altered" {
+	eventful_run
+	sed -i 's/outside workspace/inside workspace/' ws/.sfma/trace.jsonl
+	run sfma-verify ws
+	[ "$status" -eq 1 ]
+	run sfma-report ws -o report.html
+	[ "$status" -eq 0 ]
+	dom report.html >dom.html
+	no_console_messages
+	grep -q 'class="audit invalid" id="audit" role="alert"><b>AUDIT_INVALID</b>' dom.html
+	grep -q 'nothing on this page can be trusted' dom.html
+	# the record's claim to seal the run is not taken on trust either
+	grep -q '<div class="k">sealed</div><div class="v bad">unverified</div>' dom.html
+	grep -q 'AUDIT_INVALID</b><span class="mono">trace line [0-9]*: hash mismatch' dom.html
+	# before the summary, the timeline and the entries
+	[ "$(grep -n 'id="audit"' dom.html | cut -d: -f1)" -lt "$(grep -n '<h2>Timeline' dom.html | cut -d: -f1)" ]
+	grep -c 'AUDIT_OK' dom.html && return 1
+	true
+}
+
+@test "without sfma-verify beside it the page says the run is not verified" {
+	eventful_run
+	mkdir alone && cp "$SFMA_BINDIR/sfma-report" alone/
+	run alone/sfma-report ws -o report.html
+	[ "$status" -eq 0 ]
+	grep -q 'class="audit unknown" id="audit" role="alert"><b>NOT VERIFIED</b>' report.html
+	grep -q 'sfma-verify not found beside sfma-report' report.html
+	grep -c 'AUDIT_OK' report.html && return 1
+	true
+}
+
+@test "-o replaces FILE atomically with what standard output would get; the workspace is not touched" {
+	eventful_run evidence
+	local before
+	before=$(find ws -printf '%p %s %T@\n' | sort)
+	sfma-report ws >stdout.html
+	echo old >report.html
+	sfma-report ws -o report.html
+	cmp stdout.html report.html
+	[ "$(ls -A | grep -c '^\.\|tmp')" -eq 0 ]
+	[ "$(find ws -printf '%p %s %T@\n' | sort)" = "$before" ]
+	run --separate-stderr sfma-report ws -o no/such/dir/report.html
+	[ "$status" -eq 1 ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ "$stderr" == "sfma-report: no/such/dir/report.html: "* ]]
+}
+
+@test "--run picks a run of a trace with three; the report of an older run is not sealed" {
+	cp -r "$INTEROP/multirun/ws" mr && chmod -R u+w mr
+	sfma-report mr --run 2 -o r2.html
+	grep -q 'run 2 of 3' r2.html
+	[ "$(grep -c '<span class="badge refused">REFUSED</span>' r2.html)" -eq 3 ]
+	grep -q '<div class="k">sealed</div><div class="v halted">no</div>' r2.html
+	grep -q 'AUDIT_OK' r2.html
+	sfma-report mr -o r3.html
+	grep -q 'run 3 of 3' r3.html
+	grep -q '<div class="k">sealed</div><div class="v ">yes</div>' r3.html
+	run sfma-report mr --run 9
+	[ "$status" -eq 1 ]
+}
+
+@test "a hostile trace still makes a whole page: invalid lines are rows, control characters are visible" {
+	mkdir -p h/.sfma
+	printf '%s\n' '{"kind":"clock-anchor","data":{"wallMs":1795985236340}}' \
+		'{"kind":"lifecycle","data":{"from":null,"to":"probation"}}' \
+		'not json </table></svg><script>document.title="PWNED3"</script>' \
+		'{"kind":"task","loop":1,"data":{"call":{"tool":"write","path":"\u001b[2J\u202e<b>x</b>"}}}' \
+		'{"kind":"call","loop":1,"data":{"endpoint":"<i>e</i>","latencyMs":1e308,"ok":true}}' \
+		'{"kind":"lifecycle","data":{"from":"probation","to":"halted-<b>v</b>\u001b[2J"}}' >h/.sfma/trace.jsonl
+	printf '{"torn":' >>h/.sfma/trace.jsonl
+	run sfma-report h -o h.html
+	[ "$status" -eq 0 ]
+	dom h.html >dom.html
+	no_console_messages
+	grep -q '<title>sfma report: run 1 — halted-&lt;b&gt;v&lt;/b&gt;\\x1b\[2J</title>' dom.html
+	grep -q '<div class="v halted">halted-&lt;b&gt;v&lt;/b&gt;\\x1b\[2J</div>' dom.html
+	grep -q '<span class="badge invalid">INVALID</span> not a trace entry: invalid JSON' dom.html
+	grep -q 'write \\x1b\[2J\\u{202e}&lt;b&gt;x&lt;/b&gt;' dom.html
+	grep -q '&lt;i&gt;e&lt;/i&gt;' dom.html
+	grep -q 'torn final line' dom.html
+	grep -q 'NOT VERIFIED\|AUDIT_INVALID' dom.html
+	run grep -ci '<script\|<b>x\|<i>e\|<b>v' dom.html
+	[ "$output" = 0 ]
+}
+
+@test "a screenshot of the page renders" {
+	eventful_run evidence
+	sfma-report ws -o report.html
+	"$CHROME" --screenshot="$PWD/report.png" --window-size=1280,1600 "file://$PWD/report.html" 2>browser.log
+	grep ':CONSOLE' browser.log && return 1
+	[ "$(head -c 8 report.png | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
+	[ "$(stat -c %s report.png)" -gt 20000 ]
+}
+
+@test "usage errors exit 2; an unreadable trace is one line and exit 1" {
+	run sfma-report
+	[ "$status" -eq 2 ]
+	run sfma-report --bogus ws
+	[ "$status" -eq 2 ]
+	[[ "$output" == "sfma-report: unknown option --bogus"* ]]
+	run sfma-report a b
+	[ "$status" -eq 2 ]
+	run sfma-report ws -o
+	[ "$status" -eq 2 ]
+	run sfma-report --run 0 ws
+	[ "$status" -eq 2 ]
+	run --separate-stderr sfma-report nowhere
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: nowhere: No such file or directory" ]
+	run sfma-report --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "sfma-report "[0-9]* ]]
+	run sfma-report --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: sfma-report WORKSPACE"* ]]
+}
