@@ -34,10 +34,10 @@ snapshot() {
 	[[ "$output" == *"mutation      wrote out.txt, 11 bytes, sha256 26c60a61d01d"* ]]
 	[[ "$output" == *"REFUSED write ../evil: outside workspace"* ]]
 	[[ "$output" == *"message       out notify: status ok"* ]]
-	[[ "$output" == *"ERROR error: done, but 2 tool call(s) were refused by the hard tier"* ]]
+	[[ "$output" == *"ERROR error: done, but 2 calls were refused by the hard tier"* ]]
 	[[ "$output" == *"clock-anchor  run end"* ]]
 	[[ "${lines[-2]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  sealed by result.json" ]]
-	[[ "${lines[-1]}" == "why done, but 2 tool call(s) were refused by the hard tier" ]]
+	[[ "${lines[-1]}" == "why done, but 2 calls were refused by the hard tier"* ]]
 	# turns and loops: the eighth model reply is turn 8 of loop 1
 	[[ "$output" == *"L1  T8    task          done"* ]]
 }
@@ -66,7 +66,7 @@ snapshot() {
 	jq -e -s 'any(.[]; .kind == "message" and .dir == "in" and .file == "001.txt" and .text == "please be brief\n")' "$rows"
 	jq -e -s 'any(.[]; .kind == "message" and .dir == "out" and .messageKind == "notify" and .text == "status ok")' "$rows"
 	jq -e -s 'any(.[]; .kind == "clarification" and .source == "--task" and .text == "do it")' "$rows"
-	jq -e -s 'any(.[]; .kind == "result" and (.error | startswith("done, but 2 tool call(s)")))' "$rows"
+	jq -e -s 'any(.[]; .kind == "result" and (.error | startswith("done, but 2 calls were refused")))' "$rows"
 	jq -e -s '[.[] | select(.kind == "call") | .turn] == [1,2,3,4,5,6,7,8]' "$rows"
 	jq -e -s '[.[] | select(.kind == "clock-anchor") | .anchor] == ["start","end"]' "$rows"
 	jq -e -s '.[-1] | .verdict == "failed" and .sealed and .closed and .turns == 8 and .modelCalls == 8 and
