@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat sfma-telegram"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat sfma-telegram sfma-log sfma-report"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -99,6 +99,8 @@ manners() {
 @test "sfma-verify: --version, --help, -h, usage errors by name" { manners sfma-verify; }
 @test "sfma-chat: --version, --help, -h, usage errors by name" { manners sfma-chat; }
 @test "sfma-telegram: --version, --help, -h, usage errors by name" { manners sfma-telegram; }
+@test "sfma-log: --version, --help, -h, usage errors by name" { manners sfma-log; }
+@test "sfma-report: --version, --help, -h, usage errors by name" { manners sfma-report; }
 
 # A small sealed workspace.
 workspace() {

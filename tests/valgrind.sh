@@ -50,4 +50,6 @@ check sfma-plan-run sh -c "$vg $bin/sfma-plan run m.json --apply --to-model fifo
 	--to-exec fifo/te --from-exec fifo/fe --to-chain fifo/tc --from-chain fifo/fc --to-seal fifo/ts --from-seal fifo/fs"
 wait
 check sfma-verify-run "$bin/sfma-verify" ws
+check sfma-log sh -c "$vg $bin/sfma-log ws >/dev/null && $vg $bin/sfma-log --json --all $interop/multirun/ws >/dev/null"
+check sfma-report sh -c "$vg $bin/sfma-report -o report.html ws && grep -q AUDIT_OK report.html"
 exit $fail
