@@ -10,6 +10,7 @@
 #include "chain.h"
 #include "buf.h"
 #include "canon.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "sha.h"
 
@@ -38,6 +39,10 @@ struct line_info {
 	size_t id_len;
 	char *owned;             /* heap copies of hash, prev and id made by the tree path */
 	char *error;             /* heap message when the line failed */
+	char *ev_error;          /* heap message when its evidence failed ("evidence ...") */
+	char ev_seq[32];         /* the entry's seq as printed, "" when it has no number */
+	uint32_t ev_refs;        /* evidence references checked */
+	uint32_t ev_pruned;      /* of which missing, with allow_pruned */
 	unsigned char chained;   /* carries hash and prevHash */
 	unsigned char is_anchor; /* kind == "clock-anchor" */
 };
@@ -105,6 +110,56 @@ static double number_at(const char *s, size_t n)
 	return strtod(tmp, NULL);
 }
 
+struct ref_check {
+	struct line_info *li;
+	const struct chain_opts *opts;
+};
+
+/* One reference: 0 to go on, 1 once the line has failed. */
+static int check_one_ref(void *arg, const char *name, const struct evidence_ref *ref)
+{
+	(void)name;
+	struct ref_check *rc = arg;
+	struct sfma_err e;
+	char msg[SFMA_ERR_MAX + 128];
+	rc->li->ev_refs++;
+	switch (evidence_check(rc->opts->evidence, ref, &e)) {
+	case EVIDENCE_OK:
+		return 0;
+	case EVIDENCE_MISSING:
+		if (rc->opts->allow_pruned) {
+			rc->li->ev_pruned++;
+			return 0;
+		}
+		snprintf(msg, sizeof msg, "evidence %s missing", ref->sha256);
+		break;
+	case EVIDENCE_ALTERED:
+		snprintf(msg, sizeof msg, "evidence %s altered", ref->sha256);
+		break;
+	case EVIDENCE_ERROR:
+	default:
+		snprintf(msg, sizeof msg, "%s", e.text);
+		break;
+	}
+	rc->li->ev_error = xstrdup(msg);
+	return 1;
+}
+
+/* Check every reference of a parsed entry against the store: the blobs
+ * are read here, on the worker threads, so they are hashed in parallel
+ * like the lines and nothing about them is kept once the line is linked. */
+static void check_evidence(struct line_info *li, const json_t *entry, const struct chain_opts *o)
+{
+	json_t *seq = json_object_get(entry, "seq");
+	if (json_is_number(seq) && canon_number(json_number_value(seq), li->ev_seq) < 0)
+		li->ev_seq[0] = '\0';
+	struct ref_check rc = {li, o};
+	struct sfma_err e;
+	uint64_t count;
+	if (evidence_entry_refs(entry, check_one_ref, &rc, &count, &e) < 0 && !li->ev_error)
+		li->ev_error = xstrdup(e.text);
+}
+
 /* Fast path: the line is already canonical. Returns 1 if handled. */
 static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *md)
 {
@@ -142,7 +197,7 @@ static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *
 }
 
 /* Slow path for lines in any other form: parse, drop hash, canonicalize. */
-static void check_tree(struct line_info *li)
+static void check_tree(struct line_info *li, const struct chain_opts *o)
 {
 	struct sfma_err e;
 	json_t *v = json_parse_strict(li->text, li->len, &e);
@@ -172,6 +227,8 @@ static void check_tree(struct line_info *li)
 		li->id_len = id_len;
 	}
 	if (!h && !p) {
+		if (o->evidence)
+			check_evidence(li, v, o);
 		json_decref(v);
 		return;
 	}
@@ -199,6 +256,28 @@ static void check_tree(struct line_info *li)
 		}
 		buf_free(&b);
 	}
+	if (o->evidence && !li->error)
+		check_evidence(li, v, o);
+	json_decref(v);
+}
+
+/* The evidence of a line that took the fast path. A canonical line spells
+ * a top-level member as "evidence": literally (keys hold no escapes but
+ * for '"', '\\' and controls), so a line without those bytes has none and
+ * is not parsed; one with them is (the bytes may also be a key inside
+ * data, which the tree tells apart). */
+static void check_canonical_evidence(struct line_info *li, const struct chain_opts *o)
+{
+	static const char key[] = "\"" EVIDENCE_MEMBER "\":";
+	if (li->error || !memmem(li->text, li->len, key, sizeof key - 1))
+		return;
+	struct sfma_err e;
+	json_t *v = json_parse_strict(li->text, li->len, &e);
+	if (!v) { /* canon_scan accepted it: cannot happen, but never skip a check */
+		fail(li, e.text);
+		return;
+	}
+	check_evidence(li, v, o);
 	json_decref(v);
 }
 
@@ -206,6 +285,7 @@ struct work {
 	struct line_info *lines;
 	size_t from, to;
 	const EVP_MD *md;
+	const struct chain_opts *opts;
 };
 
 static void *worker(void *arg)
@@ -214,12 +294,15 @@ static void *worker(void *arg)
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	if (!ctx) { /* without a context every line takes the tree path */
 		for (size_t i = w->from; i < w->to; i++)
-			check_tree(&w->lines[i]);
+			check_tree(&w->lines[i], w->opts);
 		return NULL;
 	}
-	for (size_t i = w->from; i < w->to; i++)
+	for (size_t i = w->from; i < w->to; i++) {
 		if (!check_canonical(&w->lines[i], ctx, w->md))
-			check_tree(&w->lines[i]);
+			check_tree(&w->lines[i], w->opts);
+		else if (w->opts->evidence)
+			check_canonical_evidence(&w->lines[i], w->opts);
+	}
 	EVP_MD_CTX_free(ctx);
 	return NULL;
 }
@@ -250,6 +333,7 @@ static void release_lines(struct block *b)
 	for (size_t i = 0; i < b->n; i++) {
 		free(b->lines[i].owned);
 		free(b->lines[i].error);
+		free(b->lines[i].ev_error);
 	}
 	b->n = 0;
 }
@@ -306,7 +390,7 @@ static void load_block(struct reader *rd, struct block *b)
 }
 
 /* Hand the lines of b to worker threads; tiny blocks are not worth one. */
-static void start_workers(struct block *b, int threads, const EVP_MD *md)
+static void start_workers(struct block *b, int threads, const EVP_MD *md, const struct chain_opts *opts)
 {
 	int t = b->n ? threads : 0;
 	if ((size_t)t > b->n / 64 + 1)
@@ -315,7 +399,7 @@ static void start_workers(struct block *b, int threads, const EVP_MD *md)
 	b->started = 0;
 	for (int k = 0; k < t; k++) {
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
-		                        b->n * (size_t)(k + 1) / (size_t)t, md};
+		                        b->n * (size_t)(k + 1) / (size_t)t, md, opts};
 		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
 			break;
 		b->started = k + 1;
@@ -372,6 +456,14 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 			v->seen_chained = 1;
 			memcpy(s->head, li->hash, 64);
 			s->head[64] = '\0';
+		}
+		s->evidence += li->ev_refs;
+		s->pruned += li->ev_pruned;
+		if (li->ev_error) {
+			s->evidence_failed = 1;
+			if (li->ev_seq[0])
+				return err_set(e, "seq %s: %s", li->ev_seq, li->ev_error);
+			return err_set(e, "line %llu: %s", (unsigned long long)no, li->ev_error);
 		}
 		if (li->seq > s->max_seq)
 			s->max_seq = li->seq;
@@ -451,7 +543,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	int rc = 0;
 	load_block(&rd, cur);
 	for (;;) {
-		start_workers(cur, threads, md);
+		start_workers(cur, threads, md, opts);
 		/* Read ahead while the workers check. */
 		int more = cur->pending == PEND_NONE && !(rd.eof && cur->used == cur->have);
 		if (more) {

@@ -1,15 +1,18 @@
 /* sfma-verify - offline verification of a trace and its result record.
  *
- *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE | RESULT.json
+ *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned] WORKSPACE | RESULT.json
  *
- * Recomputes the hash chain, its head and length, the manifest and result
- * digests and the Ed25519 signature (CONTRACT.md section 7). Prints
+ * Recomputes the hash chain, its head and length, every evidence blob the
+ * chain references, the manifest and result digests and the Ed25519
+ * signature (CONTRACT.md sections 7 and 12). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
- * and exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
+ * (plus " evidence=<n>" and " pruned=<k>" when there are references) and
+ * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
  * Usage errors exit 2. */
 #include "chain.h"
 #include "cli.h"
 #include "err.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "record.h"
 #include "sign.h"
@@ -42,7 +45,8 @@ static _Noreturn void invalid(const char *fmt, ...)
 }
 
 static const char usage_text[] =
-	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE|RESULT.json\n"
+	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned]\n"
+	"                   WORKSPACE|RESULT.json\n"
 	"       sfma-verify --canonicalize < JSON-LINES\n"
 	"       sfma-verify --version | --help\n";
 
@@ -221,6 +225,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"trusted-head", required_argument, NULL, 't'},
 		{"threads", required_argument, NULL, 'j'},
+		{"allow-pruned", no_argument, NULL, 'p'},
 		{"canonicalize", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -237,6 +242,7 @@ int main(int argc, char **argv)
 			opts.threads = (int)threads;
 			break;
 		case 'c': canonicalize = 1; break;
+		case 'p': opts.allow_pruned = 1; break;
 		case 'h': cli_help(usage_text);
 		case 'V': cli_version();
 		default: cli_bad_option(usage_text, c, argv);
@@ -279,10 +285,22 @@ int main(int argc, char **argv)
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		invalid("%s: not a regular file", tpath);
+	/* The evidence store beside the record; absent, every reference is
+	 * missing (the store opens without failing; see evidence_open). */
+	char *sfma_path = xmalloc(strlen(workspace) + 8);
+	sprintf(sfma_path, "%s/.sfma", workspace);
+	int sfma_fd = open(sfma_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	opts.evidence = evidence_open(sfma_fd, 0, &e);
+	if (!opts.evidence)
+		invalid("%s", e.text);
 	struct chain_summary sum;
 	if (chain_verify_fd(fd, &opts, &sum, &e) < 0)
-		invalid("trace %s", e.text);
+		invalid("%s%s", sum.evidence_failed ? "" : "trace ", e.text);
 	close(fd);
+	evidence_close(opts.evidence);
+	if (sfma_fd >= 0)
+		close(sfma_fd);
+	free(sfma_path);
 
 	/* 2. The record's commitments to that chain. */
 	if (strcmp(sum.head, head) != 0)
@@ -302,7 +320,15 @@ int main(int argc, char **argv)
 	/* 4. The signature, if any, over the integrity object. */
 	const char *sigword = check_signature(integrity, json_object_get(integrity, "signature"));
 
-	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s\n", sigword, sum.entries, sum.head);
+	/* Records without references print exactly the earlier runner's line. */
+	char evidence_words[64] = "";
+	if (sum.evidence && sum.pruned)
+		snprintf(evidence_words, sizeof evidence_words, " evidence=%" PRIu64 " pruned=%" PRIu64,
+		         sum.evidence, sum.pruned);
+	else if (sum.evidence)
+		snprintf(evidence_words, sizeof evidence_words, " evidence=%" PRIu64, sum.evidence);
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s\n", sigword, sum.entries, sum.head,
+	       evidence_words);
 	json_decref(record);
 	free(tpath);
 	free(record_path);
