@@ -285,7 +285,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		invalid("%s: not a regular file", tpath);
-	/* The evidence store beside the record; absent, every reference is
+	/* The workspace's evidence store; absent, every reference is
 	 * missing (the store opens without failing; see evidence_open). */
 	char *sfma_path = xmalloc(strlen(workspace) + 8);
 	sprintf(sfma_path, "%s/.sfma", workspace);
