@@ -1,6 +1,7 @@
 /* evidence.c - content-addressed blobs under .sfma/evidence. */
 #include "evidence.h"
 #include "atomic.h"
+#include "canon.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -116,9 +117,12 @@ int evidence_ref_parse(const json_t *ref, struct evidence_ref *out, struct sfma_
 	return 0;
 }
 
+/* The canonical form's key order, so that a tree and a scan of the
+ * canonical text meet references in the same order. */
 static int key_cmp(const void *a, const void *b)
 {
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+	return utf16_cmp(x, strlen(x), y, strlen(y));
 }
 
 int evidence_entry_refs(const json_t *entry,

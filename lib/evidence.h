@@ -71,7 +71,7 @@ json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struc
 int evidence_ref_parse(const json_t *ref, struct evidence_ref *out, struct sfma_err *e);
 
 /* Call fn for each reference of a trace entry (the parsed line), in the
- * order of the "evidence" member's keys (sorted, as in the canonical form),
+ * order of the "evidence" member's keys (as the canonical form sorts them),
  * array items in order; name is the key. Returns 0, the first non-zero
  * value fn returns, or -1 with e filled when "evidence" is present but not
  * an object of references (e names the key). *count receives the number of

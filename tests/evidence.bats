@@ -356,3 +356,16 @@ PY
 	[ -z "$(ls -A real)" ]
 	[ "$("$tool" check ws/.sfma "$ref")" = altered ]
 }
+
+@test "the scan of canonical lines and the parse of any other line agree on every shape" {
+	# seeds chosen to cover intact, missing, altered and malformed references
+	for seed in $(seq 1 40); do
+		python3 "$REPO/tests/fixtures/evidence/agree.py" "$seed" > verdict ||
+			{ cat verdict; return 1; }
+		cat verdict >> verdicts
+	done
+	# both outcomes occurred
+	grep -q '^0 ' verdicts
+	grep -q '^1 AUDIT_INVALID: seq [0-9]: evidence [0-9a-f]* missing' verdicts
+	grep -q '^1 AUDIT_INVALID: seq [0-9]: evidence\.' verdicts
+}
