@@ -65,6 +65,15 @@ struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err
 	s->dirfd = sfma_dirfd < 0 ? -1 :
 	           openat(sfma_dirfd, EVIDENCE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (s->dirfd >= 0) {
+		/* A writer keeps the store private even if it found it made
+		 * with a looser mode (by hand, or under another umask). */
+		struct stat st;
+		if (create && fstat(s->dirfd, &st) == 0 && (st.st_mode & 07777) != 0700 &&
+		    fchmod(s->dirfd, 0700) < 0) {
+			err_set(e, "%s: chmod: %s", EVIDENCE_DIR, strerror(errno));
+			evidence_close(s);
+			return NULL;
+		}
 		s->dir_state = EVIDENCE_OK;
 		return s;
 	}

@@ -305,7 +305,7 @@ PY
 @test "put: blobs are named by their SHA-256, mode 0600 in a 0700 directory, deduplicated, atomic" {
 	mkdir -p ws/.sfma
 	printf 'hello' > in
-	ref=$("$tool" put ws/.sfma < in)
+	ref=$(umask 0; "$tool" put ws/.sfma < in)
 	h=$(sha256sum in | cut -c1-64)
 	[ "$ref" = "{\"bytes\":5,\"sha256\":\"$h\"}" ]
 	[ "$(stat -c %a ws/.sfma/evidence)" = 700 ]
@@ -316,6 +316,10 @@ PY
 	[ "$("$tool" put ws/.sfma < in)" = "$ref" ]
 	[ "$(ls -A ws/.sfma/evidence)" = "$h" ]
 	[ "$(stat -c %i ws/.sfma/evidence/"$h")" = "$ino" ]   # kept, not rewritten
+	# a store found with a looser mode is made private again
+	chmod 755 ws/.sfma/evidence
+	"$tool" put ws/.sfma < in > /dev/null
+	[ "$(stat -c %a ws/.sfma/evidence)" = 700 ]
 	# an empty blob is a blob
 	[ "$("$tool" put ws/.sfma < /dev/null)" = "{\"bytes\":0,\"sha256\":\"$(sha256sum < /dev/null | cut -c1-64)\"}" ]
 	[ "$("$tool" check ws/.sfma "$ref")" = ok ]
