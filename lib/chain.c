@@ -10,6 +10,7 @@
 #include "chain.h"
 #include "buf.h"
 #include "canon.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "sha.h"
 
@@ -38,6 +39,10 @@ struct line_info {
 	size_t id_len;
 	char *owned;             /* heap copies of hash, prev and id made by the tree path */
 	char *error;             /* heap message when the line failed */
+	char *ev_error;          /* heap message when its evidence failed ("evidence ...") */
+	char ev_seq[32];         /* the entry's seq as printed, "" when it has no number */
+	uint32_t ev_refs;        /* evidence references checked */
+	uint32_t ev_pruned;      /* of which missing, with allow_pruned */
 	unsigned char chained;   /* carries hash and prevHash */
 	unsigned char is_anchor; /* kind == "clock-anchor" */
 };
@@ -105,6 +110,56 @@ static double number_at(const char *s, size_t n)
 	return strtod(tmp, NULL);
 }
 
+struct ref_check {
+	struct line_info *li;
+	const struct chain_opts *opts;
+};
+
+/* One reference: 0 to go on, 1 once the line has failed. */
+static int check_one_ref(void *arg, const char *name, const struct evidence_ref *ref)
+{
+	(void)name;
+	struct ref_check *rc = arg;
+	struct sfma_err e;
+	char msg[SFMA_ERR_MAX + 128];
+	rc->li->ev_refs++;
+	switch (evidence_check(rc->opts->evidence, ref, &e)) {
+	case EVIDENCE_OK:
+		return 0;
+	case EVIDENCE_MISSING:
+		if (rc->opts->allow_pruned) {
+			rc->li->ev_pruned++;
+			return 0;
+		}
+		snprintf(msg, sizeof msg, "evidence %s missing", ref->sha256);
+		break;
+	case EVIDENCE_ALTERED:
+		snprintf(msg, sizeof msg, "evidence %s altered", ref->sha256);
+		break;
+	case EVIDENCE_ERROR:
+	default:
+		snprintf(msg, sizeof msg, "%s", e.text);
+		break;
+	}
+	rc->li->ev_error = xstrdup(msg);
+	return 1;
+}
+
+/* Check every reference of a parsed entry against the store: the blobs
+ * are read here, on the worker threads, so they are hashed in parallel
+ * like the lines and nothing about them is kept once the line is linked. */
+static void check_evidence(struct line_info *li, const json_t *entry, const struct chain_opts *o)
+{
+	json_t *seq = json_object_get(entry, "seq");
+	if (json_is_number(seq) && canon_number(json_number_value(seq), li->ev_seq) < 0)
+		li->ev_seq[0] = '\0';
+	struct ref_check rc = {li, o};
+	struct sfma_err e;
+	uint64_t count;
+	if (evidence_entry_refs(entry, check_one_ref, &rc, &count, &e) < 0 && !li->ev_error)
+		li->ev_error = xstrdup(e.text);
+}
+
 /* Fast path: the line is already canonical. Returns 1 if handled. */
 static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *md)
 {
@@ -116,6 +171,13 @@ static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *
 		return 0;
 	if (sc.seq.present && li->text[sc.seq.value_off] != '"')
 		li->seq = number_at(li->text + sc.seq.value_off, sc.seq.value_len);
+	/* A canonical number is already spelled as an error message prints it. */
+	if (sc.seq.present && sc.seq.value_len < sizeof li->ev_seq &&
+	    (li->text[sc.seq.value_off] == '-' ||
+	     (li->text[sc.seq.value_off] >= '0' && li->text[sc.seq.value_off] <= '9'))) {
+		memcpy(li->ev_seq, li->text + sc.seq.value_off, sc.seq.value_len);
+		li->ev_seq[sc.seq.value_len] = '\0';
+	}
 	li->is_anchor = sc.kind.present && sc.kind.value_len == 14 &&
 	                memcmp(li->text + sc.kind.value_off, "\"clock-anchor\"", 14) == 0;
 	if (li->is_anchor && sc.id.present && li->text[sc.id.value_off] == '"') {
@@ -142,7 +204,7 @@ static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *
 }
 
 /* Slow path for lines in any other form: parse, drop hash, canonicalize. */
-static void check_tree(struct line_info *li)
+static void check_tree(struct line_info *li, const struct chain_opts *o)
 {
 	struct sfma_err e;
 	json_t *v = json_parse_strict(li->text, li->len, &e);
@@ -172,6 +234,8 @@ static void check_tree(struct line_info *li)
 		li->id_len = id_len;
 	}
 	if (!h && !p) {
+		if (o->evidence)
+			check_evidence(li, v, o);
 		json_decref(v);
 		return;
 	}
@@ -199,6 +263,170 @@ static void check_tree(struct line_info *li)
 		}
 		buf_free(&b);
 	}
+	if (o->evidence && !li->error)
+		check_evidence(li, v, o);
+	json_decref(v);
+}
+
+/* A scanner for the evidence member of a canonical line, which saves
+ * parsing the line into a tree (that cost four times the hashing). It
+ * knows only the exact canonical form of valid references,
+ * {"bytes":<digits>,"sha256":"<64 hex>"}; anything else is left to the
+ * tree, which gives the same answer and names what is wrong. The text is
+ * valid JSON without whitespace: canon_scan accepted it. */
+
+static const char *skip_string(const char *p, const char *end)
+{
+	for (p++; p < end; p++) {
+		if (*p == '\\')
+			p++;
+		else if (*p == '"')
+			return p + 1;
+	}
+	return NULL;
+}
+
+static const char *skip_value(const char *p, const char *end)
+{
+	if (p >= end)
+		return NULL;
+	if (*p == '"')
+		return skip_string(p, end);
+	if (*p != '{' && *p != '[') {
+		while (p < end && *p != ',' && *p != '}' && *p != ']')
+			p++;
+		return p;
+	}
+	int depth = 0;
+	while (p < end) {
+		if (*p == '"') {
+			if (!(p = skip_string(p, end)))
+				return NULL;
+			continue;
+		}
+		if (*p == '{' || *p == '[')
+			depth++;
+		else if ((*p == '}' || *p == ']') && --depth == 0)
+			return p + 1;
+		p++;
+	}
+	return NULL;
+}
+
+/* One reference in canonical form at *pp: 1 with ref filled and *pp past it. */
+static int scan_ref(const char **pp, const char *end, struct evidence_ref *ref)
+{
+	static const char open[] = "{\"bytes\":", mid[] = ",\"sha256\":\"";
+	const char *p = *pp;
+	if ((size_t)(end - p) < sizeof open - 1 || memcmp(p, open, sizeof open - 1) != 0)
+		return 0;
+	p += sizeof open - 1;
+	uint64_t n = 0;
+	const char *digits = p;
+	while (p < end && *p >= '0' && *p <= '9' && p - digits < 16)
+		n = n * 10 + (uint64_t)(*p++ - '0');
+	if (p == digits || (*digits == '0' && p - digits > 1) || n > EVIDENCE_MAX_REF_BYTES)
+		return 0;
+	if ((size_t)(end - p) < sizeof mid - 1 + 64 + 2 || memcmp(p, mid, sizeof mid - 1) != 0)
+		return 0;
+	p += sizeof mid - 1;
+	if (!is_hex64(p) || p[64] != '"' || p[65] != '}')
+		return 0;
+	memcpy(ref->sha256, p, 64);
+	ref->sha256[64] = '\0';
+	ref->bytes = n;
+	*pp = p + 66;
+	return 1;
+}
+
+/* Walk the references of the evidence value at p; with rc, check each.
+ * 1 if every one had the exact canonical form, 0 to leave it to the tree. */
+static int scan_refs(const char *p, const char *end, struct ref_check *rc)
+{
+	if (p >= end || *p++ != '{')
+		return 0;
+	if (p < end && *p == '}')
+		return 1;
+	for (;;) {
+		if (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p++ != ':')
+			return 0;
+		int array = p < end && *p == '[';
+		if (array && ++p < end && *p == ']') {
+			p++;
+		} else {
+			for (;;) {
+				struct evidence_ref ref;
+				if (!scan_ref(&p, end, &ref))
+					return 0;
+				if (rc && check_one_ref(rc, NULL, &ref))
+					return 1; /* the line failed: the rest need no check */
+				if (!array || p >= end || *p != ',')
+					break;
+				p++;
+			}
+			if (array && (p >= end || *p++ != ']'))
+				return 0;
+		}
+		if (p < end && *p == ',') {
+			p++;
+			continue;
+		}
+		return p < end && *p == '}';
+	}
+}
+
+/* 1 if handled: the line has no top-level evidence member, or its
+ * references were all checked. */
+static int scan_canonical_evidence(struct line_info *li, const struct chain_opts *o)
+{
+	const char *p = li->text + 1, *end = li->text + li->len;
+	if (li->len < 2 || li->text[0] != '{')
+		return 0;
+	if (*p == '}')
+		return 1;
+	for (;;) {
+		if (*p != '"')
+			return 0;
+		const char *key = p + 1;
+		if (!(p = skip_string(p, end)) || p >= end || *p++ != ':')
+			return 0;
+		size_t klen = (size_t)(p - 2 - key);
+		int cmp = memcmp(key, EVIDENCE_MEMBER, klen < 8 ? klen : 8);
+		if (cmp == 0 && klen == 8) {
+			struct ref_check rc = {li, o};
+			if (!scan_refs(p, end, NULL))
+				return 0;
+			scan_refs(p, end, &rc);
+			return 1;
+		}
+		if (cmp > 0 || (cmp == 0 && klen > 8))
+			return 1; /* keys are sorted: past where it would be */
+		if (!(p = skip_value(p, end)) || p >= end)
+			return 0;
+		if (*p != ',')
+			return 1;
+		p++;
+	}
+}
+
+/* The evidence of a line that took the fast path. A canonical line spells
+ * a top-level member as "evidence": literally (keys hold no escapes but
+ * for '"', '\\' and controls), so a line without those bytes has none and
+ * is not looked at; one with them is scanned (the bytes may also be a key
+ * inside data, which the scan tells apart). */
+static void check_canonical_evidence(struct line_info *li, const struct chain_opts *o)
+{
+	static const char key[] = "\"" EVIDENCE_MEMBER "\":";
+	if (li->error || !memmem(li->text, li->len, key, sizeof key - 1) ||
+	    scan_canonical_evidence(li, o))
+		return;
+	struct sfma_err e;
+	json_t *v = json_parse_strict(li->text, li->len, &e);
+	if (!v) { /* canon_scan accepted it: cannot happen, but never skip a check */
+		fail(li, e.text);
+		return;
+	}
+	check_evidence(li, v, o);
 	json_decref(v);
 }
 
@@ -206,6 +434,7 @@ struct work {
 	struct line_info *lines;
 	size_t from, to;
 	const EVP_MD *md;
+	const struct chain_opts *opts;
 };
 
 static void *worker(void *arg)
@@ -214,12 +443,15 @@ static void *worker(void *arg)
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	if (!ctx) { /* without a context every line takes the tree path */
 		for (size_t i = w->from; i < w->to; i++)
-			check_tree(&w->lines[i]);
+			check_tree(&w->lines[i], w->opts);
 		return NULL;
 	}
-	for (size_t i = w->from; i < w->to; i++)
+	for (size_t i = w->from; i < w->to; i++) {
 		if (!check_canonical(&w->lines[i], ctx, w->md))
-			check_tree(&w->lines[i]);
+			check_tree(&w->lines[i], w->opts);
+		else if (w->opts->evidence)
+			check_canonical_evidence(&w->lines[i], w->opts);
+	}
 	EVP_MD_CTX_free(ctx);
 	return NULL;
 }
@@ -250,6 +482,7 @@ static void release_lines(struct block *b)
 	for (size_t i = 0; i < b->n; i++) {
 		free(b->lines[i].owned);
 		free(b->lines[i].error);
+		free(b->lines[i].ev_error);
 	}
 	b->n = 0;
 }
@@ -306,7 +539,7 @@ static void load_block(struct reader *rd, struct block *b)
 }
 
 /* Hand the lines of b to worker threads; tiny blocks are not worth one. */
-static void start_workers(struct block *b, int threads, const EVP_MD *md)
+static void start_workers(struct block *b, int threads, const EVP_MD *md, const struct chain_opts *opts)
 {
 	int t = b->n ? threads : 0;
 	if ((size_t)t > b->n / 64 + 1)
@@ -315,7 +548,7 @@ static void start_workers(struct block *b, int threads, const EVP_MD *md)
 	b->started = 0;
 	for (int k = 0; k < t; k++) {
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
-		                        b->n * (size_t)(k + 1) / (size_t)t, md};
+		                        b->n * (size_t)(k + 1) / (size_t)t, md, opts};
 		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
 			break;
 		b->started = k + 1;
@@ -396,6 +629,14 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 			v->seen_chained = 1;
 			memcpy(s->head, li->hash, 64);
 			s->head[64] = '\0';
+		}
+		s->evidence += li->ev_refs;
+		s->pruned += li->ev_pruned;
+		if (li->ev_error) {
+			s->evidence_failed = 1;
+			if (li->ev_seq[0])
+				return err_set(e, "seq %s: %s", li->ev_seq, li->ev_error);
+			return err_set(e, "line %llu: %s", (unsigned long long)no, li->ev_error);
 		}
 		if (li->seq > s->max_seq)
 			s->max_seq = li->seq;
@@ -482,7 +723,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	int rc = 0;
 	load_block(&rd, cur);
 	for (;;) {
-		start_workers(cur, threads, md);
+		start_workers(cur, threads, md, opts);
 		/* Read ahead while the workers check. */
 		int more = cur->pending == PEND_NONE && !(rd.eof && cur->used == cur->have);
 		if (more) {

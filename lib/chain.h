@@ -12,6 +12,8 @@
 
 #include "err.h"
 
+struct evidence_store;
+
 #define CHAIN_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 #define CHAIN_MAX_SEQ 9007199254740991.0 /* 2^53 - 1 */
 #define CHAIN_ID_MAX 128
@@ -28,6 +30,11 @@ struct chain_opts {
 	 * empty prefix) - the prefix a result record sealed. */
 	int mark_set;
 	uint64_t mark_count;
+	/* Optional: check every evidence reference (sfma-formats(5)) against
+	 * this store as its line is checked; with allow_pruned a missing blob
+	 * is counted in pruned instead of failing (an altered one still fails). */
+	struct evidence_store *evidence;
+	int allow_pruned;
 };
 
 struct chain_summary {
@@ -46,11 +53,17 @@ struct chain_summary {
 	char mark_head[65];        /* what `head` was after it */
 	double mark_seq;           /* its seq (0 for the empty prefix) */
 	uint64_t mark_offset;      /* bytes up to and including it: where the rest begins */
+	uint64_t evidence;         /* references checked (with opts->evidence) */
+	uint64_t pruned;           /* of which missing, accepted by allow_pruned */
+	int evidence_failed;       /* 1 if verification failed on evidence: e is then
+	                              "seq <n>: evidence <hex> missing|altered" or another
+	                              "seq <n>: evidence..." reason, without a line prefix */
 };
 
 /* Verify the trace readable on fd from its current offset to EOF. Returns 0
  * with *out filled, or -1 with e naming the first thing that broke
- * ("line 7: hash mismatch ..."); out->torn tells a torn final line apart. */
+ * ("line 7: hash mismatch ...") or, with out->evidence_failed, the first
+ * evidence failure in trace order; out->torn tells a torn final line apart. */
 int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary *out,
                     struct sfma_err *e);
 

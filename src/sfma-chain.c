@@ -4,7 +4,7 @@
  *   sfma-chain --recover-torn TRACE
  *
  * Each stdin line is an event {"kind":K,"data":{...}} with optional "loop",
- * "refs", "class". Each is appended as one canonical trace line - seq,
+ * "refs", "class", "evidence" (references, sfma-formats(5)). Each is appended as one canonical trace line - seq,
  * anchor, id, prevHash and hash filled in here (CONTRACT.md section 6) - and
  * the appended entry is echoed on stdout so the caller learns its id.
  *
@@ -20,6 +20,7 @@
 #include "chain.h"
 #include "cli.h"
 #include "err.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "sha.h"
 
@@ -79,6 +80,12 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	t->size = (off_t)sum->size;
 }
 
+static int any_ref(void *arg, const char *name, const struct evidence_ref *ref)
+{
+	(void)arg, (void)name, (void)ref;
+	return 0;
+}
+
 /* Build the chained entry for one event; returns its canonical line. */
 static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long *line_no)
 {
@@ -89,7 +96,7 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	json_t *v;
 	json_object_foreach(ev, key, v) {
 		if (strcmp(key, "kind") && strcmp(key, "data") && strcmp(key, "loop") &&
-		    strcmp(key, "refs") && strcmp(key, "class"))
+		    strcmp(key, "refs") && strcmp(key, "class") && strcmp(key, EVIDENCE_MEMBER))
 			die("event %lld: unknown field %s", *line_no, key);
 	}
 	const char *kind = json_string_value(json_object_get(ev, "kind"));
@@ -119,6 +126,12 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	if (cls && !(json_is_string(cls) && (strcmp(json_string_value(cls), "reasoning") == 0 ||
 	                                     strcmp(json_string_value(cls), "mechanical") == 0)))
 		die("event %lld: class must be reasoning or mechanical", *line_no);
+	/* References are checked for shape only: the blobs are the sender's
+	 * to have stored (durably) before it sends the event. */
+	json_t *evidence = json_object_get(ev, EVIDENCE_MEMBER);
+	uint64_t nrefs;
+	if (evidence && evidence_entry_refs(ev, any_ref, NULL, &nrefs, &e) < 0)
+		die("event %lld: %s", *line_no, e.text);
 
 	/* seq strictly increases over the whole file and stays an exact double. */
 	double seq = t->seq + 1;
@@ -137,6 +150,8 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	if (cls)
 		json_object_set(entry, "class", cls);
 	json_object_set(entry, "data", data);
+	if (evidence)
+		json_object_set(entry, EVIDENCE_MEMBER, evidence);
 	json_object_set_new(entry, "prevHash", json_string(t->head));
 
 	char hash[65];

@@ -1,17 +1,20 @@
 /* sfma-verify - offline verification of a trace and its result record.
  *
- *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE | RESULT.json
+ *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned] WORKSPACE | RESULT.json
  *
- * Recomputes the hash chain, its head and length, the manifest and result
- * digests and the Ed25519 signature (CONTRACT.md section 7). Prints
+ * Recomputes the hash chain, its head and length, every evidence blob the
+ * chain references, the manifest and result digests and the Ed25519
+ * signature (CONTRACT.md sections 7 and 12). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
- * and exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
+ * (plus " evidence=<n>" and " pruned=<k>" when there are references) and
+ * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
  * A sound record whose trace goes on past its sealed prefix the way an
  * interrupted run leaves it is "AUDIT_UNSEALED: ..." on stderr, exit 3.
  * Usage errors exit 2. */
 #include "chain.h"
 #include "cli.h"
 #include "err.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "record.h"
 #include "sign.h"
@@ -44,7 +47,8 @@ static _Noreturn void invalid(const char *fmt, ...)
 }
 
 static const char usage_text[] =
-	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] WORKSPACE|RESULT.json\n"
+	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned]\n"
+	"                   WORKSPACE|RESULT.json\n"
 	"       sfma-verify --canonicalize < JSON-LINES\n"
 	"       sfma-verify --version | --help\n";
 
@@ -306,6 +310,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"trusted-head", required_argument, NULL, 't'},
 		{"threads", required_argument, NULL, 'j'},
+		{"allow-pruned", no_argument, NULL, 'p'},
 		{"canonicalize", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -322,6 +327,7 @@ int main(int argc, char **argv)
 			opts.threads = (int)threads;
 			break;
 		case 'c': canonicalize = 1; break;
+		case 'p': opts.allow_pruned = 1; break;
 		case 'h': cli_help(usage_text);
 		case 'V': cli_version();
 		default: cli_bad_option(usage_text, c, argv);
@@ -366,10 +372,24 @@ int main(int argc, char **argv)
 	/* 1. The chain, streamed, marking where the sealed prefix ends. */
 	char *tpath = trace_path(record, workspace);
 	int fd = open_trace(tpath);
+	/* The workspace's evidence store; absent, every reference is
+	 * missing (the store opens without failing; see evidence_open). */
+	char *sfma_path = xmalloc(strlen(workspace) + 8);
+	sprintf(sfma_path, "%s/.sfma", workspace);
+	int sfma_fd = open(sfma_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	opts.evidence = evidence_open(sfma_fd, 0, &e);
+	if (!opts.evidence)
+		invalid("%s", e.text);
 	struct chain_summary sum;
 	opts.mark_set = 1;
 	opts.mark_count = (uint64_t)entries;
 	int chain_rc = chain_verify_fd(fd, &opts, &sum, &e);
+	if (chain_rc < 0 && sum.evidence_failed)
+		invalid("%s", e.text);
+	evidence_close(opts.evidence);
+	if (sfma_fd >= 0)
+		close(sfma_fd);
+	free(sfma_path);
 
 	/* 2. The record's commitments to that chain: to all of it, or to a
 	 * prefix that an interrupted run extended. The tail must be intact
@@ -408,6 +428,14 @@ int main(int argc, char **argv)
 	free(workspace);
 	if (unsealed)
 		report_unsealed(sum.entries - (uint64_t)entries, chain_rc < 0, 0);
-	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s\n", sigword, sum.entries, sum.head);
+	/* Records without references print exactly the earlier runner's line. */
+	char evidence_words[64] = "";
+	if (sum.evidence && sum.pruned)
+		snprintf(evidence_words, sizeof evidence_words, " evidence=%" PRIu64 " pruned=%" PRIu64,
+		         sum.evidence, sum.pruned);
+	else if (sum.evidence)
+		snprintf(evidence_words, sizeof evidence_words, " evidence=%" PRIu64, sum.evidence);
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s\n", sigword, sum.entries, sum.head,
+	       evidence_words);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a synthetic sha256-chain-v1 trace of N entries on stdout, fast.
 
-    gen-trace.py N > trace.jsonl
+    gen-trace.py N [EVIDENCE_DIR] > trace.jsonl
 
 Each line is already in canonical form (CONTRACT.md section 6: members sorted,
 no whitespace, integers as digits) and chained with hashlib, the way
@@ -9,7 +9,12 @@ sfma-chain writes it, about 300 bytes each, with a realistic mix of kinds. It
 stands in for sfma-chain, which fdatasyncs every entry and would take hours
 for a million. Keys are ASCII and numbers are integers or plain decimals, so
 sorted json.dumps output is exactly the canonical form.
+
+With EVIDENCE_DIR, every other entry also references a blob of 2 to 6 KiB
+(distinct random bytes, so nothing is deduplicated) written there as
+<sha256>, mode 0600, in the entry's "evidence" member (sfma-formats(5)).
 """
+import os
 import hashlib
 import json
 import random
@@ -63,6 +68,7 @@ def event(rng, seq, last_task):
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000000
+    evidence_dir = sys.argv[2] if len(sys.argv) > 2 else None
     rng = random.Random(42)
     out = sys.stdout
     prev, anchor, last_task = ZERO, "unanchored", "task-0"
@@ -74,6 +80,13 @@ def main():
         if cls:
             head += '"class":"%s",' % cls
         head += '"data":%s,' % dumps(data)
+        if evidence_dir and seq % 2 == 0:
+            blob = rng.randbytes(rng.randrange(2048, 6144))
+            name = hashlib.sha256(blob).hexdigest()
+            fd = os.open(os.path.join(evidence_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, blob)
+            os.close(fd)
+            head += '"evidence":{"output":{"bytes":%d,"sha256":"%s"}},' % (len(blob), name)
         tail = '"id":"%s","kind":"%s","loop":%d,"prevHash":"%s","refs":%s,"seq":%d}' % (
             ident, kind, 1 if kind in ("task", "verdict", "call") else 0, prev, dumps(refs), seq)
         digest = hashlib.sha256((head + tail).encode()).hexdigest()

@@ -1,0 +1,94 @@
+/* evidence.h - the content-addressed evidence store, <workspace>/.sfma/evidence/.
+ *
+ * Every byte that crosses the boundary between the model and the runner is
+ * kept as a blob named by its SHA-256 (64 lowercase hex digits), so a trace
+ * entry can carry a small reference {"sha256":HEX,"bytes":N} and a
+ * verifier, a replay or a reader can get the bytes back. A blob is durable
+ * (written to a temporary file, fsynced, renamed, its directory fsynced)
+ * before evidence_put returns, so an entry appended after that never
+ * dangles; a crash leaves at most an unreferenced blob. Blobs are mode
+ * 0600, the directory 0700: they may hold whatever the model saw.
+ *
+ * Where references sit in a trace entry is fixed by sfma-formats(5): the
+ * entry's top-level member "evidence", an object whose member values are
+ * references or arrays of references. evidence_entry_refs walks it.
+ *
+ * A store may be shared by threads: evidence_check and evidence_get only
+ * read, and the small cache of blobs already found intact is locked. */
+#ifndef SFMA_EVIDENCE_H
+#define SFMA_EVIDENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "err.h"
+#include "sha.h"
+
+#define EVIDENCE_DIR "evidence"
+/* The entry member that holds an entry's references. */
+#define EVIDENCE_MEMBER "evidence"
+/* bytes is a JSON number read as a double: an exact integer up to 2^53 - 1. */
+#define EVIDENCE_MAX_REF_BYTES 9007199254740991ull
+
+struct evidence_store;
+
+struct evidence_ref {
+	char sha256[SHA256_HEX_LEN + 1];
+	uint64_t bytes;
+};
+
+enum evidence_state {
+	EVIDENCE_OK,
+	EVIDENCE_MISSING, /* no such blob, or no evidence directory at all */
+	EVIDENCE_ALTERED, /* present but not the bytes named: other size or hash, not a
+	                     regular file, a symbolic link (blob or directory) */
+	EVIDENCE_ERROR,   /* could not tell (a read failed); e says why */
+};
+
+/* Open the store under sfma_dirfd (an open <workspace>/.sfma).
+ * With create: the directory is made (0700) when missing and the store is
+ * writable; any failure returns NULL with e filled.
+ * Without create (verifiers): never fails but for memory - a missing
+ * directory (or sfma_dirfd < 0) makes every blob EVIDENCE_MISSING, a
+ * symbolic link or non-directory in its place every blob EVIDENCE_ALTERED
+ * (it is never followed), and another open error every check
+ * EVIDENCE_ERROR. */
+struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err *e);
+void evidence_close(struct evidence_store *s);
+
+/* Store data[0..n) as blob <sha256>. A blob already there with the same
+ * bytes is kept (the store is deduplicated) and fsynced again; anything
+ * else under that name - another size or content, a link - is atomically
+ * replaced, so the reference returned always names an intact, durable
+ * blob. Returns a new reference object {"sha256","bytes"} or NULL with e
+ * filled. The store must have been opened with create. */
+json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
+
+/* Parse a reference: exactly the members "sha256" (64 lowercase hex
+ * digits) and "bytes" (an integer from 0 to 2^53 - 1). 0 with *out set,
+ * or -1 with e saying what is wrong. */
+int evidence_ref_parse(const json_t *ref, struct evidence_ref *out, struct sfma_err *e);
+
+/* Call fn for each reference of a trace entry (the parsed line), in the
+ * order of the "evidence" member's keys (as the canonical form sorts them),
+ * array items in order; name is the key. Returns 0, the first non-zero
+ * value fn returns, or -1 with e filled when "evidence" is present but not
+ * an object of references (e names the key). *count receives the number of
+ * references passed to fn. An entry without "evidence" has none. */
+int evidence_entry_refs(const json_t *entry,
+                        int (*fn)(void *arg, const char *name, const struct evidence_ref *ref),
+                        void *arg, uint64_t *count, struct sfma_err *e);
+
+/* Check the blob a reference names: a regular file (not a link) of the
+ * stated size whose SHA-256 is the stated one. Streams the blob. */
+enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
+                                   struct sfma_err *e);
+
+/* Read a blob of at most max bytes, checked as evidence_check does.
+ * Returns a malloc'd buffer of ref->bytes bytes plus a NUL, or NULL with e
+ * filled ("evidence <hex> missing", "... altered", or larger than max). */
+char *evidence_get(struct evidence_store *s, const struct evidence_ref *ref, size_t max,
+                   struct sfma_err *e);
+
+#endif
