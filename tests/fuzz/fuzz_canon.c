@@ -7,8 +7,9 @@
  *    in text order (this catches a parser that changes a string, as a
  *    U+0000 stand-in leaking into the result would);
  *  - parse -> canon -> parse gives the same value (U+0000 in keys included)
- *    and canon -> parse -> canon the same bytes; the pretty form reads back
- *    as the same value too;
+ *    and canon -> parse -> canon the same bytes; the canonical form has its
+ *    members in UTF-16 order (checked here without utf16_cmp); the pretty
+ *    form reads back as the same value too;
  *  - canon_scan (the one-pass "already canonical" check) says 1 only for a
  *    text equal to the canonical dump of its parse, and says 1 for every
  *    such text it is meant to handle (objects without escaped keys, nested
@@ -200,6 +201,63 @@ static void walk_tree(struct walk *w, const json_t *v, int level)
 	}
 }
 
+/* ---- key order, checked without utf16_cmp ----------------------------- */
+
+/* s (valid UTF-8) as UTF-16 code units; returns the count. */
+static size_t to_utf16(const char *s, size_t n, uint16_t *out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
+		uint32_t cp;
+		int more = c < 0x80 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+		cp = more ? c & (0x3Fu >> more) : c;
+		for (int j = 1; j <= more; j++)
+			cp = cp << 6 | ((unsigned char)s[i + (size_t)j] & 0x3Fu);
+		i += (size_t)more + 1;
+		if (cp >= 0x10000) {
+			out[k++] = (uint16_t)(0xD800 + ((cp - 0x10000) >> 10));
+			out[k++] = (uint16_t)(0xDC00 + ((cp - 0x10000) & 0x3FF));
+		} else {
+			out[k++] = (uint16_t)cp;
+		}
+	}
+	return k;
+}
+
+static int utf16_less(const char *a, size_t an, const char *b, size_t bn)
+{
+	uint16_t *ua = malloc((an + 1) * sizeof *ua), *ub = malloc((bn + 1) * sizeof *ub);
+	size_t na = to_utf16(a, an, ua), nb = to_utf16(b, bn, ub), i = 0;
+	while (i < na && i < nb && ua[i] == ub[i])
+		i++;
+	int less = i < na && i < nb ? ua[i] < ub[i] : na < nb;
+	free(ua);
+	free(ub);
+	return less;
+}
+
+/* Members of every object of a tree read from canonical text come in
+ * strictly increasing UTF-16 order (RFC 8785 section 3.2.3). */
+static void check_order(const json_t *v)
+{
+	if (json_is_array(v))
+		for (size_t i = 0; i < json_array_size(v); i++)
+			check_order(json_array_get(v, i));
+	if (!json_is_object(v))
+		return;
+	const char *prev = NULL;
+	size_t prev_len = 0;
+	for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+		const char *k = json_object_iter_key(it);
+		size_t kl = json_object_iter_key_len(it);
+		FUZZ_CHECK(!prev || utf16_less(prev, prev_len, k, kl), "canonical keys out of UTF-16 order");
+		prev = k;
+		prev_len = kl;
+		check_order(json_object_iter_value(it));
+	}
+}
+
 /* ---- numbers ------------------------------------------------------------ */
 
 /* Significant digits of a canon_number output ("-1.25e-7" -> 3). */
@@ -323,6 +381,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *v2 = json_parse_strict(c1.p, c1.len, NULL);
 	FUZZ_CHECK(v2, "the canonical form does not parse");
 	FUZZ_CHECK(fuzz_json_same(v, v2), "the canonical form reads back as another value");
+	check_order(v2);
 	FUZZ_CHECK(canon_dump(v2, &c2, NULL) == 0, "canon_dump failed on the reparsed value");
 	FUZZ_CHECK(c1.len == c2.len && memcmp(c1.p, c2.p, c1.len) == 0, "canon is not idempotent");
 

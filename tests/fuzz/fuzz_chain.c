@@ -2,8 +2,9 @@
  * in here with blocks of 512 bytes and 64 lines so that small inputs cross
  * block boundaries, split lines between blocks and use the worker threads.
  *
- * Input byte 0: bit 0 picks the mode, bit 1 two threads instead of one,
- * the other bits the line maximum.
+ * Input byte 0: bit 0 picks the mode, bit 1 two real worker threads
+ * instead of checking on the calling thread, the other bits the line
+ * maximum.
  *  - raw: the rest is a trace. chain_verify_fd must agree with a plain
  *    reference verifier written from the contract (parse every line, cut
  *    "hash", canonicalize, SHA-256, link): same verdict, same first failing
@@ -12,18 +13,34 @@
  *  - mutate: bytes 1-3 say where and how to change one byte, the rest is
  *    turned into a valid chain (each line that reads as an object becomes
  *    an entry, others are wrapped; optionally a legacy line first and a
- *    non-canonical rendering). The chain must verify with the expected head;
- *    with the one byte changed it must not, unless the changed line still
+ *    non-canonical rendering). The chain must verify with the expected head,
+ *    with a trusted head at its own entry too, not with a wrong one or one
+ *    past the end; with the one byte changed it must not, unless the changed line still
  *    says exactly the same thing (the hash covers the value, not the
  *    spelling, as in 1e5 -> 1E5) and is not a legacy line. */
 #include "fuzz.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* Starting a thread under ASan costs more than checking a small block, so
+ * most inputs run with thread creation failing: chain.c then checks the
+ * block on the calling thread (its fallback when pthread_create fails),
+ * which is tested that way too. */
+static int real_threads;
+
+static int fuzz_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+	return real_threads ? pthread_create(t, a, fn, arg) : EAGAIN;
+}
+
+#define pthread_create fuzz_pthread_create
 #define BLOCK 512u
 #define BLOCK_LINES 64
 #include "lib/chain.c"
+#undef pthread_create
 
 /* ---- the reference verifier ------------------------------------------ */
 
@@ -148,23 +165,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* --trusted-head for the next verify() only. */
+static uint64_t trusted_count;
+static const char *trusted_hash;
+
 static int verify(const char *s, size_t n, int threads, size_t max_line, struct chain_summary *sum,
                   struct sfma_err *e)
 {
 	if (ftruncate(trace_fd, 0) < 0 || lseek(trace_fd, 0, SEEK_SET) < 0 ||
 	    (n && write_all(trace_fd, s, n) < 0) || lseek(trace_fd, 0, SEEK_SET) < 0)
 		abort();
-	struct chain_opts o = {.threads = threads, .max_line = max_line};
+	struct chain_opts o = {.threads = threads, .max_line = max_line, .trusted_count = trusted_count,
+	                       .trusted_hash = trusted_hash};
+	trusted_count = 0;
+	trusted_hash = NULL;
 	memset(e, 0, sizeof *e);
 	return chain_verify_fd(trace_fd, &o, sum, e);
 }
 
-static void compare(const char *s, size_t n, int threads, size_t max_line)
+/* Verify s both ways and compare; returns what chain_verify_fd returned. */
+static int compare(const char *s, size_t n, int threads, size_t max_line, struct chain_summary *out)
 {
 	struct chain_summary sum;
 	struct sfma_err e;
 	struct ref r;
 	int rc = verify(s, n, threads, max_line, &sum, &e);
+	if (out)
+		*out = sum;
 	ref_verify(s, n, max_line, &r);
 	FUZZ_CHECK((rc == 0) == r.ok, "chain_verify_fd says %s, the reference %s (line %llu): %s",
 	           rc == 0 ? "valid" : "invalid", r.ok ? "valid" : "invalid", (unsigned long long)r.fail_line,
@@ -175,7 +202,7 @@ static void compare(const char *s, size_t n, int threads, size_t max_line)
 		           "failure reported as \"%s\", the reference breaks at line %llu", e.text,
 		           (unsigned long long)r.fail_line);
 		FUZZ_CHECK(sum.torn == r.torn, "torn %d, the reference %d", sum.torn, r.torn);
-		return;
+		return rc;
 	}
 	FUZZ_CHECK(sum.entries == r.entries && sum.legacy == r.legacy, "entries %llu/%llu legacy %llu/%llu",
 	           (unsigned long long)sum.entries, (unsigned long long)r.entries, (unsigned long long)sum.legacy,
@@ -185,6 +212,7 @@ static void compare(const char *s, size_t n, int threads, size_t max_line)
 	FUZZ_CHECK(sum.max_seq == r.max_seq, "max seq %.17g, the reference %.17g", sum.max_seq, r.max_seq);
 	FUZZ_CHECK(strcmp(sum.anchor, r.anchor) == 0, "anchor \"%s\", the reference \"%s\"", sum.anchor,
 	           r.anchor);
+	return rc;
 }
 
 /* ---- building a valid chain ------------------------------------------- */
@@ -192,6 +220,7 @@ static void compare(const char *s, size_t n, int threads, size_t max_line)
 struct line_span {
 	size_t off, len;
 	int legacy;
+	char hash[65];   /* of a chained entry */
 };
 
 /* Append entry (hash and prevHash set here) as one line. */
@@ -242,7 +271,7 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 			buf_add(&legacy, s + pos, len);
 			buf_addc(&legacy, '\n');
 			sha256_hex(legacy.p, legacy.len, head);
-			spans[count++] = (struct line_span){off, len, 1};
+			spans[count++] = (struct line_span){off, len, 1, ""};
 		} else {
 			if (!json_is_object(v)) {
 				json_t *wrapped = json_pack("{s:f,s:s}", "seq", (double)count, "kind", "event");
@@ -252,7 +281,8 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 				v = wrapped;
 			}
 			add_entry(out, v, head, plain);
-			spans[count++] = (struct line_span){off, out->len - off - 1, 0};
+			spans[count] = (struct line_span){off, out->len - off - 1, 0, ""};
+			memcpy(spans[count++].hash, head, 65);
 		}
 		json_decref(v);
 		if (!nl)
@@ -276,23 +306,47 @@ static void check_mutation(const uint8_t *data, size_t size, int threads)
 		buf_free(&chain);
 		return;
 	}
-	size_t max_line = 8 * size + 1024; /* room for the escaped spelling */
+	size_t max_line = chain.len; /* every line fits */
 	struct chain_summary sum;
-	struct sfma_err e;
-	FUZZ_CHECK(verify(chain.p, chain.len, threads, max_line, &sum, &e) == 0, "a valid chain failed: %s",
-	           e.text);
+	FUZZ_CHECK(compare(chain.p, chain.len, threads, max_line, &sum) == 0, "a valid chain failed");
 	FUZZ_CHECK(sum.entries == count && strcmp(sum.head, head) == 0, "a valid chain: %llu entries head %s",
 	           (unsigned long long)sum.entries, sum.head);
-	compare(chain.p, chain.len, threads, max_line);
+
+	/* A trusted head (sfma-verify --trusted-head HEX:COUNT): entry k with
+	 * its own hash passes, with another hash or past the end it fails. */
+	size_t k = 1 + data[1] % count;
+	struct sfma_err e;
+	char wrong[65];
+	switch (data[2] >> 6) {
+	case 1:
+		trusted_count = k;
+		trusted_hash = spans[k - 1].legacy ? CHAIN_ZERO_HASH : spans[k - 1].hash;
+		FUZZ_CHECK((verify(chain.p, chain.len, threads, max_line, &sum, &e) == 0) == !spans[k - 1].legacy,
+		           "trusted head at entry %zu: %s", k, e.text);
+		break;
+	case 2:
+		memcpy(wrong, spans[k - 1].legacy ? CHAIN_ZERO_HASH : spans[k - 1].hash, 65);
+		wrong[data[1] % 64] = wrong[data[1] % 64] == 'a' ? 'b' : 'a';
+		trusted_count = k;
+		trusted_hash = wrong;
+		FUZZ_CHECK(verify(chain.p, chain.len, threads, max_line, &sum, &e) != 0,
+		           "a wrong trusted head at entry %zu verified", k);
+		break;
+	case 3:
+		trusted_count = count + 1 + data[1];
+		trusted_hash = head;
+		FUZZ_CHECK(verify(chain.p, chain.len, threads, max_line, &sum, &e) != 0 && strstr(e.text, "truncated"),
+		           "a trusted head past the end: %s", e.text);
+		break;
+	}
 
 	size_t at = ((size_t)data[1] << 8 | data[2]) % chain.len;
 	unsigned char flip = (unsigned char)(data[3] & 0xfc) ? (unsigned char)(data[3] & 0xfc) : 0x20;
 	char was = chain.p[at];
 	chain.p[at] = (char)(chain.p[at] ^ flip);
-	compare(chain.p, chain.len, threads, max_line);
-	if (verify(chain.p, chain.len, threads, max_line, &sum, &e) == 0) {
+	if (compare(chain.p, chain.len, threads, max_line, NULL) == 0) {
 		FUZZ_CHECK(was != '\n', "a chain verified with its newline at %zu changed", at);
-		size_t k = 0;
+		k = 0;
 		while (k + 1 < count && spans[k + 1].off <= at)
 			k++;
 		FUZZ_CHECK(!spans[k].legacy, "a chain verified with legacy line %zu changed", k + 1);
@@ -312,13 +366,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	int threads = data[0] & 2 ? 2 : 1;
+	real_threads = threads == 2;
 	unsigned v = data[0] >> 2;
 	if (data[0] & 1) {
 		if (size >= 4)
 			check_mutation(data, size, threads);
 		return 0;
 	}
-	size_t max_line = v == 63 ? 100000 : 16 + (size_t)v * 64;
-	compare((const char *)data + 1, size - 1, threads, max_line);
+	size_t max_line = v == 63 ? 20000 : 16 + (size_t)v * 64;
+	compare((const char *)data + 1, size - 1, threads, max_line, NULL);
 	return 0;
 }
