@@ -64,7 +64,11 @@ for name in "$@"; do
 				bad=1
 			fi
 		done
-		[ $bad = 0 ] && echo "fuzz-regress: $name: $n saved inputs pass"
+		if [ $bad = 0 ] && [ $n = 0 ]; then
+			echo "fuzz-regress: $name: no saved inputs"
+		elif [ $bad = 0 ]; then
+			echo "fuzz-regress: $name: $n saved inputs pass"
+		fi
 		[ $bad = 0 ] || failed=1
 		continue
 	fi
