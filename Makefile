@@ -44,7 +44,7 @@ DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libclang-rt-14-dev
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-sanitize check-valgrind fuzz fuzz-short fuzz-regress fuzz-build bench lint-man deps install clean
+.PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean
 
 all: $(BINS)
 
@@ -78,6 +78,7 @@ check-valgrind: all
 
 # libFuzzer harnesses (tests/fuzz/README): built with clang into
 # $(FUZZ_DIR), run over a scratch copy of their seed corpus.
+.PHONY: fuzz fuzz-short fuzz-regress fuzz-build
 FUZZ_CC      ?= clang
 FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
