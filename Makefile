@@ -4,6 +4,7 @@
 #   make check           run the test suite (bats)
 #   make check-sanitize  the same suite against an ASan+UBSan build
 #   make check-valgrind  every stage under valgrind: no leaks, no errors
+#   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
 #   make deps            install missing Debian packages (as root)
@@ -39,7 +40,8 @@ LIBS_sfma-exec     := -lseccomp
 
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
-                bubblewrap util-linux valgrind python3 procps nodejs chromium
+                bubblewrap util-linux valgrind python3 procps nodejs chromium \
+                libclang-rt-14-dev
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean
@@ -75,6 +77,53 @@ check-sanitize:
 
 check-valgrind: all
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/valgrind.sh
+
+# libFuzzer harnesses (tests/fuzz/README): built with clang into
+# $(FUZZ_DIR), run over a scratch copy of their seed corpus.
+.PHONY: fuzz fuzz-short fuzz-regress fuzz-build
+FUZZ_CC      ?= clang
+FUZZ_DIR     ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_NAMES   := canon line_reader manifest chain reply providers hardtier
+FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
+FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
+FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
+# A harness may link one program's own files; their main() is renamed.
+# providers and hardtier include the file they test (to reach its statics).
+FUZZ_SRC_reply     := $(wildcard src/sfma-plan/*.c)
+FUZZ_SRC_providers := $(filter-out src/sfma-model/http.c src/sfma-model/providers.c,$(wildcard src/sfma-model/*.c))
+FUZZ_LIBS_providers := -lcurl
+fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))
+
+$(FUZZ_DIR)/obj/%.o: %.c $(wildcard lib/*.h src/*/*.h) Makefile
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(WARN) -Wno-missing-prototypes $(FUZZ_CFLAGS) -Dmain=program_main -c -o $@ $<
+
+.PRECIOUS: $(FUZZ_DIR)/obj/%.o
+
+$(FUZZ_LIBA): $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(FUZZ_DIR)/%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIBA) $$(call fuzz_objs,$$*) \
+               $(wildcard lib/*.c lib/*.h src/*/*.c src/*/*.h)
+	$(FUZZ_CC) $(CPPFLAGS) -I. $(WARN) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< \
+	        $(call fuzz_objs,$*) $(FUZZ_LIBA) $(BASE_LIBS) $(FUZZ_LIBS_$*)
+
+fuzz-build: $(FUZZ_BINS)
+
+# Each harness FUZZ_SECONDS (default 300); a crash, leak or timeout fails.
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
+
+fuzz-short: fuzz-build
+	FUZZ_SECONDS=60 FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
+
+# Every saved input of tests/fuzz/regressions/<harness>/ once.
+fuzz-regress: fuzz-build
+	FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh --regress $(FUZZ_NAMES)
 
 bench: all
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/bench/run.sh

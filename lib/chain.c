@@ -24,8 +24,14 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Both can be set at build time: the fuzz harness (tests/fuzz) uses tiny
+ * blocks so that small inputs already have lines spanning blocks. */
+#ifndef BLOCK
 #define BLOCK (4u << 20)   /* bytes read per block: large enough to amortize threads */
+#endif
+#ifndef BLOCK_LINES
 #define BLOCK_LINES 32768  /* lines per block: bounds the line table when lines are tiny */
+#endif
 #define MAX_THREADS 8
 
 /* What one line proves on its own. Pointers go into the block's text, or

@@ -1,0 +1,187 @@
+/* fuzz_providers.c - what sfma-model makes of provider responses:
+ * reply_text (src/sfma-model/providers.c: anthropic, openai, gemini
+ * bodies), the Server-Sent Events parser the codex provider streams
+ * through, and the error excerpt of a failing response (http.c). Both files
+ * are compiled in here to reach their static functions; the rest of the
+ * program is linked as it is.
+ *
+ * Input byte 0 picks what the rest is:
+ *  0-2: an anthropic / openai / gemini body: reply_text returns the string
+ *       at the provider's path (found again here) or a one-line error;
+ *  3:   a codex event stream, fed whole and fed in chunks (sizes seeded by
+ *       byte 1) through the transfer callback: same outcome both ways, and
+ *       the kept head of the body is its first bytes;
+ *  4:   text pieces (split at 0xff) sent as output_text.delta events, with
+ *       CRLF or LF line ends, comments and event: lines (bits of byte 1):
+ *       the reply text is the pieces joined;
+ *  5:   a failing response's body: the error is one printable line, short,
+ *       and never holds a known secret. */
+#include "fuzz.h"
+
+#include "src/sfma-model/http.c"
+#include "src/sfma-model/providers.c"
+
+#define FUZZ_SECRET "sk-fuzz-0123456789abcdef"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	secret_add(FUZZ_SECRET);
+	return 0;
+}
+
+static void check_one_line(const char *s, size_t max, const char *what)
+{
+	size_t n = strlen(s);
+	FUZZ_CHECK(n > 0 && n <= max, "%s: %zu bytes", what, n);
+	for (size_t i = 0; i < n; i++)
+		FUZZ_CHECK((unsigned char)s[i] >= 0x20 || s[i] == '\t', "%s holds 0x%02x", what, (unsigned char)s[i]);
+}
+
+static void body_mode(enum provider p, const uint8_t *s, size_t n)
+{
+	struct http_reply r = {200, {0}};
+	buf_add(&r.body, s, n);
+	struct buf text = {0};
+	struct sfma_err e = {{0}};
+	int rc = reply_text(p, &r, &text, &e);
+	/* The same string found again, by hand. */
+	json_t *doc = json_parse_strict((const char *)s, n, NULL), *at = doc;
+	const char *const *path = p == PROV_ANTHROPIC ? anthropic_path : p == PROV_OPENAI ? openai_path : gemini_path;
+	for (; *path && at; path++)
+		at = json_is_array(at) ? json_array_get(at, (size_t)atoi(*path)) : json_object_get(at, *path);
+	if (json_is_string(at) && json_string_length(at) > 0) {
+		FUZZ_CHECK(rc == 0 && text.len == json_string_length(at) &&
+		           memcmp(text.p, json_string_value(at), text.len) == 0, "reply text not the one at the path");
+	} else {
+		FUZZ_CHECK(rc == -1 && text.len == 0, "a reply text without one at the path");
+		check_one_line(e.text, SFMA_ERR_MAX, "reply error");
+	}
+	json_decref(doc);
+	buf_free(&text);
+	buf_free(&r.body);
+}
+
+struct outcome {
+	int rc;
+	struct buf text;
+	struct sfma_err e;
+};
+
+static void stream_mode(const uint8_t *data, size_t size)
+{
+	const char *s = (const char *)data + 2;
+	size_t n = size - 2;
+	struct outcome whole = {0}, chunked = {0};
+
+	struct sse *a = sse_new();
+	sse_feed(a, s, n);
+	whole.rc = sse_result(a, &whole.text, &whole.e);
+	sse_free(a);
+
+	struct sse *b = sse_new();
+	struct buf head = {0};
+	struct sink k = {.body = &head, .sse = b};
+	uint32_t x = data[1] | 0x100u;
+	for (size_t pos = 0; pos < n;) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		size_t take = 1 + x % 97;
+		if (take > n - pos)
+			take = n - pos;
+		FUZZ_CHECK(on_data((char *)s + pos, 1, take, &k) == take, "on_data refused a chunk");
+		pos += take;
+	}
+	chunked.rc = sse_result(b, &chunked.text, &chunked.e);
+	sse_free(b);
+
+	FUZZ_CHECK(whole.rc == chunked.rc, "the outcome depends on chunking (%d vs %d)", whole.rc, chunked.rc);
+	FUZZ_CHECK(whole.text.len == chunked.text.len &&
+	           (!whole.text.len || memcmp(whole.text.p, chunked.text.p, whole.text.len) == 0),
+	           "the reply text depends on chunking");
+	FUZZ_CHECK(strcmp(whole.e.text, chunked.e.text) == 0, "the error depends on chunking");
+	if (whole.rc < 0)
+		check_one_line(whole.e.text, SFMA_ERR_MAX, "stream error");
+	size_t keep = n < STREAM_HEAD_KEEP ? n : STREAM_HEAD_KEEP;
+	FUZZ_CHECK(head.len == keep && (!keep || memcmp(head.p, s, keep) == 0), "kept head of %zu bytes", head.len);
+	buf_free(&head);
+	buf_free(&whole.text);
+	buf_free(&chunked.text);
+}
+
+static void delta_mode(const uint8_t *data, size_t size)
+{
+	int crlf = data[1] & 1, comments = data[1] & 2, events = data[1] & 4, done = data[1] & 8;
+	const char *eol = crlf ? "\r\n" : "\n";
+	const uint8_t *s = data + 2;
+	size_t n = size - 2;
+	struct buf stream = {0}, want = {0};
+	for (size_t pos = 0; pos <= n;) {
+		const uint8_t *cut = memchr(s + pos, 0xff, n - pos);
+		size_t len = cut ? (size_t)(cut - (s + pos)) : n - pos;
+		json_t *piece = json_stringn((const char *)s + pos, len);
+		if (piece) { /* valid UTF-8 only: what a provider sends */
+			json_t *ev = json_pack("{s:s,s:o}", "type", "response.output_text.delta", "delta", piece);
+			char *line = json_dumps(ev, JSON_COMPACT);
+			if (comments)
+				buf_printf(&stream, ": keep-alive%s", eol);
+			if (events)
+				buf_printf(&stream, "event: response.output_text.delta%s", eol);
+			buf_printf(&stream, "data: %s%s%s", line, eol, eol);
+			buf_add(&want, s + pos, len);
+			free(line);
+			json_decref(ev);
+		}
+		if (!cut)
+			break;
+		pos += len + 1;
+	}
+	if (done)
+		buf_printf(&stream, "data: [DONE]%s%s", eol, eol);
+	struct sse *a = sse_new();
+	sse_feed(a, stream.p ? stream.p : "", stream.len);
+	struct buf text = {0};
+	struct sfma_err e = {{0}};
+	int rc = sse_result(a, &text, &e);
+	sse_free(a);
+	if (want.len) {
+		FUZZ_CHECK(rc == 0, "a delta stream failed: %s", e.text);
+		FUZZ_CHECK(text.len == want.len && memcmp(text.p, want.p, want.len) == 0,
+		           "the deltas joined are not the reply text");
+	} else {
+		FUZZ_CHECK(rc == -1, "a stream without text gave a reply");
+	}
+	buf_free(&text);
+	buf_free(&want);
+	buf_free(&stream);
+}
+
+static void status_mode(const uint8_t *s, size_t n)
+{
+	struct http_reply r = {500, {0}};
+	buf_add(&r.body, s, n);
+	struct sfma_err e = {{0}};
+	FUZZ_CHECK(http_status_error(&r, &e) == -1, "http_status_error did not fail");
+	check_one_line(e.text, strlen("HTTP 500: ") + MODEL_EXCERPT_MAX, "status error");
+	for (const char *c = e.text; *c; c++)
+		FUZZ_CHECK((unsigned char)*c < 0x7f, "status error holds a non-ASCII byte");
+	FUZZ_CHECK(!strstr(e.text, FUZZ_SECRET), "a secret in an error: %s", e.text);
+	buf_free(&r.body);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 2)
+		return 0;
+	switch (data[0] % 6) {
+	case 0: body_mode(PROV_ANTHROPIC, data + 1, size - 1); break;
+	case 1: body_mode(PROV_OPENAI, data + 1, size - 1); break;
+	case 2: body_mode(PROV_GEMINI, data + 1, size - 1); break;
+	case 3: stream_mode(data, size); break;
+	case 4: delta_mode(data, size); break;
+	default: status_mode(data + 1, size - 1); break;
+	}
+	return 0;
+}
