@@ -1,7 +1,7 @@
 # sfma - one plain GNU Makefile.
 #
 #   make                 build every program into bin/
-#   make check           run the test suite (bats)
+#   make check           run the test suite (bats), after the fuzz regressions
 #   make check-sanitize  the same suite against an ASan+UBSan build
 #   make check-valgrind  every stage under valgrind: no leaks, no errors
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
@@ -61,8 +61,10 @@ $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(w
 	@mkdir -p $(BINDIR)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
+# Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 check: all
 	sh tests/lint.sh
+	$(MAKE) --no-print-directory fuzz-regress
 	SFMA_BINDIR=$(abspath $(BINDIR)) bats --print-output-on-failure tests
 
 # The whole suite against an ASan+UBSan build kept apart from bin/.

@@ -22,8 +22,21 @@ static void reason(struct reasons *r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
+	/* Reasons quote the manifest's own strings, and each is printed as one
+	 * "- reason" line: a control byte there (a newline could forge another
+	 * reason line, an escape sequence could rewrite the terminal) is shown
+	 * as \xNN instead. */
+	char shown[4 * sizeof text];
+	size_t k = 0;
+	for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f)
+			k += (size_t)snprintf(shown + k, sizeof shown - k, "\\x%02x", *c);
+		else
+			shown[k++] = (char)*c;
+	}
+	shown[k] = '\0';
 	r->items = xrealloc(r->items, (r->n + 1) * sizeof *r->items);
-	r->items[r->n++] = xstrdup(text);
+	r->items[r->n++] = xstrdup(shown);
 }
 
 void reasons_free(struct reasons *r)

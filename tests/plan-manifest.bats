@@ -120,3 +120,19 @@ invalid() {
 	jq --arg o "$(printf 'o%.0s' $(seq 300))" '.outputs = [$o]' m.json >m2.json
 	invalid m2.json "outputs[0]: path too long"
 }
+
+@test "a manifest's own strings cannot forge a reason line or reach the terminal raw" {
+	# An output path with a newline and "- " after it, a tuning key with a CR
+	# and an escape sequence: both are quoted in reasons.
+	printf '%s' '{"name":"t","workspace":"ws","modelEndpoints":[{"name":"m","provider":"mock","model":"x"}],
+	 "allowedCommands":["echo"],"inputs":[],"outputs":["../a\n- forged reason"],"maxTurns":4,
+	 "dryRunDefault":true,"tuning":{"x\r\u001b[2Jy":1}}' > m.json
+	run sfma-plan --check m.json
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = TASK_INVALID ]
+	# exactly the two real reasons, each on its own "- " line
+	[ "${#lines[@]}" -eq 3 ] || { echo "$output"; return 1; }
+	[[ "${lines[1]}${lines[2]}" == *'\x0a- forged reason'* ]]
+	[[ "${lines[1]}${lines[2]}" == *'x\x0d\x1b[2Jy'* ]]
+	[[ "$output" != *$'\e'* && "$output" != *$'\r'* ]]
+}
