@@ -1,4 +1,4 @@
-/* canon.h - the canonical JSON form (RFC 8785, CONTRACT.md section 6).
+/* canon.h - the canonical JSON form (RFC 8785, sfma-formats(5)).
  *
  * Object members sorted by key compared as UTF-16 code units; strings
  * escaped only for '"', '\\' and U+0000..U+001F; numbers as ECMAScript

@@ -1,4 +1,4 @@
-/* chain.h - verification of a sha256-chain-v1 trace (CONTRACT.md section 6).
+/* chain.h - verification of a sha256-chain-v1 trace (sfma-formats(5)).
  *
  * A trace is streamed once, in blocks; the lines of a block are checked in
  * parallel (each entry's hash depends only on its own bytes), then linked in

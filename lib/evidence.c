@@ -116,7 +116,7 @@ int evidence_ref_parse(const json_t *ref, struct evidence_ref *out, struct sfma_
 		return err_set(e, "not a reference: its members must be exactly sha256 and bytes");
 	if (!json_is_string(h) || !is_sha256_hex(json_string_value(h), json_string_length(h)))
 		return err_set(e, "sha256 is not 64 lowercase hex digits");
-	/* bytes is read as a double (CONTRACT section 6): an integral value,
+	/* bytes is read as a double (sfma-formats(5)): an integral value,
 	 * and small enough that the double is that exact integer. */
 	double d = json_is_number(b) ? json_number_value(b) : -1;
 	if (!json_is_number(b) || !(d >= 0) || d > (double)EVIDENCE_MAX_REF_BYTES || d != (double)(uint64_t)d)

@@ -1,4 +1,4 @@
-/* mailbox.h - the operator's side of the mailbox (CONTRACT.md section 10).
+/* mailbox.h - the operator's side of the mailbox (sfma-formats(5)).
  *
  * The engine reads WORKSPACE/.sfma/inbox/ at run start and writes one file
  * per notify/ask into WORKSPACE/.sfma/outbox/. Operator surfaces (sfma-chat,

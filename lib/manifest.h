@@ -1,4 +1,4 @@
-/* manifest.h - the manifest (schema v2, CONTRACT.md section 2).
+/* manifest.h - the manifest (schema v2, sfma-manifest(5)).
  *
  * One loader for every stage, so that no two stages can read one manifest
  * differently: strict JSON (duplicate keys are an error), every rule of the

@@ -1,4 +1,4 @@
-/* record.h - the result record's integrity commitments (CONTRACT.md section 7). */
+/* record.h - the result record's integrity commitments (sfma-formats(5)). */
 #ifndef SFMA_RECORD_H
 #define SFMA_RECORD_H
 

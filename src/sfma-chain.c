@@ -5,7 +5,7 @@
  *
  * Each stdin line is an event {"kind":K,"data":{...}} with optional "loop",
  * "refs", "class", "evidence" (references, sfma-formats(5)). Each is appended as one canonical trace line - seq,
- * anchor, id, prevHash and hash filled in here (CONTRACT.md section 6) - and
+ * anchor, id, prevHash and hash filled in here (sfma-formats(5)) - and
  * the appended entry is echoed on stdout so the caller learns its id.
  *
  * Before the first append the whole existing file is verified (legacy
@@ -104,7 +104,7 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	for (const char *const *k = kinds; kind && *k; k++)
 		known |= strcmp(*k, kind) == 0;
 	if (!known)
-		die("event %lld: kind must be one of the trace kinds of CONTRACT.md section 6", *line_no);
+		die("event %lld: kind must be one of the trace kinds of sfma-formats(5)", *line_no);
 	json_t *data = json_object_get(ev, "data");
 	if (!json_is_object(data))
 		die("event %lld: data must be an object", *line_no);

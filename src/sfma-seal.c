@@ -3,7 +3,7 @@
  *   sfma-seal [--allow-empty] WORKSPACE < result-body.json
  *   sfma-seal --check-key
  *
- * Reads the result body (CONTRACT.md section 7, without `integrity`),
+ * Reads the result body (sfma-formats(5), without `integrity`),
  * verifies WORKSPACE/.sfma/trace.jsonl, computes `integrity` (head, entry
  * count, manifest and result digests), signs it with Ed25519 when
  * SFMA_AUDIT_PRIVATE_KEY holds a PKCS#8 PEM key, and replaces

@@ -4,7 +4,7 @@
  *
  * Recomputes the hash chain, its head and length, every evidence blob the
  * chain references, the manifest and result digests and the Ed25519
- * signature (CONTRACT.md sections 7 and 12). Prints
+ * signature (sfma-formats(5)). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
  * (plus " evidence=<n>" and " pruned=<k>" when there are references) and
  * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
@@ -87,7 +87,7 @@ static int locate(const char *target, char **record_path, char **workspace)
 	return 0;
 }
 
-/* --canonicalize: print the canonical form (CONTRACT.md section 6) of each
+/* --canonicalize: print the canonical form (sfma-formats(5)) of each
  * JSON line on stdin - the exact bytes that are hashed and signed. */
 static int canonicalize_stdin(void)
 {

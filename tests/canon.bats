@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Canonical JSON (CONTRACT.md section 6, RFC 8785): known-good vectors, and
+# Canonical JSON (sfma-formats(5), RFC 8785): known-good vectors, and
 # the one-pass checker of canonical trace lines agreeing with the tree path.
 # Expected strings were produced by ECMAScript (JSON.stringify semantics,
 # keys sorted by UTF-16 code units) and are fixed here.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# sfma-chain: the trace appender (CONTRACT.md section 6).
+# sfma-chain: the trace appender (sfma-formats(5)).
 
 load helpers
 

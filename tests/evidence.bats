@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Evidence (CONTRACT.md section 12): the content-addressed store
+# Evidence (sfma-formats(5)): the content-addressed store
 # .sfma/evidence/<sha256> (lib/evidence, through a test driver) and
 # sfma-verify's check of every reference in the chain (sfma-formats(5)).
 

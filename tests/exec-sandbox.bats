@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# sfma-exec: the command sandbox (CONTRACT.md section 5). Probes run inside
+# sfma-exec: the command sandbox (sfma-exec(1)). Probes run inside
 # for real; every bomb is bounded itself (at most 2000 processes, 6 GiB of
 # memory, 3 GB of disk), so a sandbox bug fails a test instead of taking the
 # machine down. These tests run as root in CI: the fork bomb must hold there.

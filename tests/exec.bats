@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# sfma-exec: the request/reply interface and the hard tier (CONTRACT.md
-# section 4). Every refusal phrase has a test; the happy path sits beside.
+# sfma-exec: the request/reply interface and the hard tier (sfma-exec(1),
+# the hard tier section). Every refusal phrase has a test; the happy path sits beside.
 # Sandbox behaviour proper is in exec-sandbox.bats.
 
 load helpers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Long-term memory in git, tiered stores and the recall tool (CONTRACT.md §9).
+# Long-term memory in git, tiered stores and the recall tool (sfma-plan(1)).
 
 load helpers
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # sfma-seal: the result record's commitments and Ed25519 signature
-# (CONTRACT.md section 7), interoperating with the OpenSSL CLI.
+# (sfma-formats(5)), interoperating with the OpenSSL CLI.
 
 load helpers
 

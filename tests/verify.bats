@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# sfma-verify: offline verification (CONTRACT.md section 7) against the
+# sfma-verify: offline verification (sfma-formats(5)) against the
 # interop fixtures, a tampering suite, --trusted-head, and hostile input.
 
 load helpers

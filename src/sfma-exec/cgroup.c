@@ -1,5 +1,5 @@
 /* cgroup.c - cgroup ceilings for a sandboxed command where the host
- * delegates them (CONTRACT.md section 5: "cgroup limits where delegated").
+ * delegates them (sfma-exec(1): "cgroup limits where delegated").
  *
  * A ceiling on top of the rlimits, never instead of them: RLIMIT_NPROC
  * counts per user and RLIMIT_AS per process, while a cgroup counts the

@@ -13,7 +13,7 @@
 #define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
 #define REASON_PATH_MAX   160                    /* path bytes quoted in a reason */
 
-/* Ceilings of a sandboxed command (CONTRACT.md section 5). Defaults stop a
+/* Ceilings of a sandboxed command (sfma-exec(1)). Defaults stop a
  * fork bomb, a memory bomb and a disk bomb without getting in the way of
  * compilers, git or test suites. */
 #define LIMIT_CPU_SECONDS 60

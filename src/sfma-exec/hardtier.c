@@ -1,5 +1,5 @@
 /* hardtier.c - the deterministic gate in front of every tool call
- * (CONTRACT.md section 4): where a path really leads, which outputs may be
+ * (sfma-exec(1)): where a path really leads, which outputs may be
  * written, which command lines may run. Pure decisions plus the few opens
  * needed to know where a path leads; nothing here writes a file. */
 #include "exec.h"

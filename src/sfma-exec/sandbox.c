@@ -1,5 +1,5 @@
-/* sandbox.c - run one allowed command in fresh namespaces (CONTRACT.md
- * section 5), written directly against the kernel.
+/* sandbox.c - run one allowed command in fresh namespaces (sfma-exec(1)),
+ * written directly against the kernel.
  *
  * Three processes: this stage; the sandbox init (PID 1 of a new PID
  * namespace, also the owner of new user, mount, network, IPC and UTS

@@ -104,7 +104,7 @@ static void bootstrap_candidate(struct buf *text)
 	json_t *c = json_object();
 	json_object_set_new(c, "mission", json_string_lossy(mission, strlen(mission)));
 	json_object_set_new(c, "successCriteria", criteria);
-	/* The shapes the genesis prompt asks of a model (CONTRACT.md section 3). */
+	/* The shapes the genesis prompt asks of a model (sfma-plan(1)). */
 	json_object_set_new(c, "loopRoles",
 	                    json_pack("[{s:s, s:s}]", "name", "worker", "duty", "write the declared outputs"));
 	json_object_set_new(c, "firstTasks", first);

@@ -1,5 +1,5 @@
 /* providers.c - request shapes and reply shapes of each provider
- * (CONTRACT.md section 11). One attempt = build the body, the URL and the
+ * (sfma-model(1)). One attempt = build the body, the URL and the
  * headers, POST, check the status, pull the text out of the reply. */
 #include "model.h"
 #include "canon.h"

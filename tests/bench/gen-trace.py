@@ -3,7 +3,7 @@
 
     gen-trace.py N [EVIDENCE_DIR] > trace.jsonl
 
-Each line is already in canonical form (CONTRACT.md section 6: members sorted,
+Each line is already in canonical form (sfma-formats(5): members sorted,
 no whitespace, integers as digits) and chained with hashlib, the way
 sfma-chain writes it, about 300 bytes each, with a realistic mix of kinds. It
 stands in for sfma-chain, which fdatasyncs every entry and would take hours
