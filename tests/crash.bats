@@ -180,7 +180,8 @@ requests() { [ "$(wc -l < requests.log 2>/dev/null || echo 0)" -ge "$1" ]; }
 crash() {
 	local stage=$1 point=$2 mock=$QUICK
 	declare -gA pid=()
-	sleep_pid= base=
+	sleep_pid=
+	touch "$BATS_TEST_TMPDIR/crash-started"
 	case $point in
 	start) hold_trace_lock ;;
 	turn) serve_slow_model ;;
@@ -201,8 +202,6 @@ crash() {
 		within "the planner to hand over the record" closed_input "${pid[sfma-seal]}" "${pid[sfma-plan]}"
 		;;
 	esac
-	# The staging base of sfma-exec, if it made one: a private mount.
-	base=$(awk '$5 ~ /\/sfma-exec\.[^\/]*$/ {print $5; exit}' "/proc/${pid[sfma-exec]}/mountinfo" 2>/dev/null || true)
 	kill -KILL "${pid[$stage]}"
 	case $point in
 	start) kill -KILL "$lock_pid" ;;
@@ -234,15 +233,12 @@ nothing_left() {
 	[ -z "$sleep_pid" ] || within "the sandboxed sleep to be gone" gone "$sleep_pid"
 	flock -n ws/.sfma true || { echo "the workspace lock is still held" >&2; return 1; }
 	flock -n ws/.sfma/trace.jsonl true || { echo "the trace lock is still held" >&2; return 1; }
-	# The staging copies lived on a tmpfs in sfma-exec's own mount
-	# namespace, gone with it. A sfma-exec that could clean up removed
-	# the mount point too; one killed by SIGKILL leaves it, empty.
-	if [ -n "$base" ] && [ -e "$base" ]; then
-		[ -z "$(ls -A "$base")" ] || { echo "staging copy left in $base:" >&2; ls -lA "$base" >&2; return 1; }
-		[ "$1" = sfma-exec ] || grep -q 'stage sfma-exec still running' err ||
-			{ echo "$base left behind by a sfma-exec that exited on its own" >&2; return 1; }
-		rmdir "$base"
-	fi
+	# The staging copy lives on a tmpfs in the command's own mount
+	# namespace: no host path names it, so nothing of it may appear in
+	# /tmp, however the stage died.
+	local left
+	left=$(find /tmp -maxdepth 1 -name 'sfma-exec.*' -newer "$BATS_TEST_TMPDIR/crash-started" 2>/dev/null)
+	[ -z "$left" ] || { echo "staging left behind in /tmp: $left" >&2; return 1; }
 }
 
 # audit: sfma-verify must say AUDIT_OK (unsealed=0) or AUDIT_UNSEALED
