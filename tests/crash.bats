@@ -296,6 +296,9 @@ next_run_records() {
 		  and .[$sealed + $n].id == $r.id
 		  and .[$sealed + $n + 1].kind == "clock-anchor"' ws/.sfma/trace.jsonl > /dev/null ||
 		{ echo "no faithful interrupted-run entry"; grep interrupted ws/.sfma/trace.jsonl; return 1; }
+	# sfma log shows it with the run that recorded it
+	sfma-log ws | grep -q 'the previous run was interrupted' ||
+		{ echo "sfma log does not show the interrupted run"; sfma-log ws; return 1; }
 	# This run's own clock range still begins at its clock-anchor.
 	jq -s -e --argjson f "$(jq .clock.firstSeq ws/.sfma/result.json)" \
 		'map(select(.seq == $f)) | length == 1 and .[0].kind == "clock-anchor"' ws/.sfma/trace.jsonl > /dev/null
