@@ -1005,3 +1005,14 @@ json_t *rv_footer(const struct rv_view *v, const json_t *record)
 	}
 	return row;
 }
+
+int rv_parse_run(const char *s, long *out)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(s, &end, 10);
+	if (errno || end == s || *end || n == 0 || n < -1000000000L || n > 1000000000L)
+		return -1;
+	*out = n;
+	return 0;
+}

@@ -110,4 +110,8 @@ void rv_visible(struct buf *out, const char *s, size_t n, size_t max_chars);
 /* Pointer and length of a JSON string (NUL bytes included), or NULL. */
 const char *rv_str(const json_t *v, size_t *len);
 
+/* A --run value: a run number, 1-based, or negative to count from the end
+ * (-1 the last); 0 with *out set, -1 for anything else (0, junk, range). */
+int rv_parse_run(const char *s, long *out);
+
 #endif

@@ -442,17 +442,6 @@ static void follow_run(struct reader *r, struct show *s, int sfma_dirfd)
 	}
 }
 
-static int parse_run(const char *s, long *out)
-{
-	char *end;
-	errno = 0;
-	long n = strtol(s, &end, 10);
-	if (errno || end == s || *end || n == 0 || n < -1000000000L || n > 1000000000L)
-		return -1;
-	*out = n;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
@@ -472,7 +461,7 @@ int main(int argc, char **argv)
 		case 'a': opts.all = 1; break;
 		case 'f': opts.follow = 1; break;
 		case 'r':
-			if (parse_run(optarg, &opts.run) < 0)
+			if (rv_parse_run(optarg, &opts.run) < 0)
 				cli_usage_error(usage_text, "--run: a run number, 1 for the first or -1 for the last (not %s)",
 				                optarg);
 			run_given = 1;

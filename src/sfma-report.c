@@ -771,17 +771,6 @@ static void page(struct buf *b, const char *ws, const struct report *rep, const 
 	            "</main>\n</body>\n</html>\n");
 }
 
-static int parse_run(const char *s, long *out)
-{
-	char *end;
-	errno = 0;
-	long n = strtol(s, &end, 10);
-	if (errno || end == s || *end || n == 0 || n < -1000000000L || n > 1000000000L)
-		return -1;
-	*out = n;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
@@ -798,7 +787,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o': out_path = optarg; break;
 		case 'r':
-			if (parse_run(optarg, &pick) < 0)
+			if (rv_parse_run(optarg, &pick) < 0)
 				cli_usage_error(usage_text, "--run: a run number, 1 for the first or -1 for the last (not %s)",
 				                optarg);
 			break;
