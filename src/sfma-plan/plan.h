@@ -85,6 +85,10 @@ json_t *memory_pinned(struct memory *mem);
  * *demoted report the transitions. */
 void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
                        json_t *candidate, int pinned_run, int *certified, int *demoted);
+/* A done summary as memory.json keeps it: at most MEMORY_SUMMARY_MAX
+ * bytes, cut at a UTF-8 boundary (the record keeps it whole). New ref. */
+#define MEMORY_SUMMARY_MAX 4096
+json_t *memory_clip(json_t *summary);
 int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
@@ -120,6 +124,13 @@ struct run {
 	struct store store;
 	int store_ok;             /* containment guards passed */
 	const char *commit_sha;
+	/* Evidence (.sfma/evidence): references waiting for the entry that
+	 * reports them. The system prompt goes with the run's first model
+	 * request; a message with the request that sends it. */
+	json_t *prompt_ref;
+	json_t *message_ref;
+	int message_sent;         /* message_ref went out with a request no call answered */
+	json_t *summary;          /* the done summary (a string), or NULL */
 };
 
 /* dir + "/" + name into out; dies rather than cut a path short (the
@@ -153,6 +164,14 @@ void end_with(struct run *r, const char *verdict, const char *fmt, ...) __attrib
  * "SIGTERM", "maxTurns", "maxSeconds", ... */
 void end_halted(struct run *r, const char *verdict, const char *trigger, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* Store data[0..n) as evidence; its reference {"sha256","bytes"} (new),
+ * durable before the caller traces the entry that carries it. NULL when
+ * the store failed: the run is then failed (a record must not claim what
+ * it cannot show). */
+json_t *evidence(struct run *r, const void *data, size_t n);
+/* data[name] = ref (consumed; nothing when ref is NULL). */
+void attach_evidence(json_t *data, const char *name, json_t *ref);
+
 /* Count a hard-tier refusal, keeping the first reason for the report. */
 void refused(struct run *r, const char *reason);
 /* Progress for humans on stderr (--progress, or stderr a terminal):

@@ -9,6 +9,7 @@
 #include "canon.h"
 #include "cli.h"
 #include "clock.h"
+#include "evidence.h"
 #include "sha.h"
 #include "utf8.h"
 
@@ -194,6 +195,29 @@ void end_halted(struct run *r, const char *verdict, const char *trigger, const c
 	va_start(ap, fmt);
 	set_error(r, fmt, ap);
 	va_end(ap);
+}
+
+json_t *evidence(struct run *r, const void *data, size_t n)
+{
+#ifdef SFMA_BENCH_NO_EVIDENCE
+	/* Only for tests/bench/evidence.sh, which measures what evidence costs
+	 * against a build without it; never in a built program. */
+	(void)r, (void)data, (void)n;
+	return NULL;
+#endif
+	struct sfma_err e;
+	json_t *ref = evidence_put(r->lock_fd, data, n, &e);
+	if (!ref) {
+		end_with(r, "failed", "evidence: %s", e.text);
+		progress(r, "evidence: %s", e.text);
+	}
+	return ref;
+}
+
+void attach_evidence(json_t *data, const char *name, json_t *ref)
+{
+	if (ref)
+		json_object_set_new(data, name, ref);
 }
 
 void refused(struct run *r, const char *reason)
@@ -413,6 +437,8 @@ static json_t *result_body(struct run *r)
 	                    "maxLoops", (json_int_t)r->m->max_loops,
 	                    "maxPendingTasks", (json_int_t)r->m->max_pending_tasks));
 	json_object_set_new(body, "hardTierFailures", json_integer(r->hard_failures));
+	/* What the model said it did: the done summary, or null without one. */
+	json_object_set(body, "summary", r->summary ? r->summary : json_null());
 	json_object_set_new(body, "verdict", json_string(r->verdict));
 	if (r->error[0] && strcmp(r->verdict, "completed") != 0)
 		json_object_set_new(body, "error", json_string(r->error));
@@ -446,6 +472,14 @@ static void finish(struct run *r)
 			json_object_set_new(data, "trigger", json_string(r->halt_trigger));
 		if (halt && r->error[0])
 			json_object_set_new(data, "reason", json_string(r->error));
+		/* The host fact a time-budget halt rests on, which a replay takes
+		 * from here, never from a clock: how long the run had taken. */
+		if (halt && r->halt_trigger && strcmp(r->halt_trigger, "maxSeconds") == 0)
+			json_object_set_new(data, "elapsedMs", json_integer((json_int_t)(mono_ms() - r->start_mono)));
+		/* A request the stop interrupted: its message went out, and no
+		 * call entry reports it. */
+		if (r->message_sent && r->message_ref)
+			attach_evidence(data, "messageEvidence", json_incref(r->message_ref));
 		trace_quiet(r, "result", data, 0, NULL);
 	}
 	if (r->endpoints)
@@ -456,6 +490,7 @@ static void finish(struct run *r)
 	                            "verdict", r->verdict, "turns", (json_int_t)r->turns,
 	                            "modelCalls", (json_int_t)r->model_calls,
 	                            "hardTierFailures", (json_int_t)r->hard_failures, "dryRun", r->dry_run);
+	json_object_set_new(summary, "summary", r->summary ? memory_clip(r->summary) : json_null());
 	int certified, demoted;
 	memory_record_run(&r->mem, r->m, summary, r->candidate, r->pinned_run, &certified, &demoted);
 	json_decref(summary);
@@ -551,6 +586,9 @@ void run_free(struct run *r)
 	json_decref(r->mutation_refs);
 	json_decref(r->written);
 	json_decref(r->endpoints);
+	json_decref(r->prompt_ref);
+	json_decref(r->message_ref);
+	json_decref(r->summary);
 	memory_free(&r->mem);
 	store_close(&r->store);
 	manifest_free(r->m);
