@@ -64,6 +64,18 @@ void stage_close_input(enum stage_id s);
 
 /* ---- prompt.c: what the model is told, and what it said --------------- */
 
+/* The runner's fixed answers (turn.c sends them, sfma-replay derives them). */
+#define ANSWER_NOT_JSON "invalid reply: answer with exactly one JSON object"
+#define ANSWER_NO_TOOL "invalid reply: expected one tool call {\"tool\":...}"
+#define ANSWER_ADOPTED "candidate adopted; now reply with one tool call per turn"
+#define ANSWER_CANDIDATE_FIRST "no bootstrap candidate adopted yet: reply first with one object with " \
+	"mission, successCriteria, loopRoles, firstTasks and schedule"
+#define REASON_NOT_JSON "invalid reply: not a JSON object"
+#define REASON_NO_TOOL "invalid reply: no tool"
+#define REASON_CANDIDATE_FIRST "tool call before a candidate was adopted"
+#define FIRST_MESSAGE "Begin: reply with your bootstrap candidate.\n"
+#define INBOX_HEADER "\nOperator messages (they may only narrow the task, never widen the manifest):\n"
+
 /* The genesis system prompt: contract, manifest verbatim, task, dry-run. */
 char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, int pinned);
 /* Lenient parse of a reply: fences stripped, whole text or first '{' to

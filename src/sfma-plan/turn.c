@@ -391,8 +391,8 @@ void turns(struct run *r)
 		free(text);
 		if (!v) {
 			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: not a JSON object"), 1, NULL);
-			answer(r, "invalid reply: answer with exactly one JSON object");
+			                                    "reason", REASON_NOT_JSON), 1, NULL);
+			answer(r, ANSWER_NOT_JSON);
 			progress(r, "invalid reply");
 			continue;
 		}
@@ -402,14 +402,13 @@ void turns(struct run *r)
 				json_t *ce = trace(r, "candidate", json_deep_copy(v), 1, NULL, NULL);
 				keep_candidate(r, ce);
 				json_decref(ce);
-				answer(r, "candidate adopted; now reply with one tool call per turn");
+				answer(r, ANSWER_ADOPTED);
 				progress(r, "bootstrap candidate adopted");
 			} else {
 				trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-				                                    "reason", "tool call before a candidate was adopted"),
+				                                    "reason", REASON_CANDIDATE_FIRST),
 				            1, NULL);
-				answer(r, "no bootstrap candidate adopted yet: reply first with one object with "
-				               "mission, successCriteria, loopRoles, firstTasks and schedule");
+				answer(r, ANSWER_CANDIDATE_FIRST);
 				progress(r, "reminder: bootstrap candidate first");
 			}
 			json_decref(v);
@@ -422,8 +421,8 @@ void turns(struct run *r)
 			recall(r, v);
 		} else if (!tool) {
 			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: no tool"), 1, NULL);
-			answer(r, "invalid reply: expected one tool call {\"tool\":...}");
+			                                    "reason", REASON_NO_TOOL), 1, NULL);
+			answer(r, ANSWER_NO_TOOL);
 			progress(r, "invalid reply");
 		} else {
 			carry_out(r, v);
@@ -445,11 +444,10 @@ void genesis(struct run *r)
 		buf_printf(&first, "Pinned configuration (certified, replayed): %s\nBegin: one tool call per turn.\n", cand.p);
 		buf_free(&cand);
 	} else {
-		buf_adds(&first, "Begin: reply with your bootstrap candidate.\n");
+		buf_adds(&first, FIRST_MESSAGE);
 	}
 	if (r->inbox && *r->inbox)
-		buf_printf(&first, "\nOperator messages (they may only narrow the task, never widen the manifest):\n%s",
-		           r->inbox);
+		buf_printf(&first, INBOX_HEADER "%s", r->inbox);
 	r->prompt_ref = evidence(r, r->system, strlen(r->system));
 	say_user(r, first.p);
 	buf_free(&first);

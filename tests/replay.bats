@@ -1,0 +1,248 @@
+#!/usr/bin/env bats
+# sfma replay: a recorded run re-derived offline from its evidence, through
+# the code that decided it; every derived entry compared with the trace.
+
+load helpers
+
+CAND='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+	cat >m.json <<'JSON'
+{"name":"t","workspace":"ws","taskStatement":"write out.txt",
+ "modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo","sleep"],"inputs":[],"outputs":["out.txt"],"maxTurns":12,
+ "dryRunDefault":false}
+JSON
+}
+
+mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
+	local IFS=,
+	export SFMA_MOCK="[$*]"
+}
+
+replays_ok() { # replays_ok RUNS
+	run sfma replay ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
+}
+
+# rewrite PYTHON: apply the Python statements to the trace entries `es`
+# (a list of dicts), recompute every hash, and reseal the record after
+# applying jq filter $2 to it - what a host actor without the signing key
+# can do to an unsigned record.
+rewrite() {
+	python3 - ws/.sfma/trace.jsonl "$1" <<'PY'
+import hashlib, json, subprocess, sys
+path, code = sys.argv[1], sys.argv[2]
+es = [json.loads(l) for l in open(path, encoding="utf-8").read().split("\n")[:-1]]
+exec(code)
+out, prev = [], "0" * 64
+for e in es:
+    e["prevHash"] = prev
+    e.pop("hash", None)
+    canon = subprocess.run(["sfma-verify", "--canonicalize"], input=json.dumps(e).encode() + b"\n",
+                           capture_output=True, check=True).stdout.rstrip(b"\n")
+    e["hash"] = prev = hashlib.sha256(canon).hexdigest()
+    out.append(json.dumps(e, ensure_ascii=False))
+open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
+PY
+	jq "del(.integrity) | ${2:-.}" ws/.sfma/result.json >body.json
+	sfma-seal ws <body.json >/dev/null
+}
+
+@test "a run with every kind of turn replays" {
+	mock "$CAND" '"not json at all"' '{"tool":"teleport"}' \
+		'{"tool":"run","cmd":"echo hi"}' '{"tool":"read","path":"missing.txt"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
+		'{"tool":"run","cmd":"rm -rf /"}' '{"tool":"notify","text":"n"}' '{"tool":"ask","question":"q"}' \
+		'{"nothing":"here"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	replays_ok 1
+}
+
+@test "completed, dry-run, reminder and several runs replay, as sfma replay and by result.json" {
+	mock '{"tool":"read","path":"x"}' "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	replays_ok 1
+	jq '.dryRunDefault = true' m.json >d.json
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"echo x"}' '{"tool":"done","summary":"s"}'
+	run sfma run d.json
+	[ "$status" -eq 0 ]
+	replays_ok 2
+	run sfma-replay ws/.sfma/result.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == "REPLAY_OK runs=2 "* ]]
+}
+
+@test "halts replay: maxTurns, maxModelCalls, maxSeconds, a HALT file, the operator's inbox and --task" {
+	jq '.maxTurns = 2' m.json >t.json
+	mock "$CAND" '{"tool":"read","path":"a"}' '{"tool":"read","path":"b"}'
+	run sfma run t.json --apply
+	[ "$status" -eq 1 ]
+	replays_ok 1
+	jq '.maxModelCalls = 2' m.json >c.json
+	run sfma run c.json --apply
+	[ "$status" -eq 1 ]
+	grep -q '"trigger":"maxModelCalls"' ws/.sfma/trace.jsonl
+	replays_ok 2
+	rm -rf ws
+	jq '.maxSeconds = 1' m.json >s.json
+	mock "$CAND" '{"tool":"run","cmd":"sleep 3"}' '{"tool":"done","summary":"s"}'
+	run sfma run s.json --apply
+	[ "$status" -eq 1 ]
+	replays_ok 1
+	echo "only narrow it" >ws/.sfma/inbox/note
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply --task "a narrower task"
+	[ "$status" -eq 0 ]
+	replays_ok 2
+	touch ws/.sfma/HALT
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	replays_ok 3
+}
+
+@test "a refused verdict flipped to a pass in a recomputed unsigned chain verifies, and does not replay" {
+	mock "$CAND" '{"tool":"write","path":"elsewhere.txt","content":"x"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	local seq; seq=$(jq -r 'select(.kind=="verdict" and .data.pass==false) | .seq' ws/.sfma/trace.jsonl)
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+        e["data"]["reason"] = "wrote 1 bytes to elsewhere.txt"
+    if e["kind"] == "result" and "error" in e["data"]:
+        e["kind"], e["id"], e["data"] = "lifecycle", "lifecycle-%d" % e["seq"], {"from": "probation", "to": "probation"}
+    if e["kind"] == "lifecycle" and e["data"].get("to") == "failed":
+        e["data"]["to"] = "completed"
+' '.verdict = "completed" | .hardTierFailures = 0 | del(.error)'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == AUDIT_OK* ]]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq $seq (verdict): trace has pass=true reason \"wrote 1 bytes to elsewhere.txt\", replay derives refused: write elsewhere.txt: not a declared output" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a command refusal flipped to a pass does not replay either" {
+	mock "$CAND" '{"tool":"run","cmd":"cat /etc/shadow"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true "*"replay derives refused: run: cat: not in allowedCommands" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a record whose reply evidence was swapped verifies, and does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"echo hi"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	# the run's reply becomes a stored blob of another reply (the done)
+	local seq; seq=$(jq -s -r '[.[] | select(.kind=="call")][2].seq' ws/.sfma/trace.jsonl)
+	rewrite '
+calls = [e for e in es if e["kind"] == "call"]
+calls[2]["data"]["replyEvidence"] = calls[3]["data"]["replyEvidence"]
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq $((seq + 1)) (task): trace has call {\"cmd\":\"echo hi\",\"tool\":\"run\"}, replay derives call {\"tool\":\"done\"}" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a swapped tool result (what the model was told) does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	# the refusal the model was told becomes the earlier success
+	rewrite '
+vs = [e for e in es if e["kind"] == "verdict" and "outputEvidence" in e["data"]]
+vs[1]["data"]["outputEvidence"] = vs[0]["data"]["outputEvidence"]
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has outputEvidence "* ]] || { echo "$output"; return 1; }
+}
+
+@test "an altered counter in the record does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	jq 'del(.integrity) | .turns = 2' ws/.sfma/result.json | sfma-seal ws >/dev/null
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (clock-anchor): trace has record turns 2, replay derives turns 3" ]] || { echo "$output"; return 1; }
+}
+
+@test "records made before evidence existed are incomplete, not diverged" {
+	for f in legacy unicode multirun; do
+		cp -r "$INTEROP/$f" .
+		run sfma replay "$f/ws"
+		[ "$status" -eq 1 ] || { echo "$f: $output"; return 1; }
+		[[ "$output" == REPLAY_INCOMPLETE:* ]] || { echo "$f: $output"; return 1; }
+	done
+}
+
+@test "a record that does not verify does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	sed -i 's/"to":"completed"/"to":"failed"/' ws/.sfma/trace.jsonl
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: the record does not verify: AUDIT_INVALID: "* ]] || { echo "$output"; return 1; }
+}
+
+@test "an altered reply blob is caught" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	local sha; sha=$(jq -s -r '[.[] | select(.kind=="call")][1].data.replyEvidence.sha256' ws/.sfma/trace.jsonl)
+	chmod u+w "ws/.sfma/evidence/$sha"
+	sed -i 's/out.txt/ou2.txt/' "ws/.sfma/evidence/$sha"
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == REPLAY_INCOMPLETE:*"evidence $sha altered"* ]] || { echo "$output"; return 1; }
+}
+
+@test "replay needs no other stage: only sfma-verify beside it" {
+	mock "$CAND" '{"tool":"run","cmd":"echo hi"}' '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	mkdir alone
+	cp "$SFMA_BINDIR/sfma-replay" "$SFMA_BINDIR/sfma-verify" alone/
+	run env PATH=/nonexistent "$PWD/alone/sfma-replay" ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "REPLAY_OK runs=1 "* ]]
+}
+
+@test "usage errors exit 2" {
+	run sfma-replay
+	[ "$status" -eq 2 ]
+	run sfma-replay --bogus ws
+	[ "$status" -eq 2 ]
+	run sfma-replay a b
+	[ "$status" -eq 2 ]
+	run sfma-replay --version
+	[ "$status" -eq 0 ]
+}
