@@ -57,10 +57,29 @@ PY
 		'{"tool":"run","cmd":"echo hi"}' '{"tool":"read","path":"missing.txt"}' \
 		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
 		'{"tool":"run","cmd":"rm -rf /"}' '{"tool":"notify","text":"n"}' '{"tool":"ask","question":"q"}' \
-		'{"nothing":"here"}' '{"tool":"done","summary":"s"}'
+		'{"nothing":"here"}' '{"tool":"recall","mode":"episodic"}' '{"tool":"recall","mode":"telepathy"}' \
+		'{"tool":"done","summary":"s"}'
+	jq '.maxTurns = 20' m.json >long.json
+	run sfma run long.json --apply
+	[ "$status" -eq 1 ]
+	grep -q '"reason":"done"' ws/.sfma/trace.jsonl
+	grep -q '"reason":"recall: unknown recall mode"' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
+
+@test "an unknown recall mode flipped to a pass does not replay" {
+	mock "$CAND" '{"tool":"recall","mode":"telepathy"}' '{"tool":"done","summary":"s"}'
 	run sfma run m.json --apply
 	[ "$status" -eq 1 ]
-	replays_ok 1
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"], e["data"]["reason"] = True, "recall"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true, replay derives refused: recall: unknown recall mode" ]] ||
+		{ echo "$output"; return 1; }
 }
 
 @test "completed, dry-run, reminder and several runs replay, as sfma replay and by result.json" {

@@ -483,7 +483,12 @@ static void recall(json_t *v)
 	const char *has = ref_hex(e, "outputEvidence");
 	if (!has)
 		incomplete("seq %lld (verdict): no outputEvidence (a record made before evidence existed)", seq_of(e));
-	if (!json_is_true(json_object_get(data_of(e), "pass"))) {
+	int pass = json_is_true(json_object_get(data_of(e), "pass"));
+	/* The mode is the code's rule; what the stores answer is the host's. */
+	if (!recall_mode_known(str(v, "mode")) && (pass || !reason || strcmp(reason, RECALL_UNKNOWN_MODE) != 0))
+		diverged(e, pass ? shown("pass=true") : shown("refused: %s", reason ? reason : ""),
+		         shown("refused: %s", RECALL_UNKNOWN_MODE));
+	if (!pass) {
 		count_refusal(reason ? reason : "");
 		char text[800];
 		snprintf(text, sizeof text, "EPSILON_HARD_FAIL: %s", reason ? reason : "");
