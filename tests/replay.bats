@@ -265,3 +265,33 @@ vs[1]["data"]["outputEvidence"] = vs[0]["data"]["outputEvidence"]
 	run sfma-replay --version
 	[ "$status" -eq 0 ]
 }
+
+@test "a certified configuration's pinned run replays" {
+	jq '.tuning = {"certWindow":1}' m.json >p.json
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run p.json --apply
+	[ "$status" -eq 0 ]
+	grep -q '"to":"certified"' ws/.sfma/trace.jsonl
+	mock '{"tool":"write","path":"out.txt","content":"y"}' '{"tool":"done","summary":"s"}'
+	run sfma run p.json --apply
+	[ "$status" -eq 0 ]
+	grep -q '"to":"pinned-replay"' ws/.sfma/trace.jsonl
+	replays_ok 2
+}
+
+@test "a run halted by SIGTERM while a command ran replays" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"sleep 3"}' \
+		'{"tool":"done","summary":"s"}'
+	timeout -s KILL 60 sfma run m.json --apply >out 2>err &
+	local pid=$!
+	for _ in $(seq 200); do
+		grep -q '"cmd":"sleep' ws/.sfma/trace.jsonl 2>/dev/null && break
+		sleep 0.05
+	done
+	kill -TERM "$(pgrep -P "$pid" -x sfma)"
+	local st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 1 ]
+	grep -q '"trigger":"SIGTERM"' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
