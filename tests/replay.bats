@@ -57,9 +57,10 @@ PY
 		'{"tool":"run","cmd":"echo hi"}' '{"tool":"read","path":"missing.txt"}' \
 		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
 		'{"tool":"run","cmd":"rm -rf /"}' '{"tool":"notify","text":"n"}' '{"tool":"ask","question":"q"}' \
-		'{"nothing":"here"}' '{"tool":"recall","mode":"episodic"}' '{"tool":"recall","mode":"telepathy"}' \
+		'{"nothing":"here"}' '{"tool":"wr\u0000ite","path":"out.txt","content":"z"}' '{"tool":"read","path":"a\u0000b"}' \
+		'{"tool":5}' '{"tool":"recall","mode":"episodic"}' '{"tool":"recall","mode":"telepathy"}' \
 		'{"tool":"done","summary":"s"}'
-	jq '.maxTurns = 20' m.json >long.json
+	jq '.maxTurns = 30' m.json >long.json
 	run sfma run long.json --apply
 	[ "$status" -eq 1 ]
 	grep -q '"reason":"done"' ws/.sfma/trace.jsonl

@@ -291,6 +291,10 @@ static char *gate(const char *tool, json_t *call)
 		{"read", "path"}, {"write", "path"}, {"write", "content"}, {"run", "cmd"},
 		{"notify", "text"}, {"ask", "question"},
 	};
+	/* sfma-exec takes a tool name with a NUL byte for no tool at all. */
+	json_t *tv = json_object_get(call, "tool");
+	if (strlen(json_string_value(tv)) != json_string_length(tv))
+		return xstrdup("unknown tool");
 	int known = 0;
 	for (size_t i = 0; i < sizeof args / sizeof *args; i++) {
 		if (strcmp(tool, args[i].tool) != 0)
