@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -990,14 +991,22 @@ static void open_empty_workspace(void)
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	if (argc == 2 && strcmp(argv[1], "--help") == 0)
-		cli_help(usage_text);
-	if (argc == 2 && strcmp(argv[1], "--version") == 0)
-		cli_version();
-	if (argc != 2)
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == 'h')
+			cli_help(usage_text);
+		else if (c == 'V')
+			cli_version();
+		else
+			cli_bad_option(usage_text, c, argv);
+	}
+	if (argc - optind != 1)
 		cli_usage_error(usage_text, "expected one WORKSPACE or RESULT.json");
-	if (argv[1][0] == '-')
-		cli_usage_error(usage_text, "%s: unknown option", argv[1]);
+	argv += optind - 1;
 	verify_first(argv[1]);
 	char ws[PATH_MAX];
 	load(argv[1], ws);
