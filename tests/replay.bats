@@ -296,3 +296,34 @@ vs[1]["data"]["outputEvidence"] = vs[0]["data"]["outputEvidence"]
 	grep -q '"trigger":"SIGTERM"' ws/.sfma/trace.jsonl
 	replays_ok 1
 }
+
+@test "refusals only the host can cause are recorded facts: links, non-files, non-directories replay" {
+	jq '.outputs = ["out.txt","link/x.txt","f/g.txt"]' m.json >h.json
+	mkdir -p ws outside
+	ln -s "$PWD/outside" ws/link
+	ln -s /etc/hostname ws/leak
+	: >ws/f
+	mkdir ws/dir
+	mock "$CAND" '{"tool":"write","path":"link/x.txt","content":"x"}' '{"tool":"read","path":"leak"}' \
+		'{"tool":"write","path":"f/g.txt","content":"x"}' '{"tool":"read","path":"dir"}' '{"tool":"done","summary":"s"}'
+	run sfma run h.json --apply
+	[ "$status" -eq 1 ]
+	[ "$(jq -s '[.[] | select(.kind=="verdict" and .data.pass==false)] | length' ws/.sfma/trace.jsonl)" -eq 4 ]
+	grep -q 'escapes workspace via link' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
+
+@test "a pass turned into a refusal by a rule the code passed does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("reason", "").startswith("wrote "):
+        e["data"]["pass"], e["data"]["reason"] = False, "write out.txt: outside workspace"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has refused: write out.txt: outside workspace, replay derives pass (no host fact recorded refuses it)" ]] ||
+		{ echo "$output"; return 1; }
+}

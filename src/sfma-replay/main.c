@@ -341,19 +341,23 @@ static char *gate(const char *tool, json_t *call)
 	return refusal;
 }
 
-/* Refusals only the host can cause, once the code's own rules passed: a
- * link met on the way (a write may then land on a reserved or undeclared
- * path), something that is not a regular file, the sandbox, the clock. */
+/* Once the code's own rules pass a call, only the host can refuse it: a
+ * link met on the way (which may land a write on a reserved or undeclared
+ * path), something that is not a regular file or not a directory, the
+ * sandbox, the clock. Such a refusal is a recorded fact. One that names a
+ * rule of the code itself cannot be: the code just passed that rule. */
 static int host_refusal(const char *reason)
 {
-	static const char *const phrases[] = {
-		"escapes workspace via link", "not a regular file", ": reserved", "not a declared output",
-		"secure command sandbox unavailable", "the run's deadline has passed",
+	static const char *const code_rules[] = {
+		"outside workspace", "shell metacharacters are not allowed", "not in allowedCommands",
+		"empty command", "unknown tool", "subcommand not permitted", "global flags are not permitted",
+		"argument not permitted", "git requires a subcommand", "must be a string", "contains a NUL byte",
+		"empty path", "is handled by the planner", "recall is not available",
 	};
-	for (size_t i = 0; i < sizeof phrases / sizeof *phrases; i++)
-		if (strstr(reason, phrases[i]))
-			return 1;
-	return 0;
+	for (size_t i = 0; i < sizeof code_rules / sizeof *code_rules; i++)
+		if (strstr(reason, code_rules[i]))
+			return 0;
+	return 1;
 }
 
 static void count_refusal(const char *reason)
