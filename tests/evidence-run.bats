@@ -268,3 +268,16 @@ in_evidence() {
 	in_evidence DRY_CONTENT
 	in_evidence 'dry run: the command passed the hard tier and was not executed'
 }
+
+@test "a request no call answered is reported by the result entry: its message and prompt" {
+	cat >o.json <<'JSON'
+{"name":"t","workspace":"ws","modelEndpoints":[{"name":"o","provider":"openai","model":"gpt"}],
+ "allowedCommands":[],"inputs":[],"outputs":["out.txt"],"maxTurns":8,"dryRunDefault":false}
+JSON
+	run env -u OPENAI_API_KEY sfma run o.json --apply
+	[ "$status" -eq 1 ]
+	jq -e -s 'any(.[]; .kind=="result" and (.data.error | startswith("model: "))
+		and .data.messageEvidence.bytes > 0 and .data.promptEvidence.bytes > 0)' ws/.sfma/trace.jsonl
+	refs_sound
+	in_evidence 'Begin: reply with your bootstrap candidate.'
+}

@@ -478,8 +478,11 @@ static void finish(struct run *r)
 			json_object_set_new(data, "elapsedMs", json_integer((json_int_t)(mono_ms() - r->start_mono)));
 		/* A request the stop interrupted: its message went out, and no
 		 * call entry reports it. */
-		if (r->message_sent && r->message_ref)
+		if (r->message_sent && r->message_ref) {
 			attach_evidence(data, "messageEvidence", json_incref(r->message_ref));
+			if (r->prompt_ref)
+				attach_evidence(data, "promptEvidence", json_incref(r->prompt_ref));
+		}
 		trace_quiet(r, "result", data, 0, NULL);
 	}
 	if (r->endpoints)
