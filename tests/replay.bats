@@ -327,3 +327,26 @@ for e in es:
 	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has refused: write out.txt: outside workspace, replay derives pass (no host fact recorded refuses it)" ]] ||
 		{ echo "$output"; return 1; }
 }
+
+@test "a signed record replays; a signed record altered after signing is not replayed" {
+	openssl genpkey -algorithm ed25519 -out key.pem 2>/dev/null
+	export SFMA_AUDIT_PRIVATE_KEY; SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem)
+	mock "$CAND" '{"tool":"write","path":"elsewhere.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	unset SFMA_AUDIT_PRIVATE_KEY
+	jq -e '.integrity.signature.algorithm == "ed25519"' ws/.sfma/result.json
+	replays_ok 1
+	# the flip, with the chain recomputed: the signature no longer holds
+	cp ws/.sfma/result.json signed.json
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+'
+	jq --argjson sig "$(jq .integrity.signature signed.json)" '.integrity.signature = $sig' ws/.sfma/result.json >r.json
+	mv r.json ws/.sfma/result.json
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: the record does not verify: AUDIT_INVALID: "* ]] || { echo "$output"; return 1; }
+}
