@@ -130,6 +130,17 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 		json_decref(refs);
 		return NULL;
 	}
+	/* Every blob the entry names is durable before the entry exists: the
+	 * turn's blobs were fsynced one by one as they were stored, their
+	 * names here, in one directory fsync. A store that cannot make them
+	 * durable fails the run, and the entry goes without its references. */
+	struct sfma_err se;
+	if (evidence && r->evidence && evidence_sync(r->evidence, &se) < 0) {
+		end_with(r, "failed", "evidence: %s", se.text);
+		progress(r, "evidence: %s", se.text);
+		json_decref(evidence);
+		evidence = NULL;
+	}
 	json_t *ev = json_pack("{s:s, s:o, s:i}", "kind", kind, "data", data, "loop", loop);
 	/* sfma-chain copies the member into the entry as it is. */
 	if (evidence)
@@ -232,7 +243,7 @@ json_t *evidence(struct run *r, const void *data, size_t n)
 	if (!r->evidence)
 		err_set(&e, "%s", r->evidence_error);
 	else
-		ref = evidence_put(r->evidence, data, n, &e);
+		ref = evidence_put_nosync(r->evidence, data, n, &e); /* synced by trace_ev */
 	if (!ref) {
 		end_with(r, "failed", "evidence: %s", e.text);
 		progress(r, "evidence: %s", e.text);

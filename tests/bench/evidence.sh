@@ -5,8 +5,9 @@
 # -DSFMA_BENCH_NO_EVIDENCE into a temporary directory; no built program has
 # that switch). Two scripts: the same read repeated (replies and results
 # repeat, so the store deduplicates them) and reads that differ in every
-# reply and result (every turn stores new blobs, each fsynced with its
-# directory before its entry is appended). Best of ROUNDS runs each,
+# reply and result (every turn stores new blobs: each file fsynced as it is
+# stored, the directory once before the entry that names them is
+# appended; a blob the run already made durable is not fsynced again). Best of ROUNDS runs each,
 # interleaved.
 # Budget: the repeated script at most 1.2x.
 set -eu
