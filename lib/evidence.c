@@ -1,6 +1,5 @@
 /* evidence.c - content-addressed blobs under .sfma/evidence. */
 #include "evidence.h"
-#include "atomic.h"
 #include "canon.h"
 #include "ndjson.h"
 
@@ -9,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/evp.h>
@@ -24,8 +24,21 @@ struct cache_slot {
 	uint64_t bytes;
 };
 
+/* Blobs this store wrote or fsynced, by inode: their file is durable, and
+ * their name is once dir_dirty is clear. A put of the same bytes finding
+ * that very file again needs no fsync of its own. */
+struct durable_slot {
+	unsigned char used;
+	char sha256[SHA256_HEX_LEN];
+	uint64_t bytes;
+	dev_t dev;
+	ino_t ino;
+};
+
 struct evidence_store {
 	int dirfd;                     /* .sfma/evidence, or -1 */
+	int dir_dirty;                 /* a rename into dirfd not yet fsynced */
+	struct durable_slot durable[CACHE_SLOTS]; /* writers only; not locked */
 	enum evidence_state dir_state; /* what every check answers when dirfd < 0 */
 	char dir_error[SFMA_ERR_MAX];  /* with EVIDENCE_ERROR */
 	EVP_MD *md;                    /* fetched once: the implicit fetch locks per use */
@@ -319,7 +332,89 @@ char *evidence_get(struct evidence_store *s, const struct evidence_ref *ref, siz
 	return NULL;
 }
 
-json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e)
+/* Write data[0..n) to a temporary file in the store, fsync it and rename
+ * it to name; the directory is left for evidence_sync (*dev, *ino: the
+ * blob's file). As atomic_write_at, less its directory fsync. */
+static int write_blob(struct evidence_store *s, const char *name, const void *data, size_t n, dev_t *dev,
+                      ino_t *ino, struct sfma_err *e)
+{
+	char tmp[SHA256_HEX_LEN + 40];
+	unsigned long long r = 0;
+	int fd = -1;
+	for (int tries = 0; tries < 16 && fd < 0; tries++) {
+		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+			r ^= (unsigned long long)getpid() * 2654435761u + (unsigned long long)tries;
+		snprintf(tmp, sizeof tmp, ".%s.tmp-%016llx", name, r);
+		fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0 && errno != EEXIST)
+			return err_set(e, "%s: %s: create temporary file: %s", EVIDENCE_DIR, name, strerror(errno));
+	}
+	if (fd < 0)
+		return err_set(e, "%s: %s: create temporary file: %s", EVIDENCE_DIR, name, strerror(errno));
+	struct stat st;
+	const char *step = "write";
+	if (write_all(fd, data, n) < 0)
+		goto fail;
+	step = "fsync";
+	if (fsync(fd) < 0 || fstat(fd, &st) < 0)
+		goto fail;
+	step = "close";
+	if (close(fd) < 0) {
+		fd = -1;
+		goto fail;
+	}
+	fd = -1;
+	step = "rename";
+	if (renameat(s->dirfd, tmp, s->dirfd, name) < 0)
+		goto fail;
+	s->dir_dirty = 1;
+	*dev = st.st_dev;
+	*ino = st.st_ino;
+	return 0;
+fail: {
+	int saved = errno;
+	if (fd >= 0)
+		close(fd);
+	unlinkat(s->dirfd, tmp, 0);
+	return err_set(e, "%s: %s: %s: %s", EVIDENCE_DIR, name, step, strerror(saved));
+}
+}
+
+static struct durable_slot *durable_slot_of(struct evidence_store *s, const struct evidence_ref *ref)
+{
+	return &s->durable[cache_slot_of(ref->sha256)];
+}
+
+static int durable_has(struct evidence_store *s, const struct evidence_ref *ref, const struct stat *st)
+{
+	struct durable_slot *d = durable_slot_of(s, ref);
+	return d->used && d->bytes == ref->bytes && d->dev == st->st_dev && d->ino == st->st_ino &&
+	       memcmp(d->sha256, ref->sha256, SHA256_HEX_LEN) == 0;
+}
+
+static void durable_add(struct evidence_store *s, const struct evidence_ref *ref, dev_t dev, ino_t ino)
+{
+	struct durable_slot *d = durable_slot_of(s, ref);
+	d->used = 1;
+	d->bytes = ref->bytes;
+	d->dev = dev;
+	d->ino = ino;
+	memcpy(d->sha256, ref->sha256, SHA256_HEX_LEN);
+}
+
+int evidence_sync(struct evidence_store *s, struct sfma_err *e)
+{
+	if (s->dirfd < 0 || !s->dir_dirty)
+		return 0;
+	/* A directory that cannot be fsynced (some file systems refuse) has
+	 * still been updated atomically. */
+	if (fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS)
+		return err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
+	s->dir_dirty = 0;
+	return 0;
+}
+
+json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e)
 {
 	if (s->dirfd < 0) {
 		err_set(e, "%s: the store is not open for writing", EVIDENCE_DIR);
@@ -332,34 +427,49 @@ json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struc
 	struct evidence_ref ref;
 	sha256_hex(data, n, ref.sha256);
 	ref.bytes = n;
-	/* Deduplicated: a blob already there is kept only if it is intact;
-	 * it was written by an earlier put that may have crashed before its
-	 * directory fsync, so it is made durable again (cheap when clean).
-	 * Anything else under the name - truncated, altered, a link, a FIFO -
-	 * is replaced by the rename below (rename(2) replaces a link itself,
-	 * never its target). */
+	/* Deduplicated: a blob already there is kept only if it is intact.
+	 * Unless this store made that very file durable itself, it may come
+	 * from an earlier put that crashed before its directory fsync, so it
+	 * is made durable again (cheap when clean). Anything else under the
+	 * name - truncated, altered, a link, a FIFO - is replaced by the
+	 * rename (rename(2) replaces a link itself, never its target). */
 	struct sfma_err ignored;
 	int fd = -1;
 	if (read_blob(s, &ref, NULL, &fd, &ignored) == EVIDENCE_OK) {
 		struct stat st;
-		int rc = fstat(fd, &st) < 0 || ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) ||
-		         fsync(fd) < 0 ? -1 : 0;
+		int rc = fstat(fd, &st) < 0 ? -1 : 0;
+		if (rc == 0 && !durable_has(s, &ref, &st)) {
+			rc = ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) || fsync(fd) < 0 ? -1 : 0;
+			if (rc == 0) {
+				s->dir_dirty = 1;
+				durable_add(s, &ref, st.st_dev, st.st_ino);
+			}
+		}
 		int saved = errno;
 		close(fd);
 		if (rc < 0) {
 			err_set(e, "evidence %s: %s", ref.sha256, strerror(saved));
 			return NULL;
 		}
-		if (fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS) {
-			err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
+	} else {
+		dev_t dev = 0;
+		ino_t ino = 0;
+		if (write_blob(s, ref.sha256, data, n, &dev, &ino, e) < 0)
 			return NULL;
-		}
-	} else if (atomic_write_at(s->dirfd, ref.sha256, data, n, 0600, e) < 0) {
-		err_prefix(e, "%s", EVIDENCE_DIR);
-		return NULL;
+		durable_add(s, &ref, dev, ino);
 	}
 	json_t *obj = json_pack("{s:s, s:I}", "sha256", ref.sha256, "bytes", (json_int_t)n);
 	if (!obj)
 		err_set(e, "out of memory");
 	return obj;
+}
+
+json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e)
+{
+	json_t *ref = evidence_put_nosync(s, data, n, e);
+	if (ref && evidence_sync(s, e) < 0) {
+		json_decref(ref);
+		return NULL;
+	}
+	return ref;
 }

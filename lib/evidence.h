@@ -58,12 +58,22 @@ struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err
 void evidence_close(struct evidence_store *s);
 
 /* Store data[0..n) as blob <sha256>. A blob already there with the same
- * bytes is kept (the store is deduplicated) and fsynced again; anything
+ * bytes is kept (the store is deduplicated) and fsynced again unless this
+ * store made that very file durable itself; anything
  * else under that name - another size or content, a link - is atomically
  * replaced, so the reference returned always names an intact, durable
  * blob. Returns a new reference object {"sha256","bytes"} or NULL with e
  * filled. The store must have been opened with create. */
 json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
+
+/* evidence_put for a writer that stores several blobs before the entry
+ * that references them: each blob's file is fsynced and renamed into
+ * place, but the directory is not, so the reference returned may NOT be
+ * appended anywhere before evidence_sync has returned 0. */
+json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
+/* Make every blob put so far durable: one fsync of the directory, when a
+ * put renamed anything into it since the last. 0, or -1 with e filled. */
+int evidence_sync(struct evidence_store *s, struct sfma_err *e);
 
 /* Parse a reference: exactly the members "sha256" (64 lowercase hex
  * digits) and "bytes" (an integer from 0 to 2^53 - 1). 0 with *out set,

@@ -2,6 +2,7 @@
 #include "runview.h"
 #include "buf.h"
 #include "clock.h"
+#include "evidence.h"
 #include "ndjson.h"
 #include "record.h"
 #include "sha.h"
@@ -357,8 +358,9 @@ static json_t *evidence_item(const struct rv_view *v, const char *field, const c
 	return item;
 }
 
-/* A reference {"sha256":HEX,"bytes":N} (CONTRACT: evidence). */
-static int is_ref(const json_t *o, const char **sha)
+/* An object with a digest and a size, {"sha256":HEX,"bytes":N,...}: a
+ * mutation's record of what it wrote. */
+static int is_digest(const json_t *o, const char **sha)
 {
 	size_t n;
 	const char *s = rv_str(json_object_get(o, "sha256"), &n);
@@ -370,24 +372,31 @@ static int is_ref(const json_t *o, const char **sha)
 	return 1;
 }
 
-static void collect_refs(const struct rv_view *v, const json_t *o, const char *prefix, json_t *out, int depth)
+struct collect {
+	const struct rv_view *v;
+	json_t *out;
+};
+
+static int collect_one(void *arg, const char *name, const struct evidence_ref *ref)
 {
-	const char *key;
-	json_t *val;
-	if (depth > 4)
-		return;
-	json_object_foreach((json_t *)o, key, val) {
-		if (json_array_size(out) >= MAX_REFS_PER_ROW)
-			return;
-		char field[256];
-		snprintf(field, sizeof field, "%s%s%s", prefix, *prefix ? "." : "", key);
-		const char *sha;
-		if (is_ref(val, &sha))
-			json_array_append_new(out, evidence_item(v, field, sha,
-			                      json_number_value(json_object_get(val, "bytes"))));
-		else if (json_is_object(val))
-			collect_refs(v, val, field, out, depth + 1);
-	}
+	struct collect *c = arg;
+	if (json_array_size(c->out) >= MAX_REFS_PER_ROW)
+		return 1;
+	json_array_append_new(c->out, evidence_item(c->v, name, ref->sha256, (double)ref->bytes));
+	return 0;
+}
+
+/* The entry's references: its top-level "evidence" member and nothing
+ * else (sfma-formats(5), Evidence) - an object of the same shape inside
+ * data is data, and a model that writes one (a candidate is the model's
+ * own object) makes this reader open no blob. A malformed member (the
+ * trace then does not verify) yields the references before the fault. */
+static void collect_refs(const struct rv_view *v, const json_t *entry, json_t *out)
+{
+	struct collect c = {v, out};
+	uint64_t count;
+	struct sfma_err e;
+	(void)evidence_entry_refs(entry, collect_one, &c, &count, &e);
 }
 
 /* The text of the first item whose field name contains one of the words
@@ -407,6 +416,20 @@ static json_t *evidence_text(const json_t *items, const char *const *words)
 				return json_object_get(it, "text");
 	}
 	return NULL;
+}
+
+/* A tool's output is kept as the message the model got,
+ * {"toolResult":TEXT}: shown as its TEXT when the item is whole and is
+ * exactly that; as it is otherwise. New reference. */
+static json_t *tool_result_text(json_t *shown)
+{
+	size_t n;
+	const char *s = rv_str(shown, &n);
+	json_t *msg = s ? json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	json_t *text = json_object_get(msg, "toolResult");
+	json_t *out = json_is_string(text) && json_object_size(msg) == 1 ? json_incref(text) : json_incref(shown);
+	json_decref(msg);
+	return out;
 }
 
 /* ---- rows --------------------------------------------------------------- */
@@ -888,14 +911,14 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		/* the digest of what was written: evidence when the blob is kept
 		 * (records made before evidence existed keep none, and that is
 		 * not worth a word) */
-		json_t *it = is_ref(data, &sha) ? evidence_item(v, "content", sha,
-		                                  json_number_value(json_object_get(data, "bytes"))) : NULL;
+		json_t *it = is_digest(data, &sha) ? evidence_item(v, "content", sha,
+		                                     json_number_value(json_object_get(data, "bytes"))) : NULL;
 		if (it && !str_is(json_object_get(it, "state"), "missing"))
 			json_array_append_new(items, it);
 		else
 			json_decref(it);
-	} else if (data) {
-		collect_refs(v, data, "", items, 0);
+	} else {
+		collect_refs(v, entry, items);
 	}
 	if (json_array_size(items)) {
 		json_object_set(row, "evidence", items);
@@ -904,10 +927,12 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		static const char *const sum_w[] = {"summary", NULL};
 		static const char *const content_w[] = {"content", NULL};
 		json_t *t = NULL;
-		if (strcmp(kind, "call") == 0 && ((t = evidence_text(items, reply_w)) || (t = evidence_text(items, NULL))))
+		/* By key only: a call's other items are what was sent (the
+		 * prompt, the message), never its reply. */
+		if (strcmp(kind, "call") == 0 && (t = evidence_text(items, reply_w)))
 			json_object_set(row, "reply", t);
-		if (strcmp(kind, "verdict") == 0 && ((t = evidence_text(items, out_w)) || (t = evidence_text(items, NULL))))
-			json_object_set(row, "output", t);
+		if (strcmp(kind, "verdict") == 0 && (t = evidence_text(items, out_w)))
+			json_object_set_new(row, "output", tool_result_text(t));
 		if ((t = evidence_text(items, sum_w))) {
 			json_object_set(row, "summary", t);
 			json_decref(v->summary);

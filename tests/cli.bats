@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-chat sfma-telegram sfma-log sfma-report"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -97,6 +97,7 @@ manners() {
 @test "sfma-chain: --version, --help, -h, usage errors by name" { manners sfma-chain; }
 @test "sfma-seal: --version, --help, -h, usage errors by name" { manners sfma-seal; }
 @test "sfma-verify: --version, --help, -h, usage errors by name" { manners sfma-verify; }
+@test "sfma-replay: --version, --help, -h, usage errors by name" { manners sfma-replay; }
 @test "sfma-chat: --version, --help, -h, usage errors by name" { manners sfma-chat; }
 @test "sfma-telegram: --version, --help, -h, usage errors by name" { manners sfma-telegram; }
 @test "sfma-log: --version, --help, -h, usage errors by name" { manners sfma-log; }

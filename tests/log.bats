@@ -36,7 +36,9 @@ snapshot() {
 	[[ "$output" == *"message       out notify: status ok"* ]]
 	[[ "$output" == *"ERROR error: done, but 2 calls were refused by the hard tier"* ]]
 	[[ "$output" == *"clock-anchor  run end"* ]]
-	[[ "${lines[-2]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  sealed by result.json" ]]
+	[[ "${lines[-3]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  sealed by result.json" ]]
+	# the done summary, from the evidence the run kept
+	[[ "${lines[-2]}" == "summary Wrote out.txt; SUMMARY-7 all done" ]]
 	[[ "${lines[-1]}" == "why done, but 2 calls were refused by the hard tier"* ]]
 	# turns and loops: the eighth model reply is turn 8 of loop 1
 	[[ "$output" == *"L1  T8    task          done"* ]]
@@ -91,7 +93,7 @@ snapshot() {
 	run sfma-log ws --json
 	echo "$output" >rows
 	jq -e -s 'any(.[]; .kind == "call" and .reply == "{\"tool\":\"run\",\"cmd\":\"echo MARKER-42\"}" and
-		.evidence[0].state == "present" and .evidence[0].field == "reply")' rows
+		any(.evidence[]; .state == "present" and .field == "reply"))' rows
 	jq -e -s 'any(.[]; .kind == "verdict" and .output == "exit=0\nstdout:MARKER-42\n\nstderr:" and .durationMs == 180)' rows
 	jq -e -s 'any(.[]; .kind == "mutation" and .content == "hello\nworld")' rows
 	jq -e -s '.[-1] | .summary == "Wrote out.txt; SUMMARY-7 all done" and .usage.inputTokens == 12600 and
@@ -101,14 +103,14 @@ snapshot() {
 @test "evidence that is missing or altered is flagged and its bytes are never shown" {
 	eventful_run evidence
 	local marker_out done_summary
-	marker_out=$(jq -r 'select(.kind == "verdict" and .data.run) | .data.run.output.sha256' ws/.sfma/trace.jsonl)
-	done_summary=$(jq -r 'select(.kind == "task" and .data.call.tool == "done") | .data.summary.sha256' ws/.sfma/trace.jsonl)
+	marker_out=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	done_summary=$(jq -r 'select(.kind == "task" and .data.call.tool == "done") | .evidence.summary.sha256' ws/.sfma/trace.jsonl)
 	printf 'exit=0\nstdout:FORGED\n\nstderr:' >"ws/.sfma/evidence/$marker_out"
 	rm "ws/.sfma/evidence/$done_summary"
 	run sfma-log ws
 	[ "$status" -eq 0 ]
 	echo "$output"
-	[[ "$output" == *"evidence run.output altered"* ]]
+	[[ "$output" == *"evidence output altered"* ]]
 	[[ "$output" == *"evidence summary missing"* ]]
 	[[ "$output" != *FORGED* ]]
 	[[ "$output" != *$'\nsummary '* ]]
@@ -116,6 +118,23 @@ snapshot() {
 	echo "$output" >rows
 	jq -e -s 'any(.[]; .kind == "verdict" and .evidence[0].state == "altered" and (has("output") | not))' rows
 	jq -e -s '.[-1].summary == null' rows
+}
+
+@test "a reference-shaped object in data is data: the reader opens no blob for it (sfma-formats(5), Evidence)" {
+	eventful_run
+	local sha bytes
+	sha=$(jq -r 'select(.kind == "task" and .data.call.tool == "done") | .evidence.summary.sha256' ws/.sfma/trace.jsonl)
+	bytes=$(jq -r 'select(.kind == "task" and .data.call.tool == "done") | .evidence.summary.bytes' ws/.sfma/trace.jsonl)
+	# the model's own object (the candidate) names a blob that is kept
+	jq -c --arg s "$sha" --argjson b "$bytes" \
+		'if .kind == "candidate" then .data.planted = {"sha256": $s, "bytes": $b} else . end' \
+		ws/.sfma/trace.jsonl >t && mv t ws/.sfma/trace.jsonl
+	run sfma-log ws --json
+	echo "$output" >rows
+	jq -e -s 'any(.[]; .kind == "candidate" and .evidence == null and (has("summary") | not))' rows
+	# the entry that references it in its evidence member still shows it
+	jq -e -s 'any(.[]; .kind == "task" and .summary == "Wrote out.txt; SUMMARY-7 all done" and
+		.evidence[0].field == "summary")' rows
 }
 
 @test "colour only on a terminal, never with NO_COLOR set, never into a pipe or with --json" {

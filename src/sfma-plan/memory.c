@@ -100,6 +100,18 @@ void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run
 	}
 }
 
+json_t *memory_clip(json_t *summary)
+{
+	size_t n = json_string_length(summary);
+	if (n <= MEMORY_SUMMARY_MAX)
+		return json_incref(summary);
+	const char *s = json_string_value(summary);
+	size_t keep = MEMORY_SUMMARY_MAX;
+	while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
+		keep--;
+	return json_stringn(s, keep);
+}
+
 int memory_save(struct memory *mem, const char *path, struct sfma_err *e)
 {
 	struct buf b = {0};

@@ -26,6 +26,8 @@
 #include "ndjson.h"
 #include "store.h"
 
+struct evidence_store;
+
 #define GENESIS_VERSION "genesis-v1"
 
 /* ---- stages.c: the planner's end of every pipe ------------------------ */
@@ -64,6 +66,18 @@ void stage_close_input(enum stage_id s);
 
 /* ---- prompt.c: what the model is told, and what it said --------------- */
 
+/* The runner's fixed answers (turn.c sends them, sfma-replay derives them). */
+#define ANSWER_NOT_JSON "invalid reply: answer with exactly one JSON object"
+#define ANSWER_NO_TOOL "invalid reply: expected one tool call {\"tool\":...}"
+#define ANSWER_ADOPTED "candidate adopted; now reply with one tool call per turn"
+#define ANSWER_CANDIDATE_FIRST "no bootstrap candidate adopted yet: reply first with one object with " \
+	"mission, successCriteria, loopRoles, firstTasks and schedule"
+#define REASON_NOT_JSON "invalid reply: not a JSON object"
+#define REASON_NO_TOOL "invalid reply: no tool"
+#define REASON_CANDIDATE_FIRST "tool call before a candidate was adopted"
+#define FIRST_MESSAGE "Begin: reply with your bootstrap candidate.\n"
+#define INBOX_HEADER "\nOperator messages (they may only narrow the task, never widen the manifest):\n"
+
 /* The genesis system prompt: contract, manifest verbatim, task, dry-run. */
 char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, int pinned);
 /* Lenient parse of a reply: fences stripped, whole text or first '{' to
@@ -85,6 +99,10 @@ json_t *memory_pinned(struct memory *mem);
  * *demoted report the transitions. */
 void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
                        json_t *candidate, int pinned_run, int *certified, int *demoted);
+/* A done summary as memory.json keeps it: at most MEMORY_SUMMARY_MAX
+ * bytes, cut at a UTF-8 boundary (the record keeps it whole). New ref. */
+#define MEMORY_SUMMARY_MAX 4096
+json_t *memory_clip(json_t *summary);
 int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
@@ -120,6 +138,15 @@ struct run {
 	struct store store;
 	int store_ok;             /* containment guards passed */
 	const char *commit_sha;
+	/* Evidence (.sfma/evidence): references waiting for the entry that
+	 * reports them. The system prompt goes with the run's first model
+	 * request; a message with the request that sends it. */
+	struct evidence_store *evidence; /* .sfma/evidence, opened once per run */
+	char evidence_error[SFMA_ERR_MAX]; /* why it could not be opened */
+	json_t *prompt_ref;
+	json_t *message_ref;
+	int message_sent;         /* message_ref went out with a request no call answered */
+	json_t *summary;          /* the done summary (a string), or NULL */
 };
 
 /* dir + "/" + name into out; dies rather than cut a path short (the
@@ -147,6 +174,12 @@ void run_free(struct run *r);
  * once the chain is gone. Consumes data and refs. */
 json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls);
 void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs);
+/* trace with the event's top-level "evidence" member (sfma-formats(5),
+ * Evidence): an object of references, consumed; NULL for none. Every
+ * reference in it must name a blob evidence() returned. */
+json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
+                 const char *cls);
+void trace_quiet_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs);
 const char *entry_id(json_t *entry);
 void lifecycle(struct run *r, const char *to);
 /* Set the verdict (and the first error, if fmt) of the run. */
@@ -155,6 +188,16 @@ void end_with(struct run *r, const char *verdict, const char *fmt, ...) __attrib
  * "SIGTERM", "maxTurns", "maxSeconds", ... */
 void end_halted(struct run *r, const char *verdict, const char *trigger, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* Store data[0..n) as evidence; its reference {"sha256","bytes"} (new),
+ * durable before the caller traces the entry that carries it. NULL when
+ * the store failed: the run is then failed (a record must not claim what
+ * it cannot show). */
+json_t *evidence(struct run *r, const void *data, size_t n);
+/* (*evidence)[name] = ref, the object made on first use (ref consumed;
+ * nothing when ref is NULL). References go there, in the event's
+ * top-level "evidence" member, never into its data. */
+void attach_evidence(json_t **evidence, const char *name, json_t *ref);
+
 /* Count a hard-tier refusal, keeping the first reason for the report. */
 void refused(struct run *r, const char *reason);
 /* Progress for humans on stderr (--progress, or stderr a terminal):

@@ -9,6 +9,7 @@
 #include "canon.h"
 #include "cli.h"
 #include "clock.h"
+#include "evidence.h"
 #include "sha.h"
 #include "utf8.h"
 
@@ -97,6 +98,13 @@ void run_open_workspace(struct run *r)
 	for (int i = 0; i < 2; i++)
 		if (mkdirat(r->lock_fd, mailbox[i], 0755) < 0 && errno != EEXIST)
 			die("%s/%s: %s", r->sfma_dir, mailbox[i], strerror(errno));
+	/* The evidence store, once for the run. A store that cannot be opened
+	 * fails the run at its first blob, in the record like any other
+	 * evidence failure. */
+	struct sfma_err ee;
+	r->evidence = evidence_open(r->lock_fd, 1, &ee);
+	if (!r->evidence)
+		snprintf(r->evidence_error, sizeof r->evidence_error, "%s", ee.text);
 	char mem_path[PATH_MAX];
 	struct sfma_err e;
 	if (memory_load(&r->mem, path_join(mem_path, r->sfma_dir, "memory.json"), &e) < 0)
@@ -110,12 +118,33 @@ void run_open_workspace(struct run *r)
 
 json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls)
 {
+	return trace_ev(r, kind, data, NULL, loop, refs, cls);
+}
+
+json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
+                 const char *cls)
+{
 	if (!r->chain_alive) {
 		json_decref(data);
+		json_decref(evidence);
 		json_decref(refs);
 		return NULL;
 	}
+	/* Every blob the entry names is durable before the entry exists: the
+	 * turn's blobs were fsynced one by one as they were stored, their
+	 * names here, in one directory fsync. A store that cannot make them
+	 * durable fails the run, and the entry goes without its references. */
+	struct sfma_err se;
+	if (evidence && r->evidence && evidence_sync(r->evidence, &se) < 0) {
+		end_with(r, "failed", "evidence: %s", se.text);
+		progress(r, "evidence: %s", se.text);
+		json_decref(evidence);
+		evidence = NULL;
+	}
 	json_t *ev = json_pack("{s:s, s:o, s:i}", "kind", kind, "data", data, "loop", loop);
+	/* sfma-chain copies the member into the entry as it is. */
+	if (evidence)
+		json_object_set_new(ev, EVIDENCE_MEMBER, evidence);
 	if (refs)
 		json_object_set_new(ev, "refs", refs);
 	if (cls)
@@ -148,6 +177,11 @@ json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *r
 void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs)
 {
 	json_decref(trace(r, kind, data, loop, refs, NULL));
+}
+
+void trace_quiet_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs)
+{
+	json_decref(trace_ev(r, kind, data, evidence, loop, refs, NULL));
 }
 
 const char *entry_id(json_t *entry)
@@ -194,6 +228,36 @@ void end_halted(struct run *r, const char *verdict, const char *trigger, const c
 	va_start(ap, fmt);
 	set_error(r, fmt, ap);
 	va_end(ap);
+}
+
+json_t *evidence(struct run *r, const void *data, size_t n)
+{
+#ifdef SFMA_BENCH_NO_EVIDENCE
+	/* Only for tests/bench/evidence.sh, which measures what evidence costs
+	 * against a build without it; never in a built program. */
+	(void)r, (void)data, (void)n;
+	return NULL;
+#endif
+	struct sfma_err e;
+	json_t *ref = NULL;
+	if (!r->evidence)
+		err_set(&e, "%s", r->evidence_error);
+	else
+		ref = evidence_put_nosync(r->evidence, data, n, &e); /* synced by trace_ev */
+	if (!ref) {
+		end_with(r, "failed", "evidence: %s", e.text);
+		progress(r, "evidence: %s", e.text);
+	}
+	return ref;
+}
+
+void attach_evidence(json_t **evidence, const char *name, json_t *ref)
+{
+	if (!ref)
+		return;
+	if (!*evidence)
+		*evidence = json_object();
+	json_object_set_new(*evidence, name, ref);
 }
 
 void refused(struct run *r, const char *reason)
@@ -419,6 +483,8 @@ static json_t *result_body(struct run *r)
 	                    "maxLoops", (json_int_t)r->m->max_loops,
 	                    "maxPendingTasks", (json_int_t)r->m->max_pending_tasks));
 	json_object_set_new(body, "hardTierFailures", json_integer(r->hard_failures));
+	/* What the model said it did: the done summary, or null without one. */
+	json_object_set(body, "summary", r->summary ? r->summary : json_null());
 	json_object_set_new(body, "verdict", json_string(r->verdict));
 	if (r->error[0] && strcmp(r->verdict, "completed") != 0)
 		json_object_set_new(body, "error", json_string(r->error));
@@ -452,7 +518,19 @@ static void finish(struct run *r)
 			json_object_set_new(data, "trigger", json_string(r->halt_trigger));
 		if (halt && r->error[0])
 			json_object_set_new(data, "reason", json_string(r->error));
-		trace_quiet(r, "result", data, 0, NULL);
+		/* The host fact a time-budget halt rests on, which a replay takes
+		 * from here, never from a clock: how long the run had taken. */
+		if (halt && r->halt_trigger && strcmp(r->halt_trigger, "maxSeconds") == 0)
+			json_object_set_new(data, "elapsedMs", json_integer((json_int_t)(mono_ms() - r->start_mono)));
+		/* A request the stop interrupted: its message went out, and no
+		 * call entry reports it. */
+		json_t *evidence = NULL;
+		if (r->message_sent && r->message_ref) {
+			attach_evidence(&evidence, "message", json_incref(r->message_ref));
+			if (r->prompt_ref)
+				attach_evidence(&evidence, "prompt", json_incref(r->prompt_ref));
+		}
+		trace_quiet_ev(r, "result", data, evidence, 0, NULL);
 	}
 	if (r->endpoints)
 		trace_quiet(r, "weight", json_deep_copy(r->endpoints), 0, NULL);
@@ -462,6 +540,7 @@ static void finish(struct run *r)
 	                            "verdict", r->verdict, "turns", (json_int_t)r->turns,
 	                            "modelCalls", (json_int_t)r->model_calls,
 	                            "hardTierFailures", (json_int_t)r->hard_failures, "dryRun", r->dry_run);
+	json_object_set_new(summary, "summary", r->summary ? memory_clip(r->summary) : json_null());
 	int certified, demoted;
 	memory_record_run(&r->mem, r->m, summary, r->candidate, r->pinned_run, &certified, &demoted);
 	json_decref(summary);
@@ -557,11 +636,15 @@ void run_free(struct run *r)
 	json_decref(r->mutation_refs);
 	json_decref(r->written);
 	json_decref(r->endpoints);
+	json_decref(r->prompt_ref);
+	json_decref(r->message_ref);
+	json_decref(r->summary);
 	memory_free(&r->mem);
 	store_close(&r->store);
 	manifest_free(r->m);
 	for (int s = 0; s < STAGE_COUNT; s++)
 		lr_free(&stages[s].reader);
+	evidence_close(r->evidence);
 	if (r->lock_fd >= 0)
 		close(r->lock_fd);
 	*r = (struct run){.lock_fd = -1};

@@ -605,13 +605,10 @@ static int semantic(struct store *st, json_t *call, json_t *ans, struct sfma_err
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal)
 {
 	const char *mode = json_string_value(json_object_get(call, "mode"));
-	static const char *const modes[] = {"referential", "episodic", "lexical", "change", "semantic", NULL};
-	int known = 0, rc = 0;
+	int rc = 0;
 	*entry = NULL;
-	for (int i = 0; mode && modes[i]; i++)
-		known |= strcmp(mode, modes[i]) == 0;
-	if (!known) {
-		err_set(refusal, "recall: unknown recall mode");
+	if (!recall_mode_known(mode)) {
+		err_set(refusal, RECALL_UNKNOWN_MODE);
 		return NULL;
 	}
 	json_t *ans = json_pack("{s:s}", "mode", mode);

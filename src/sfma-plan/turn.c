@@ -20,14 +20,34 @@ static void say(struct run *r, const char *role, const char *content)
 	json_array_append_new(r->messages, json_pack("{s:s, s:s}", "role", role, "content", content));
 }
 
-static void tool_result(struct run *r, const char *text)
+/* A message for the model: kept in the conversation and stored as
+ * evidence at once, so the call entry of the request that sends it can
+ * carry its reference (durable before that entry exists). */
+static void say_user(struct run *r, const char *content)
+{
+	say(r, "user", content);
+	json_decref(r->message_ref);
+	r->message_ref = evidence(r, content, strlen(content));
+	r->message_sent = 0;
+}
+
+/* A tool's result as the model gets it, {"toolResult":...}. Returns the
+ * reference of that message (new, or NULL) for the entry that reports it. */
+static json_t *tool_result(struct run *r, const char *text)
 {
 	json_t *msg = json_pack("{s:s}", "toolResult", text);
 	struct buf b = {0};
 	canon_dump(msg, &b, NULL);
-	say(r, "user", b.p);
+	say_user(r, b.p);
 	buf_free(&b);
 	json_decref(msg);
+	return r->message_ref ? json_incref(r->message_ref) : NULL;
+}
+
+/* A fixed answer of the runner's protocol (the next call reports it). */
+static void answer(struct run *r, const char *text)
+{
+	json_decref(tool_result(r, text));
 }
 
 /* One request to the model or exec stage, answered by the run's deadline
@@ -90,18 +110,37 @@ static char *ask_model(struct run *r, const char *cls)
 	                        "deadlineMs", (json_int_t)deadline_wall_ms(r), "callsLeft", (json_int_t)left);
 	if (r->endpoints && r->turns == 0)
 		json_object_set(req, "state", r->endpoints);
+	r->message_sent = 1;
 	json_t *reply = ask_stage(r, STAGE_MODEL, req);
 	if (!reply)
 		return NULL;
+	/* The reply exactly as received, stored before any entry names it. */
+	json_t *text_v = json_object_get(reply, "text");
+	json_t *reply_ref = NULL;
+	if (json_is_true(json_object_get(reply, "ok")) && json_is_string(text_v))
+		reply_ref = evidence(r, json_string_value(text_v), json_string_length(text_v));
 	size_t i;
 	json_t *c;
-	json_array_foreach(json_object_get(reply, "calls"), i, c) {
+	json_t *calls = json_object_get(reply, "calls");
+	json_array_foreach(calls, i, c) {
 		json_t *data = json_deep_copy(c);
 		json_object_del(data, "class");
+		/* The request's last attempt reports what the request sent (the
+		 * system prompt with the run's first request, and the new
+		 * message) and what came back. */
+		json_t *evidence = NULL;
+		if (i + 1 == json_array_size(calls)) {
+			attach_evidence(&evidence, "prompt", r->prompt_ref);
+			attach_evidence(&evidence, "message", r->message_ref);
+			attach_evidence(&evidence, "reply", reply_ref);
+			r->prompt_ref = r->message_ref = reply_ref = NULL;
+			r->message_sent = 0;
+		}
 		const char *cc = json_string_value(json_object_get(c, "class"));
-		json_decref(trace(r, "call", data, 1, NULL, cc ? cc : cls));
+		json_decref(trace_ev(r, "call", data, evidence, 1, NULL, cc ? cc : cls));
 		r->model_calls++;
 	}
+	json_decref(reply_ref);
 	json_t *eps = json_object_get(reply, "endpoints");
 	if (json_is_object(eps)) {
 		json_decref(r->endpoints);
@@ -134,7 +173,21 @@ static void carry_out(struct run *r, json_t *call)
 		if (json_is_string(v))
 			json_object_set(shown, recorded[i], v);
 	}
-	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), 1, NULL, NULL);
+	/* What the call carries beyond its path or command: the bytes of a
+	 * write, the text of a notify or ask. */
+	json_t *task_data = json_pack("{s:o}", "call", shown), *task_evidence = NULL;
+	static const struct { const char *tool, *member, *evidence; } carried[] = {
+		{"write", "content", "content"},
+		{"notify", "text", "text"},
+		{"ask", "question", "text"},
+	};
+	for (size_t i = 0; tool && i < sizeof carried / sizeof carried[0]; i++) {
+		json_t *v = json_object_get(call, carried[i].member);
+		if (strcmp(tool, carried[i].tool) == 0 && json_is_string(v))
+			attach_evidence(&task_evidence, carried[i].evidence,
+			                evidence(r, json_string_value(v), json_string_length(v)));
+	}
+	json_t *task = trace_ev(r, "task", task_data, task_evidence, 1, NULL, NULL);
 	if (!task)
 		return;
 	const char *task_id = entry_id(task);
@@ -153,7 +206,17 @@ static void carry_out(struct run *r, json_t *call)
 	                            reason ? reason : (pass ? "pass" : "refused"));
 	if (json_is_object(json_object_get(reply, "run")))
 		json_object_set(verdict, "run", json_object_get(reply, "run"));
-	trace_quiet(r, "verdict", verdict, 1, json_pack("[s]", task_id));
+	const char *result = json_string_value(json_object_get(reply, "result"));
+	char fallback[700];
+	if (!result) {
+		snprintf(fallback, sizeof fallback, "EPSILON_HARD_FAIL: %s", reason ? reason : "refused");
+		result = fallback;
+	}
+	/* The tool's output as the model gets it (a command's exit and
+	 * streams, a file's content, a refusal). */
+	json_t *verdict_evidence = NULL;
+	attach_evidence(&verdict_evidence, "output", tool_result(r, result));
+	trace_quiet_ev(r, "verdict", verdict, verdict_evidence, 1, json_pack("[s]", task_id));
 	if (!pass)
 		refused(r, reason);
 	/* What was done where: the path of a read or write, the command of a run. */
@@ -179,28 +242,16 @@ static void carry_out(struct run *r, json_t *call)
 		                         "text", json_object_get(msg, "text"));
 		trace_quiet(r, "message", data, 1, json_pack("[s]", task_id));
 	}
-	const char *result = json_string_value(json_object_get(reply, "result"));
-	char fallback[700];
-	if (!result) {
-		snprintf(fallback, sizeof fallback, "EPSILON_HARD_FAIL: %s", reason ? reason : "refused");
-		result = fallback;
-	}
-	tool_result(r, result);
 	json_decref(reply);
 	json_decref(task);
 }
 
-/* Did the run deliver? Every declared output exists (dry run: was written)
- * and no call was refused. */
-static void judge_done(struct run *r)
+/* Which declared outputs exist at done (dry run: were written). A host
+ * fact the verdict depends on, recorded with the done verdict so that a
+ * replay takes it from the trace. */
+static json_t *outputs_at_done(struct run *r)
 {
-	/* A refusal is the cause to name first: a refused write is also
-	 * why its output is missing. */
-	if (r->hard_failures) {
-		end_with(r, "failed", "done, but %ld call%s refused by the hard tier (the first: %s)",
-		         r->hard_failures, r->hard_failures == 1 ? " was" : "s were", r->first_refusal);
-		return;
-	}
+	json_t *list = json_array();
 	for (size_t i = 0; i < r->m->n_outputs; i++) {
 		const char *p = r->m->outputs[i];
 		int ok;
@@ -211,13 +262,58 @@ static void judge_done(struct run *r)
 			struct stat st;
 			ok = lstat(path_join(full, r->m->workspace_path, p), &st) == 0 && S_ISREG(st.st_mode);
 		}
-		if (!ok) {
-			end_with(r, "failed", "done, but declared output %s %s", p,
+		json_array_append_new(list, json_pack("{s:s, s:b}", "path", p, "exists", ok));
+	}
+	return list;
+}
+
+/* Did the run deliver? Every declared output exists (dry run: was written)
+ * and no call was refused. */
+static void judge_done(struct run *r, const json_t *outputs)
+{
+	/* A refusal is the cause to name first: a refused write is also
+	 * why its output is missing. */
+	if (r->hard_failures) {
+		end_with(r, "failed", "done, but %ld call%s refused by the hard tier (the first: %s)",
+		         r->hard_failures, r->hard_failures == 1 ? " was" : "s were", r->first_refusal);
+		return;
+	}
+	size_t i;
+	json_t *o;
+	json_array_foreach(outputs, i, o) {
+		if (!json_is_true(json_object_get(o, "exists"))) {
+			end_with(r, "failed", "done, but declared output %s %s",
+			         json_string_value(json_object_get(o, "path")),
 			         r->dry_run ? "was not written" : "does not exist");
 			return;
 		}
 	}
 	end_with(r, "completed", NULL);
+}
+
+/* done: the summary is evidence and goes into the record; the verdict
+ * records the outputs it was judged on. */
+static void done(struct run *r, json_t *call)
+{
+	json_t *summary = json_object_get(call, "summary");
+	json_t *task_data = json_pack("{s:{s:s}}", "call", "tool", "done"), *task_evidence = NULL;
+	if (json_is_string(summary)) {
+		json_decref(r->summary);
+		r->summary = json_incref(summary);
+		attach_evidence(&task_evidence, "summary",
+		                evidence(r, json_string_value(summary), json_string_length(summary)));
+	}
+	json_t *task = trace_ev(r, "task", task_data, task_evidence, 1, NULL, NULL);
+	json_t *outputs = outputs_at_done(r);
+	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s, s:O}", "tier", "hard", "pass", 1, "reason", "done",
+	                                    "outputs", outputs),
+	            1, task ? json_pack("[s]", entry_id(task)) : NULL);
+	json_decref(task);
+	progress(r, "done");
+	/* An evidence failure has already failed the run. */
+	if (!r->verdict)
+		judge_done(r, outputs);
+	json_decref(outputs);
 }
 
 /* recall is served here, with the runner's rights over .sfma/mem and the
@@ -233,18 +329,19 @@ static void recall(struct run *r, json_t *call)
 	struct sfma_err refusal;
 	json_t *entry = NULL;
 	char *text = store_recall(&r->store, call, &entry, &refusal);
-	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", text != NULL, "reason",
-	                                    text ? "recall" : refusal.text),
-	            1, task_id ? json_pack("[s]", task_id) : NULL);
-	if (!text) {
-		char shown_text[SFMA_ERR_MAX + 40];
-		refused(r, refusal.text);
+	char shown_text[SFMA_ERR_MAX + 40];
+	if (!text)
 		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal.text);
-		tool_result(r, shown_text);
+	json_t *verdict = json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", text != NULL, "reason",
+	                            text ? "recall" : refusal.text);
+	json_t *verdict_evidence = NULL;
+	attach_evidence(&verdict_evidence, "output", tool_result(r, text ? text : shown_text));
+	trace_quiet_ev(r, "verdict", verdict, verdict_evidence, 1, task_id ? json_pack("[s]", task_id) : NULL);
+	if (!text) {
+		refused(r, refusal.text);
 		progress(r, "recall: refused: %s", refusal.text);
 	} else {
 		trace_quiet(r, "store", entry, 1, task_id ? json_pack("[s]", task_id) : NULL);
-		tool_result(r, text);
 		progress(r, "recall: pass");
 	}
 	free(text);
@@ -297,8 +394,8 @@ void turns(struct run *r)
 		free(text);
 		if (!v) {
 			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: not a JSON object"), 1, NULL);
-			tool_result(r, "invalid reply: answer with exactly one JSON object");
+			                                    "reason", REASON_NOT_JSON), 1, NULL);
+			answer(r, ANSWER_NOT_JSON);
 			progress(r, "invalid reply");
 			continue;
 		}
@@ -308,14 +405,13 @@ void turns(struct run *r)
 				json_t *ce = trace(r, "candidate", json_deep_copy(v), 1, NULL, NULL);
 				keep_candidate(r, ce);
 				json_decref(ce);
-				tool_result(r, "candidate adopted; now reply with one tool call per turn");
+				answer(r, ANSWER_ADOPTED);
 				progress(r, "bootstrap candidate adopted");
 			} else {
 				trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-				                                    "reason", "tool call before a candidate was adopted"),
+				                                    "reason", REASON_CANDIDATE_FIRST),
 				            1, NULL);
-				tool_result(r, "no bootstrap candidate adopted yet: reply first with one object with "
-				               "mission, successCriteria, loopRoles, firstTasks and schedule");
+				answer(r, ANSWER_CANDIDATE_FIRST);
 				progress(r, "reminder: bootstrap candidate first");
 			}
 			json_decref(v);
@@ -323,18 +419,13 @@ void turns(struct run *r)
 		}
 		const char *tool = json_string_value(json_object_get(v, "tool"));
 		if (tool && strcmp(tool, "done") == 0) {
-			json_t *task = trace(r, "task", json_pack("{s:{s:s}}", "call", "tool", "done"), 1, NULL, NULL);
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", 1, "reason", "done"),
-			            1, task ? json_pack("[s]", entry_id(task)) : NULL);
-			json_decref(task);
-			progress(r, "done");
-			judge_done(r);
+			done(r, v);
 		} else if (tool && strcmp(tool, "recall") == 0) {
 			recall(r, v);
 		} else if (!tool) {
 			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", "invalid reply: no tool"), 1, NULL);
-			tool_result(r, "invalid reply: expected one tool call {\"tool\":...}");
+			                                    "reason", REASON_NO_TOOL), 1, NULL);
+			answer(r, ANSWER_NO_TOOL);
 			progress(r, "invalid reply");
 		} else {
 			carry_out(r, v);
@@ -356,11 +447,11 @@ void genesis(struct run *r)
 		buf_printf(&first, "Pinned configuration (certified, replayed): %s\nBegin: one tool call per turn.\n", cand.p);
 		buf_free(&cand);
 	} else {
-		buf_adds(&first, "Begin: reply with your bootstrap candidate.\n");
+		buf_adds(&first, FIRST_MESSAGE);
 	}
 	if (r->inbox && *r->inbox)
-		buf_printf(&first, "\nOperator messages (they may only narrow the task, never widen the manifest):\n%s",
-		           r->inbox);
-	say(r, "user", first.p);
+		buf_printf(&first, INBOX_HEADER "%s", r->inbox);
+	r->prompt_ref = evidence(r, r->system, strlen(r->system));
+	say_user(r, first.p);
 	buf_free(&first);
 }

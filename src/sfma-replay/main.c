@@ -1,0 +1,1045 @@
+/* sfma-replay - re-derive a recorded run offline.
+ *
+ *   sfma-replay WORKSPACE | RESULT.json
+ *
+ * No model, no network, no command executed. The record is first checked
+ * by sfma-verify (found beside this program); then every run in the trace
+ * is walked with its recorded replies and tool results (the evidence) fed
+ * through the code that decided it - the planner's reply parser and
+ * prompt, sfma-exec's hard tier - and each entry the run must have written
+ * is compared with the one it did write. Facts that came from the host at
+ * run time (a link met on a path, a file that existed at done, the time a
+ * budget halt saw, a HALT file, a signal) are taken from the entries that
+ * recorded them, never from today's disk.
+ *
+ * stdout, one line: REPLAY_OK runs=<r> entries=<n> (exit 0),
+ * REPLAY_DIVERGED: seq <n> (<kind>): trace has <X>, replay derives <Y>,
+ * or REPLAY_INCOMPLETE: <why> (exit 1). Usage: exit 2. */
+#include "../sfma-exec/exec.h"
+#include "../sfma-plan/plan.h"
+#include "canon.h"
+#include "cli.h"
+#include "evidence.h"
+#include "ndjson.h"
+#include "sha.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char usage_text[] = "usage: sfma-replay WORKSPACE | RESULT.json\n"
+                                 "       sfma-replay --version | --help\n";
+
+struct replay {
+	const struct manifest *m;    /* the run's */
+	struct manifest *record_m, *run_m;
+	json_t *record;
+	struct exec_ctx gate;        /* the hard tier over an empty workspace */
+	char empty_dir[64];
+	int sfma_fd;
+	struct evidence_store *store; /* .sfma/evidence, read only */
+	json_t **entries;
+	size_t n, pos;
+	long runs;
+	/* the run being replayed */
+	long turns, calls, failures;
+	char first_refusal[300];
+	int adopted, pinned, dry_run, prompt_seen, last_run;
+	const char *task;
+	json_t *written;             /* dry run: paths written */
+	char expect_msg[SHA256_HEX_LEN + 1]; /* the next request's message; "" when not known */
+	const char *verdict;
+	char error[700];
+	json_t *summary;
+};
+
+static struct replay R;
+
+/* The largest blob read back: a reply, a file or a command's output. */
+#define EVIDENCE_MAX_BYTES ((size_t)1 << 30)
+
+static void cleanup(void)
+{
+	evidence_close(R.store);
+	R.store = NULL;
+	if (R.empty_dir[0])
+		rmdir(R.empty_dir);
+}
+
+static _Noreturn void incomplete(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void incomplete(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("REPLAY_INCOMPLETE: ", stdout);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+	cleanup();
+	exit(1);
+}
+
+static long long seq_of(const json_t *e)
+{
+	return (long long)json_number_value(json_object_get(e, "seq"));
+}
+
+static const char *kind_of(const json_t *e)
+{
+	const char *k = e ? json_string_value(json_object_get(e, "kind")) : NULL;
+	return k ? k : "?";
+}
+
+static json_t *data_of(const json_t *e)
+{
+	return json_object_get(e, "data");
+}
+
+static const char *str(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+/* A description quoted into the one-line verdict: control bytes shown as '?'. */
+static char *shown(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *shown(const char *fmt, ...)
+{
+	char text[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	for (char *p = text; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return xstrdup(text);
+}
+
+static _Noreturn void diverged(const json_t *e, char *has, char *derives)
+{
+	if (e)
+		printf("REPLAY_DIVERGED: seq %lld (%s): trace has %s, replay derives %s\n", seq_of(e), kind_of(e), has,
+		       derives);
+	else
+		printf("REPLAY_DIVERGED: seq end (none): trace has %s, replay derives %s\n", has, derives);
+	fflush(stdout);
+	free(has);
+	free(derives);
+	cleanup();
+	exit(1);
+}
+
+/* ---- the trace, entry by entry ------------------------------------------ */
+
+/* Entries no decision of the run depends on: the memory stores' reports
+ * and the endpoint grid. They are counted, not derived. */
+static int passive(const json_t *e)
+{
+	const char *k = kind_of(e);
+	return strcmp(k, "store") == 0 || strcmp(k, "weight") == 0;
+}
+
+static json_t *peek(void)
+{
+	while (R.pos < R.n && passive(R.entries[R.pos]))
+		R.pos++;
+	return R.pos < R.n ? R.entries[R.pos] : NULL;
+}
+
+static json_t *next(void)
+{
+	json_t *e = peek();
+	if (e)
+		R.pos++;
+	return e;
+}
+
+/* The next entry, which must be of kind k. */
+static json_t *expect_kind(const char *k, const char *what)
+{
+	json_t *e = next();
+	if (!e)
+		diverged(NULL, shown("no further entry"), shown("%s", what));
+	if (strcmp(kind_of(e), k) != 0)
+		diverged(e, shown("a %s entry", kind_of(e)), shown("%s", what));
+	return e;
+}
+
+static int refs_task(const json_t *e, const json_t *task)
+{
+	const char *id = str(task, "id");
+	json_t *refs = json_object_get(e, "refs");
+	return id && json_array_size(refs) == 1 && json_is_string(json_array_get(refs, 0)) &&
+	       strcmp(json_string_value(json_array_get(refs, 0)), id) == 0;
+}
+
+/* ---- evidence ------------------------------------------------------------- */
+
+/* The entry's references (sfma-formats(5), Evidence): its top-level
+ * "evidence" member only; a reference-shaped object in data is data. */
+static json_t *evidence_of(const json_t *e)
+{
+	return json_object_get(e, EVIDENCE_MEMBER);
+}
+
+/* The reference evidence[member], parsed into *out; 0 when there is none. */
+static int ref_of(const json_t *e, const char *member, struct evidence_ref *out)
+{
+	json_t *ref = json_object_get(evidence_of(e), member);
+	struct sfma_err err;
+	if (!ref)
+		return 0;
+	if (evidence_ref_parse(ref, out, &err) < 0)
+		diverged(e, shown("evidence.%s that is not a reference", member), shown("a reference"));
+	return 1;
+}
+
+/* The hex of the reference evidence[member], or NULL when there is none. */
+static const char *ref_hex(const json_t *e, const char *member)
+{
+	struct evidence_ref ref;
+	if (!ref_of(e, member, &ref))
+		return NULL;
+	return json_string_value(json_object_get(json_object_get(evidence_of(e), member), "sha256"));
+}
+
+/* The bytes of the blob evidence[member] names (malloc'd, NUL-terminated). */
+static char *blob(const json_t *e, const char *member, size_t *n)
+{
+	struct evidence_ref ref;
+	struct sfma_err err;
+	if (!ref_of(e, member, &ref))
+		incomplete("seq %lld (%s): no evidence.%s (a record made before evidence existed)", seq_of(e),
+		           kind_of(e), member);
+	char *data = evidence_get(R.store, &ref, EVIDENCE_MAX_BYTES, &err);
+	if (!data)
+		incomplete("seq %lld (%s): %s", seq_of(e), kind_of(e), err.text);
+	*n = (size_t)ref.bytes;
+	return data;
+}
+
+static void hex_of(const char *data, size_t n, char hex[SHA256_HEX_LEN + 1])
+{
+	sha256_hex(data, n, hex);
+}
+
+/* The reference data[member] must name exactly the bytes data[0..n). */
+static void expect_evidence(const json_t *e, const char *member, const char *data, size_t n)
+{
+	char want[SHA256_HEX_LEN + 1];
+	hex_of(data, n, want);
+	const char *has = ref_hex(e, member);
+	if (!has)
+		incomplete("seq %lld (%s): no evidence.%s (a record made before evidence existed)", seq_of(e),
+		           kind_of(e), member);
+	if (strcmp(has, want) != 0)
+		diverged(e, shown("evidence.%s %.12s", member, has), shown("evidence.%s %.12s", member, want));
+}
+
+/* The message {"toolResult":text} the model gets, as its hex. */
+static void tool_result_hex(const char *text, char hex[SHA256_HEX_LEN + 1])
+{
+	json_t *msg = json_pack("{s:s}", "toolResult", text);
+	struct buf b = {0};
+	canon_dump(msg, &b, NULL);
+	hex_of(b.p, b.len, hex);
+	buf_free(&b);
+	json_decref(msg);
+}
+
+static void expect_answer(const char *text)
+{
+	tool_result_hex(text, R.expect_msg);
+}
+
+/* ---- the decisions ----------------------------------------------------------- */
+
+static int same_json(const json_t *a, const json_t *b)
+{
+	struct buf x = {0}, y = {0};
+	int same = canon_dump(a, &x, NULL) == 0 && canon_dump(b, &y, NULL) == 0 && strcmp(x.p, y.p) == 0;
+	buf_free(&x);
+	buf_free(&y);
+	return same;
+}
+
+/* The task entry's call must be the derived one. */
+static void expect_call(const json_t *task, const json_t *want)
+{
+	json_t *has = json_object_get(data_of(task), "call");
+	if (same_json(has, want))
+		return;
+	struct buf a = {0}, b = {0};
+	if (!has || canon_dump(has, &a, NULL) < 0)
+		buf_adds(&a, "null");
+	canon_dump(want, &b, NULL);
+	diverged(task, shown("call %s", a.p), shown("call %s", b.p));
+}
+
+static void expect_protocol_verdict(const char *reason, const char *answer)
+{
+	json_t *e = expect_kind("verdict", "a protocol verdict");
+	json_t *d = data_of(e);
+	const char *r = str(d, "reason");
+	if (!json_is_false(json_object_get(d, "pass")) || !r || strcmp(r, reason) != 0 ||
+	    strcmp(str(d, "tier") ? str(d, "tier") : "", "protocol") != 0)
+		diverged(e, shown("pass=%s reason \"%s\"", json_is_true(json_object_get(d, "pass")) ? "true" : "false",
+		                  r ? r : ""),
+		         shown("pass=false reason \"%s\"", reason));
+	expect_answer(answer);
+}
+
+/* sfma-exec's gate for one call, as its dispatch applies it: a refusal
+ * (owned), or NULL when the call passes every rule that does not depend on
+ * the host. The hard tier runs over an empty directory: whatever it
+ * refuses there it refuses on any disk. */
+static char *gate(const char *tool, json_t *call)
+{
+	static const struct { const char *tool, *arg; } args[] = {
+		{"read", "path"}, {"write", "path"}, {"write", "content"}, {"run", "cmd"},
+		{"notify", "text"}, {"ask", "question"},
+	};
+	/* sfma-exec takes a tool name with a NUL byte for no tool at all. */
+	json_t *tv = json_object_get(call, "tool");
+	if (strlen(json_string_value(tv)) != json_string_length(tv))
+		return xstrdup("unknown tool");
+	int known = 0;
+	for (size_t i = 0; i < sizeof args / sizeof *args; i++) {
+		if (strcmp(tool, args[i].tool) != 0)
+			continue;
+		known = 1;
+		if (!json_is_string(json_object_get(call, args[i].arg))) {
+			struct buf b = {0};
+			buf_printf(&b, "%s: %s must be a string", tool, args[i].arg);
+			return b.p;
+		}
+	}
+	if (!known) {
+		if (strcmp(tool, "done") == 0)
+			return xstrdup("done is handled by the planner");
+		if (strcmp(tool, "recall") == 0)
+			return xstrdup("recall is not available");
+		char *q = quote_path(tool, strlen(tool));
+		struct buf b = {0};
+		buf_printf(&b, "%s: unknown tool", q);
+		free(q);
+		return b.p;
+	}
+	json_t *arg = json_object_get(call, strcmp(tool, "run") == 0 ? "cmd" : "path");
+	const char *s = json_string_value(arg);
+	size_t n = json_string_length(arg);
+	char *refusal = NULL, *error = NULL;
+	if (strcmp(tool, "read") == 0) {
+		int fd = path_open_read(&R.gate, s, n, &refusal, &error);
+		if (fd >= 0)
+			close(fd);
+		free(error);
+	} else if (strcmp(tool, "write") == 0) {
+		int dirfd;
+		char *name;
+		if (path_gate_write(&R.gate, s, n, 0, &dirfd, &name, &refusal) == 0) {
+			free(name);
+			if (dirfd >= 0)
+				close(dirfd);
+		}
+	} else if (strcmp(tool, "run") == 0) {
+		argv_free(command_gate(R.m, s, n, &refusal));
+	}
+	return refusal;
+}
+
+/* Once the code's own rules pass a call, only the host can refuse it: a
+ * link met on the way (which may land a write on a reserved or undeclared
+ * path), something that is not a regular file or not a directory, the
+ * sandbox, the clock. Such a refusal is a recorded fact. One that names a
+ * rule of the code itself cannot be: the code just passed that rule. */
+static int host_refusal(const char *reason)
+{
+	static const char *const code_rules[] = {
+		"outside workspace", "shell metacharacters are not allowed", "not in allowedCommands",
+		"empty command", "unknown tool", "subcommand not permitted", "global flags are not permitted",
+		"argument not permitted", "git requires a subcommand", "must be a string", "contains a NUL byte",
+		"empty path", "is handled by the planner", "recall is not available",
+	};
+	for (size_t i = 0; i < sizeof code_rules / sizeof *code_rules; i++)
+		if (strstr(reason, code_rules[i]))
+			return 0;
+	return 1;
+}
+
+static void count_refusal(const char *reason)
+{
+	if (R.failures++ == 0)
+		snprintf(R.first_refusal, sizeof R.first_refusal, "%s", reason);
+}
+
+/* The verdict entry of a tool call handed to sfma-exec; NULL when a halt
+ * or an error ended the run while the call was out (the result entry is
+ * then the next entry). */
+static void carry_out(json_t *v, const char *tool)
+{
+	json_t *shown_call = json_pack("{s:s}", "tool", tool);
+	static const char *const recorded[] = {"path", "cmd", "mode"};
+	for (size_t i = 0; i < 3; i++)
+		if (json_is_string(json_object_get(v, recorded[i])))
+			json_object_set(shown_call, recorded[i], json_object_get(v, recorded[i]));
+	json_t *task = expect_kind("task", "a task entry");
+	expect_call(task, shown_call);
+	json_decref(shown_call);
+	static const struct { const char *tool, *member, *evidence; } carried[] = {
+		{"write", "content", "content"},
+		{"notify", "text", "text"},
+		{"ask", "question", "text"},
+	};
+	for (size_t i = 0; i < sizeof carried / sizeof *carried; i++) {
+		json_t *c = json_object_get(v, carried[i].member);
+		if (strcmp(tool, carried[i].tool) == 0 && json_is_string(c))
+			expect_evidence(task, carried[i].evidence, json_string_value(c), json_string_length(c));
+	}
+	json_t *e = peek();
+	if (e && strcmp(kind_of(e), "result") == 0)
+		return; /* stopped while the call was out */
+	e = expect_kind("verdict", "the call's verdict");
+	json_t *d = data_of(e);
+	if (!refs_task(e, task))
+		diverged(e, shown("refs that do not name %s", str(task, "id")), shown("refs [%s]", str(task, "id")));
+	int pass = json_is_true(json_object_get(d, "pass"));
+	const char *reason = str(d, "reason");
+	if (!reason)
+		reason = "";
+	char *refusal = gate(tool, v);
+	if (refusal) {
+		if (pass || strcmp(reason, refusal) != 0)
+			diverged(e, pass ? shown("pass=true reason \"%s\"", reason) : shown("refused: %s", reason),
+			         shown("refused: %s", refusal));
+	} else if (!pass && !host_refusal(reason)) {
+		diverged(e, shown("refused: %s", reason), shown("pass (no host fact recorded refuses it)"));
+	}
+	free(refusal);
+	if (!pass) {
+		count_refusal(reason);
+		char text[800];
+		snprintf(text, sizeof text, "EPSILON_HARD_FAIL: %s", reason);
+		char want[SHA256_HEX_LEN + 1];
+		tool_result_hex(text, want);
+		const char *has = ref_hex(e, "output");
+		if (!has)
+			incomplete("seq %lld (verdict): no evidence.output (a record made before evidence existed)",
+			           seq_of(e));
+		if (strcmp(has, want) != 0)
+			diverged(e, shown("evidence.output %.12s", has), shown("evidence.output %.12s", want));
+		memcpy(R.expect_msg, want, sizeof want);
+		return;
+	}
+	/* A passing call's result is what the host produced (a file's
+	 * content, a command's output): recorded, and it must be a tool
+	 * result message. The next request must send exactly it. */
+	size_t n;
+	char *out = blob(e, "output", &n);
+	json_t *msg = json_parse_strict(out, n, NULL);
+	if (!json_is_string(json_object_get(msg, "toolResult")) || json_object_size(msg) != 1)
+		diverged(e, shown("evidence.output that is not a tool result"), shown("{\"toolResult\":...}"));
+	json_decref(msg);
+	hex_of(out, n, R.expect_msg);
+	free(out);
+	if (strcmp(tool, "run") == 0 && R.dry_run && !json_is_false(json_object_get(json_object_get(d, "run"), "executed")))
+		diverged(e, shown("a command executed in a dry run"), shown("run {\"executed\":false}"));
+	if (strcmp(tool, "write") == 0) {
+		json_t *content = json_object_get(v, "content");
+		char *norm = path_normalize(str(v, "path"));
+		char hex[SHA256_HEX_LEN + 1];
+		hex_of(json_string_value(content), json_string_length(content), hex);
+		struct buf ok = {0};
+		if (R.dry_run)
+			buf_printf(&ok, "dry run: write of %zu bytes to %s recorded, not applied", json_string_length(content), norm);
+		else
+			buf_printf(&ok, "wrote %zu bytes to %s", json_string_length(content), norm);
+		/* Another pass reason is an operational failure (the disk): no mutation. */
+		if (strcmp(reason, ok.p) == 0) {
+			json_t *want = json_pack("{s:s, s:I, s:s, s:b}", "path", norm, "bytes",
+			                         (json_int_t)json_string_length(content), "sha256", hex, "applied", !R.dry_run);
+			json_t *mut = expect_kind("mutation", "the write's mutation");
+			if (!refs_task(mut, task) || !same_json(data_of(mut), want)) {
+				struct buf a = {0}, b = {0};
+				canon_dump(data_of(mut), &a, NULL);
+				canon_dump(want, &b, NULL);
+				diverged(mut, shown("%s", a.p), shown("%s", b.p));
+			}
+			json_decref(want);
+			if (R.dry_run)
+				json_object_set_new(R.written, norm, json_true());
+		}
+		buf_free(&ok);
+		free(norm);
+	}
+	if (strcmp(tool, "notify") == 0 || strcmp(tool, "ask") == 0) {
+		json_t *m = peek();
+		const char *text = str(v, strcmp(tool, "ask") == 0 ? "question" : "text");
+		if (m && strcmp(kind_of(m), "message") == 0 && refs_task(m, task)) {
+			next();
+			const char *k = str(data_of(m), "kind"), *t = str(data_of(m), "text");
+			if (!k || strcmp(k, tool) != 0 || !t || strcmp(t, text) != 0)
+				diverged(m, shown("message %s", k ? k : "?"), shown("message %s with the call's text", tool));
+		}
+	}
+}
+
+/* recall is served from the runner's own stores: its answer is a recorded
+ * fact, checked for its shape; a refusal counts like any other. */
+static void recall(json_t *v)
+{
+	json_t *shown_call = json_pack("{s:s}", "tool", "recall");
+	if (json_is_string(json_object_get(v, "mode")))
+		json_object_set(shown_call, "mode", json_object_get(v, "mode"));
+	json_t *task = expect_kind("task", "a recall task");
+	expect_call(task, shown_call);
+	json_decref(shown_call);
+	json_t *e = expect_kind("verdict", "the recall's verdict");
+	const char *reason = str(data_of(e), "reason");
+	const char *has = ref_hex(e, "output");
+	if (!has)
+		incomplete("seq %lld (verdict): no evidence.output (a record made before evidence existed)", seq_of(e));
+	int pass = json_is_true(json_object_get(data_of(e), "pass"));
+	/* The mode is the code's rule; what the stores answer is the host's. */
+	if (!recall_mode_known(str(v, "mode")) && (pass || !reason || strcmp(reason, RECALL_UNKNOWN_MODE) != 0))
+		diverged(e, pass ? shown("pass=true") : shown("refused: %s", reason ? reason : ""),
+		         shown("refused: %s", RECALL_UNKNOWN_MODE));
+	if (!pass) {
+		count_refusal(reason ? reason : "");
+		char text[800];
+		snprintf(text, sizeof text, "EPSILON_HARD_FAIL: %s", reason ? reason : "");
+		expect_answer(text);
+		if (strcmp(has, R.expect_msg) != 0)
+			diverged(e, shown("evidence.output %.12s", has), shown("evidence.output %.12s", R.expect_msg));
+	} else {
+		snprintf(R.expect_msg, sizeof R.expect_msg, "%s", has);
+	}
+}
+
+static void judge(const char *error_fmt, ...) __attribute__((format(printf, 1, 2)));
+static void judge(const char *error_fmt, ...)
+{
+	va_list ap;
+	va_start(ap, error_fmt);
+	vsnprintf(R.error, sizeof R.error, error_fmt, ap);
+	va_end(ap);
+	R.verdict = "failed";
+}
+
+static void done(json_t *v)
+{
+	json_t *task = expect_kind("task", "the done task");
+	json_t *want = json_pack("{s:s}", "tool", "done");
+	expect_call(task, want);
+	json_decref(want);
+	json_t *summary = json_object_get(v, "summary");
+	if (json_is_string(summary)) {
+		expect_evidence(task, "summary", json_string_value(summary), json_string_length(summary));
+		json_decref(R.summary);
+		R.summary = json_incref(summary);
+	} else if (ref_hex(task, "summary")) {
+		diverged(task, shown("a summary"), shown("none (the reply has no summary)"));
+	}
+	json_t *e = expect_kind("verdict", "the done verdict");
+	json_t *d = data_of(e);
+	if (!json_is_true(json_object_get(d, "pass")) || !str(d, "reason") || strcmp(str(d, "reason"), "done") != 0)
+		diverged(e, shown("another verdict"), shown("pass=true reason \"done\""));
+	json_t *outputs = json_object_get(d, "outputs");
+	if (!json_is_array(outputs))
+		incomplete("seq %lld (verdict): no outputs recorded at done (a record made before evidence existed)",
+		           seq_of(e));
+	if (json_array_size(outputs) != R.m->n_outputs)
+		diverged(e, shown("%zu outputs", json_array_size(outputs)), shown("%zu declared outputs", R.m->n_outputs));
+	const char *missing = NULL;
+	for (size_t i = 0; i < R.m->n_outputs; i++) {
+		json_t *o = json_array_get(outputs, i);
+		const char *p = str(o, "path");
+		int exists = json_is_true(json_object_get(o, "exists"));
+		if (!p || strcmp(p, R.m->outputs[i]) != 0)
+			diverged(e, shown("output %s", p ? p : "?"), shown("output %s", R.m->outputs[i]));
+		/* In a dry run existence is what the run wrote: derived, not a host fact. */
+		if (R.dry_run && exists != (json_object_get(R.written, p) != NULL))
+			diverged(e, shown("%s exists=%s", p, exists ? "true" : "false"),
+			         shown("%s exists=%s", p, exists ? "false" : "true"));
+		if (!exists && !missing)
+			missing = R.m->outputs[i];
+	}
+	if (R.failures)
+		judge("done, but %ld call%s refused by the hard tier (the first: %s)", R.failures,
+		      R.failures == 1 ? " was" : "s were", R.first_refusal);
+	else if (missing)
+		judge("done, but declared output %s %s", missing, R.dry_run ? "was not written" : "does not exist");
+	else
+		R.verdict = "completed";
+}
+
+/* A result entry that stopped the run: a halt must be one the recorded
+ * facts allow, and one the run's own counts do not contradict. */
+static void stopped(json_t *e, int model_failed)
+{
+	json_t *d = data_of(e);
+	const char *halt = str(d, "halt"), *trigger = str(d, "trigger");
+	if (!halt) {
+		if (model_failed && R.calls >= R.m->max_model_calls)
+			diverged(e, shown("error"), shown("halted-budget (maxModelCalls)"));
+		R.verdict = "failed";
+		snprintf(R.error, sizeof R.error, "%s", str(d, "error") ? str(d, "error") : "");
+		return;
+	}
+	const char *want = NULL;
+	int ok = 0;
+	if (!trigger) {
+		incomplete("seq %lld (result): a halt without its trigger", seq_of(e));
+	} else if (strcmp(trigger, "maxTurns") == 0) {
+		want = "halted-maxTurns";
+		ok = R.turns >= R.m->max_turns;
+	} else if (strcmp(trigger, "maxModelCalls") == 0) {
+		want = "halted-budget";
+		ok = R.calls >= R.m->max_model_calls;
+	} else if (strcmp(trigger, "maxSeconds") == 0) {
+		want = "halted-budget";
+		json_t *ms = json_object_get(d, "elapsedMs");
+		if (!json_is_number(ms))
+			incomplete("seq %lld (result): a maxSeconds halt without elapsedMs", seq_of(e));
+		ok = json_number_value(ms) >= (double)R.m->max_seconds * 1000;
+	} else if (strcmp(trigger, "HALT file") == 0 || strcmp(trigger, "SIGTERM") == 0 ||
+	           strcmp(trigger, "SIGINT") == 0 || strcmp(trigger, "SIGHUP") == 0) {
+		want = "halted-operator";
+		ok = 1;
+	}
+	if (!want || !ok || strcmp(halt, want) != 0)
+		diverged(e, shown("%s (%s)", halt, trigger), shown("no halt by %s here", trigger));
+	R.verdict = halt;
+}
+
+/* The first message of a run: the start, and the operator's inbox. */
+static void first_message(struct buf *inbox)
+{
+	struct buf first = {0};
+	buf_adds(&first, FIRST_MESSAGE);
+	if (inbox->len)
+		buf_printf(&first, INBOX_HEADER "%s", inbox->p);
+	hex_of(first.p, first.len, R.expect_msg);
+	buf_free(&first);
+}
+
+/* A prompt split around its manifest: the text before and after, and the
+ * manifest as JSON. The manifest is "verbatim" (the operator's member
+ * order), the record keeps it canonical: they are compared as JSON. */
+static int split_prompt(const char *p, size_t n, size_t *head, size_t *tail, json_t **manifest)
+{
+	static const char open_mark[] = "MANIFEST (verbatim):\n", close_mark[] = "\n\nTASK:\n";
+	const char *a = memmem(p, n, open_mark, sizeof open_mark - 1);
+	if (!a)
+		return -1;
+	a += sizeof open_mark - 1;
+	const char *b = memmem(a, (size_t)(p + n - a), close_mark, sizeof close_mark - 1);
+	if (!b)
+		return -1;
+	*head = (size_t)(a - p);
+	*tail = (size_t)(b - p);
+	*manifest = json_parse_strict(a, (size_t)(b - a), NULL);
+	return *manifest ? 0 : -1;
+}
+
+static int same_prompt(const char *g, const char *p, size_t n)
+{
+	size_t gh, gt, ph, pt;
+	json_t *gm = NULL, *pm = NULL;
+	int same = split_prompt(g, strlen(g), &gh, &gt, &gm) == 0 && split_prompt(p, n, &ph, &pt, &pm) == 0 &&
+	           gh == ph && memcmp(g, p, gh) == 0 && strlen(g) - gt == n - pt &&
+	           memcmp(g + gt, p + pt, n - pt) == 0 && same_json(gm, pm);
+	json_decref(gm);
+	json_decref(pm);
+	return same;
+}
+
+/* The run's first request: the system prompt is the genesis prompt of
+ * this manifest and task, in the run's mode. */
+static void check_prompt(json_t *call, int last)
+{
+	size_t n;
+	char *prompt = blob(call, "prompt", &n);
+	int want_dry = json_is_true(json_object_get(R.record, "dryRun"));
+	int found = -1;
+	for (int dry = 0; dry <= 1 && found < 0; dry++) {
+		char *g = genesis_prompt(R.m, R.task, dry, R.pinned);
+		if (same_prompt(g, prompt, n))
+			found = dry;
+		free(g);
+	}
+	free(prompt);
+	if (found < 0 || (last && found != want_dry))
+		diverged(call, shown("another system prompt"),
+		         shown("the genesis prompt of the record's manifest (dryRun %s)", want_dry ? "true" : "false"));
+	R.dry_run = found;
+}
+
+/* The manifest a run was bound by: the one its system prompt states (the
+ * record keeps only the last run's). For the record's own run it must be
+ * the record's manifest. A run without a model call keeps the record's. */
+static void run_manifest(void)
+{
+	if (R.run_m) {
+		manifest_free(R.run_m);
+		R.run_m = NULL;
+	}
+	R.m = R.record_m;
+	for (size_t i = R.pos + 1; i < R.n; i++) {
+		json_t *e = R.entries[i];
+		if (strcmp(kind_of(e), "clock-anchor") == 0)
+			return;
+		if (strcmp(kind_of(e), "call") != 0 || !json_object_get(evidence_of(e), "prompt"))
+			continue;
+		size_t n, head, tail;
+		char *prompt = blob(e, "prompt", &n);
+		json_t *doc = NULL;
+		int ok = split_prompt(prompt, n, &head, &tail, &doc) == 0;
+		free(prompt);
+		if (!ok)
+			diverged(e, shown("a system prompt without a manifest"), shown("the genesis prompt"));
+		if (!same_json(doc, json_object_get(R.record, "manifest"))) {
+			if (R.last_run)
+				diverged(e, shown("a system prompt with another manifest"), shown("the record's manifest"));
+			struct reasons why = {0};
+			R.run_m = manifest_from_json(doc, &why);
+			if (!R.run_m)
+				diverged(e, shown("a system prompt with an invalid manifest"), shown("a valid manifest"));
+			reasons_free(&why);
+			R.m = R.run_m;
+		}
+		json_decref(doc);
+		return;
+	}
+}
+
+static void replay_run(void)
+{
+	/* The record's own run is the last: no run starts after it. */
+	R.last_run = 1;
+	for (size_t i = R.pos + 1; i + 1 < R.n; i++)
+		if (strcmp(kind_of(R.entries[i]), "clock-anchor") == 0 &&
+		    strcmp(kind_of(R.entries[i + 1]), "clock-anchor") == 0)
+			R.last_run = 0;
+	run_manifest();
+	R.gate.m = R.m;
+	R.turns = R.calls = R.failures = 0;
+	R.first_refusal[0] = R.error[0] = '\0';
+	R.adopted = R.prompt_seen = 0;
+	R.verdict = NULL;
+	json_decref(R.summary);
+	R.summary = NULL;
+	R.task = R.m->task_statement;
+	json_decref(R.written);
+	R.written = json_object();
+
+	expect_kind("clock-anchor", "the run's clock anchor");
+	json_t *e = expect_kind("lifecycle", "the run's first lifecycle");
+	const char *to = str(data_of(e), "to");
+	if (!json_is_null(json_object_get(data_of(e), "from")) || !to ||
+	    (strcmp(to, "probation") != 0 && strcmp(to, "pinned-replay") != 0))
+		diverged(e, shown("lifecycle to %s", to ? to : "?"), shown("probation or pinned-replay"));
+	R.pinned = strcmp(to, "pinned-replay") == 0;
+	R.adopted = R.pinned;
+	struct buf inbox = {0};
+	buf_adds(&inbox, "");
+	for (;;) {
+		e = peek();
+		if (e && strcmp(kind_of(e), "message") == 0 && !strcmp(str(data_of(e), "dir") ? str(data_of(e), "dir") : "", "in")) {
+			buf_printf(&inbox, "- (%s) %s\n", str(data_of(e), "file") ? str(data_of(e), "file") : "",
+			           str(data_of(e), "text") ? str(data_of(e), "text") : "");
+		} else if (e && strcmp(kind_of(e), "clarification") == 0) {
+			R.task = str(data_of(e), "text") ? str(data_of(e), "text") : "";
+		} else {
+			break;
+		}
+		next();
+	}
+	/* A pinned run's first message carries the certified candidate from
+	 * memory.json: a recorded fact, taken as sent. */
+	if (R.pinned)
+		R.expect_msg[0] = '\0';
+	else
+		first_message(&inbox);
+	buf_free(&inbox);
+
+	while (!R.verdict) {
+		e = peek();
+		if (!e)
+			diverged(NULL, shown("the end of the trace"), shown("the run's next turn"));
+		if (strcmp(kind_of(e), "result") == 0) {
+			next();
+			stopped(e, 0);
+			break;
+		}
+		if (strcmp(kind_of(e), "call") != 0)
+			diverged(e, shown("a %s entry", kind_of(e)), shown("a model call"));
+		if (R.turns >= R.m->max_turns)
+			diverged(e, shown("a model call"), shown("halted-maxTurns"));
+		if (R.calls >= R.m->max_model_calls)
+			diverged(e, shown("a model call"), shown("halted-budget (maxModelCalls)"));
+		json_t *call = NULL;
+		while ((e = peek()) && strcmp(kind_of(e), "call") == 0) {
+			call = next();
+			if (++R.calls > R.m->max_model_calls)
+				diverged(call, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
+		}
+		if (!R.prompt_seen) {
+			R.prompt_seen = 1;
+			check_prompt(call, R.last_run);
+		} else if (ref_hex(call, "prompt")) {
+			diverged(call, shown("a second system prompt"), shown("one per run"));
+		}
+		const char *msg = ref_hex(call, "message");
+		if (!msg)
+			incomplete("seq %lld (call): no evidence.message (a record made before evidence existed)", seq_of(call));
+		if (R.expect_msg[0] && strcmp(msg, R.expect_msg) != 0)
+			diverged(call, shown("message %.12s", msg), shown("message %.12s", R.expect_msg));
+		if (!json_is_true(json_object_get(data_of(call), "ok"))) {
+			stopped(expect_kind("result", "the stop after a failed model request"), 1);
+			break;
+		}
+		size_t n;
+		char *text = blob(call, "reply", &n);
+		R.turns++;
+		json_t *v = parse_reply(text);
+		free(text);
+		if (!v) {
+			expect_protocol_verdict(REASON_NOT_JSON, ANSWER_NOT_JSON);
+			continue;
+		}
+		if (!R.adopted) {
+			if (is_candidate(v)) {
+				json_t *c = expect_kind("candidate", "the adopted candidate");
+				if (!same_json(data_of(c), v))
+					diverged(c, shown("another candidate"), shown("the candidate of the reply"));
+				R.adopted = 1;
+				expect_answer(ANSWER_ADOPTED);
+			} else {
+				expect_protocol_verdict(REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
+			}
+			json_decref(v);
+			continue;
+		}
+		const char *tool = str(v, "tool");
+		if (tool && strcmp(tool, "done") == 0)
+			done(v);
+		else if (tool && strcmp(tool, "recall") == 0)
+			recall(v);
+		else if (!tool)
+			expect_protocol_verdict(REASON_NO_TOOL, ANSWER_NO_TOOL);
+		else
+			carry_out(v, tool);
+		json_decref(v);
+		e = peek();
+		if (!R.verdict && e && strcmp(kind_of(e), "result") == 0) {
+			next();
+			stopped(e, 0);
+		}
+	}
+	/* A run that did not complete says why in a result entry. */
+	if (strcmp(R.verdict, "completed") != 0 && R.error[0] && strcmp(R.verdict, "failed") == 0) {
+		e = peek();
+		if (e && strcmp(kind_of(e), "result") == 0) {
+			next();
+			const char *err = str(data_of(e), "error");
+			if (!err || strcmp(err, R.error) != 0)
+				diverged(e, shown("error \"%s\"", err ? err : ""), shown("error \"%s\"", R.error));
+		}
+	} else if (strcmp(R.verdict, "completed") == 0 && (e = peek()) && strcmp(kind_of(e), "result") == 0) {
+		diverged(e, shown("a result entry"), shown("completed"));
+	}
+	/* Certification and demotion come from memory.json (host state);
+	 * the run's own verdict closes it. */
+	for (;;) {
+		e = expect_kind("lifecycle", "the run's closing lifecycle");
+		to = str(data_of(e), "to");
+		if (to && (strcmp(to, "certified") == 0 || strcmp(to, "demoted") == 0))
+			continue;
+		if (!to || strcmp(to, R.verdict) != 0)
+			diverged(e, shown("lifecycle to %s", to ? to : "?"), shown("lifecycle to %s", R.verdict));
+		break;
+	}
+	expect_kind("clock-anchor", "the run's closing clock anchor");
+	R.runs++;
+	if (peek() == NULL) {
+		/* The record's own run: its counts must be the derived ones. */
+		json_t *rec = R.record;
+		struct { const char *member; long long want; } counts[] = {
+			{"turns", R.turns}, {"modelCalls", R.calls}, {"hardTierFailures", R.failures},
+		};
+		json_t *last = R.entries[R.n - 1];
+		for (size_t i = 0; i < 3; i++)
+			if (json_number_value(json_object_get(rec, counts[i].member)) != (double)counts[i].want)
+				diverged(last, shown("record %s %g", counts[i].member,
+				                     json_number_value(json_object_get(rec, counts[i].member))),
+				         shown("%s %lld", counts[i].member, counts[i].want));
+		const char *rv = str(rec, "verdict");
+		if (!rv || strcmp(rv, R.verdict) != 0)
+			diverged(last, shown("record verdict %s", rv ? rv : "?"), shown("verdict %s", R.verdict));
+		json_t *rs = json_object_get(rec, "summary");
+		if (rs && !same_json(rs, R.summary ? R.summary : json_null()))
+			diverged(last, shown("record summary that is not the done summary"), shown("the done summary"));
+	}
+	json_decref(R.summary);
+	R.summary = NULL;
+}
+
+/* ---- the record --------------------------------------------------------------- */
+
+/* sfma-verify, beside this program, must accept the record first. */
+static void verify_first(const char *target)
+{
+	char self[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (len < 0)
+		die("/proc/self/exe: %s", strerror(errno));
+	self[len] = '\0';
+	char verify[PATH_MAX + 16];
+	snprintf(verify, sizeof verify, "%s/sfma-verify", dirname(self));
+	int pfd[2];
+	if (pipe(pfd) < 0)
+		die("pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[0]);
+		close(pfd[1]);
+		execl(verify, verify, target, (char *)NULL);
+		fprintf(stderr, "%s: %s\n", verify, strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	size_t n;
+	struct sfma_err e;
+	char *out = read_all_fd(pfd[0], 1u << 20, &n, &e);
+	close(pfd[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!out)
+		out = xstrdup("");
+	char *nl = strchr(out, '\n');
+	if (nl)
+		*nl = '\0';
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		incomplete("the record does not verify: %s", *out ? out : "sfma-verify failed");
+	free(out);
+}
+
+static void load(const char *target, char ws[PATH_MAX])
+{
+	struct stat st;
+	if (stat(target, &st) < 0)
+		die("%s: %s", target, strerror(errno));
+	char record_path[PATH_MAX];
+	if (S_ISDIR(st.st_mode)) {
+		snprintf(ws, PATH_MAX, "%s", target);
+		snprintf(record_path, sizeof record_path, "%s/.sfma/result.json", target);
+	} else {
+		/* WORKSPACE/.sfma/result.json */
+		char copy[PATH_MAX];
+		snprintf(record_path, sizeof record_path, "%s", target);
+		snprintf(copy, sizeof copy, "%s", target);
+		char *sfma = dirname(copy);
+		snprintf(ws, PATH_MAX, "%s/..", sfma);
+	}
+	struct sfma_err e;
+	R.record = json_load_strict(record_path, 64u << 20, &e);
+	if (!R.record)
+		incomplete("%s", e.text);
+	struct reasons why = {0};
+	struct manifest *m = manifest_from_json(json_object_get(R.record, "manifest"), &why);
+	if (!m)
+		incomplete("the record's manifest does not load: %s", why.n ? why.items[0] : "invalid");
+	R.m = R.record_m = m;
+	char sfma_dir[PATH_MAX + 8];
+	snprintf(sfma_dir, sizeof sfma_dir, "%s/.sfma", ws);
+	R.sfma_fd = open(sfma_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (R.sfma_fd < 0)
+		die("%s: %s", sfma_dir, strerror(errno));
+	R.store = evidence_open(R.sfma_fd, 0, &e);
+	if (!R.store)
+		die("%s", e.text);
+	int tfd = openat(R.sfma_fd, "trace.jsonl", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	size_t n;
+	char *text = tfd >= 0 ? read_all_fd(tfd, (size_t)1 << 34, &n, &e) : NULL;
+	if (tfd >= 0)
+		close(tfd);
+	if (!text)
+		die("%s/trace.jsonl: %s", sfma_dir, tfd < 0 ? strerror(errno) : e.text);
+	for (char *p = text; p < text + n;) {
+		char *end = memchr(p, '\n', (size_t)(text + n - p));
+		size_t len = end ? (size_t)(end - p) : (size_t)(text + n - p);
+		json_t *entry = json_parse_strict(p, len, &e);
+		if (!entry)
+			incomplete("trace line %zu: %s", R.n + 1, e.text);
+		if (!json_object_get(entry, "hash"))
+			incomplete("trace line %zu is a legacy line of the earlier runner: it has no evidence", R.n + 1);
+		R.entries = xrealloc(R.entries, (R.n + 1) * sizeof *R.entries);
+		R.entries[R.n++] = entry;
+		p += len + 1;
+	}
+	free(text);
+}
+
+/* The hard tier's view of a workspace with nothing in it: every decision
+ * it makes there is one no host fact can change. */
+static void open_empty_workspace(void)
+{
+	snprintf(R.empty_dir, sizeof R.empty_dir, "/tmp/sfma-replay-XXXXXX");
+	if (!mkdtemp(R.empty_dir)) {
+		R.empty_dir[0] = '\0';
+		die("mkdtemp: %s", strerror(errno));
+	}
+	R.gate.m = R.m;
+	R.gate.ws_fd = open(R.empty_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	R.gate.ws_real = realpath(R.empty_dir, NULL);
+	if (R.gate.ws_fd < 0 || !R.gate.ws_real)
+		die("%s: %s", R.empty_dir, strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	set_progname(argv[0]);
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == 'h')
+			cli_help(usage_text);
+		else if (c == 'V')
+			cli_version();
+		else
+			cli_bad_option(usage_text, c, argv);
+	}
+	if (argc - optind != 1)
+		cli_usage_error(usage_text, "expected one WORKSPACE or RESULT.json");
+	argv += optind - 1;
+	verify_first(argv[1]);
+	char ws[PATH_MAX];
+	load(argv[1], ws);
+	open_empty_workspace();
+	if (R.n == 0)
+		incomplete("the trace is empty");
+	while (peek())
+		replay_run();
+	printf("REPLAY_OK runs=%ld entries=%zu\n", R.runs, R.n);
+	cleanup();
+	return 0;
+}

@@ -1,0 +1,407 @@
+#!/usr/bin/env bats
+# sfma replay: a recorded run re-derived offline from its evidence, through
+# the code that decided it; every derived entry compared with the trace.
+
+load helpers
+
+CAND='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+	cat >m.json <<'JSON'
+{"name":"t","workspace":"ws","taskStatement":"write out.txt",
+ "modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo","sleep"],"inputs":[],"outputs":["out.txt"],"maxTurns":12,
+ "dryRunDefault":false}
+JSON
+}
+
+mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
+	local IFS=,
+	export SFMA_MOCK="[$*]"
+}
+
+# sfma-verify accepts the record and checked every reference the trace
+# holds (each in an entry's top-level "evidence" member, sfma-formats(5)).
+audit_ok() {
+	local want
+	want=$(jq -r '(.evidence // {}) | to_entries[] | .value | (if type == "array" then .[] else . end) | .sha256' \
+		ws/.sfma/trace.jsonl | wc -l)
+	[ "$want" -gt 0 ] || { echo "no evidence references"; return 1; }
+	run sfma-verify ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "AUDIT_OK "*" evidence=$want" ]] || { echo "$output (want evidence=$want)"; return 1; }
+}
+
+replays_ok() { # replays_ok RUNS
+	run sfma replay ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
+}
+
+# rewrite PYTHON: apply the Python statements to the trace entries `es`
+# (a list of dicts), recompute every hash, and reseal the record after
+# applying jq filter $2 to it - what a host actor without the signing key
+# can do to an unsigned record.
+rewrite() {
+	python3 - ws/.sfma/trace.jsonl "$1" <<'PY'
+import hashlib, json, subprocess, sys
+path, code = sys.argv[1], sys.argv[2]
+es = [json.loads(l) for l in open(path, encoding="utf-8").read().split("\n")[:-1]]
+exec(code)
+out, prev = [], "0" * 64
+for e in es:
+    e["prevHash"] = prev
+    e.pop("hash", None)
+    canon = subprocess.run(["sfma-verify", "--canonicalize"], input=json.dumps(e).encode() + b"\n",
+                           capture_output=True, check=True).stdout.rstrip(b"\n")
+    e["hash"] = prev = hashlib.sha256(canon).hexdigest()
+    out.append(json.dumps(e, ensure_ascii=False))
+open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
+PY
+	jq "del(.integrity) | ${2:-.}" ws/.sfma/result.json >body.json
+	sfma-seal ws <body.json >/dev/null
+}
+
+@test "a run with every kind of turn replays" {
+	mock "$CAND" '"not json at all"' '{"tool":"teleport"}' \
+		'{"tool":"run","cmd":"echo hi"}' '{"tool":"read","path":"missing.txt"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
+		'{"tool":"run","cmd":"rm -rf /"}' '{"tool":"notify","text":"n"}' '{"tool":"ask","question":"q"}' \
+		'{"nothing":"here"}' '{"tool":"wr\u0000ite","path":"out.txt","content":"z"}' '{"tool":"read","path":"a\u0000b"}' \
+		'{"tool":5}' '{"tool":"recall","mode":"episodic"}' '{"tool":"recall","mode":"telepathy"}' \
+		'{"tool":"done","summary":"s"}'
+	jq '.maxTurns = 30' m.json >long.json
+	run sfma run long.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	grep -q '"reason":"done"' ws/.sfma/trace.jsonl
+	grep -q '"reason":"recall: unknown recall mode"' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
+
+@test "an unknown recall mode flipped to a pass does not replay" {
+	mock "$CAND" '{"tool":"recall","mode":"telepathy"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"], e["data"]["reason"] = True, "recall"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true, replay derives refused: recall: unknown recall mode" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "completed, dry-run, reminder and several runs replay, as sfma replay and by result.json" {
+	mock '{"tool":"read","path":"x"}' "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	replays_ok 1
+	jq '.dryRunDefault = true' m.json >d.json
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"echo x"}' '{"tool":"done","summary":"s"}'
+	run sfma run d.json
+	[ "$status" -eq 0 ]
+	audit_ok
+	replays_ok 2
+	run sfma-replay ws/.sfma/result.json
+	[ "$status" -eq 0 ]
+	[[ "$output" == "REPLAY_OK runs=2 "* ]]
+}
+
+@test "halts replay: maxTurns, maxModelCalls, maxSeconds, a HALT file, the operator's inbox and --task" {
+	jq '.maxTurns = 2' m.json >t.json
+	mock "$CAND" '{"tool":"read","path":"a"}' '{"tool":"read","path":"b"}'
+	run sfma run t.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	replays_ok 1
+	jq '.maxModelCalls = 2' m.json >c.json
+	run sfma run c.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	grep -q '"trigger":"maxModelCalls"' ws/.sfma/trace.jsonl
+	replays_ok 2
+	rm -rf ws
+	jq '.maxSeconds = 1' m.json >s.json
+	mock "$CAND" '{"tool":"run","cmd":"sleep 3"}' '{"tool":"done","summary":"s"}'
+	run sfma run s.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	replays_ok 1
+	echo "only narrow it" >ws/.sfma/inbox/note
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply --task "a narrower task"
+	[ "$status" -eq 0 ]
+	audit_ok
+	replays_ok 2
+	touch ws/.sfma/HALT
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	replays_ok 3
+}
+
+@test "a refused verdict flipped to a pass in a recomputed unsigned chain verifies, and does not replay" {
+	mock "$CAND" '{"tool":"write","path":"elsewhere.txt","content":"x"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	local seq; seq=$(jq -r 'select(.kind=="verdict" and .data.pass==false) | .seq' ws/.sfma/trace.jsonl)
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+        e["data"]["reason"] = "wrote 1 bytes to elsewhere.txt"
+    if e["kind"] == "result" and "error" in e["data"]:
+        e["kind"], e["id"], e["data"] = "lifecycle", "lifecycle-%d" % e["seq"], {"from": "probation", "to": "probation"}
+    if e["kind"] == "lifecycle" and e["data"].get("to") == "failed":
+        e["data"]["to"] = "completed"
+' '.verdict = "completed" | .hardTierFailures = 0 | del(.error)'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == AUDIT_OK* ]]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq $seq (verdict): trace has pass=true reason \"wrote 1 bytes to elsewhere.txt\", replay derives refused: write elsewhere.txt: not a declared output" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a command refusal flipped to a pass does not replay either" {
+	mock "$CAND" '{"tool":"run","cmd":"cat /etc/shadow"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true "*"replay derives refused: run: cat: not in allowedCommands" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a record whose reply evidence was swapped verifies, and does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"echo hi"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	# the run's reply becomes a stored blob of another reply (the done)
+	local seq; seq=$(jq -s -r '[.[] | select(.kind=="call")][2].seq' ws/.sfma/trace.jsonl)
+	rewrite '
+calls = [e for e in es if e["kind"] == "call"]
+calls[2]["evidence"]["reply"] = calls[3]["evidence"]["reply"]
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq $((seq + 1)) (task): trace has call {\"cmd\":\"echo hi\",\"tool\":\"run\"}, replay derives call {\"tool\":\"done\"}" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a swapped tool result (what the model was told) does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"write","path":"../x","content":"y"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	# the refusal the model was told becomes the earlier success
+	rewrite '
+vs = [e for e in es if e["kind"] == "verdict" and "output" in e.get("evidence", {})]
+vs[1]["evidence"]["output"] = vs[0]["evidence"]["output"]
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has evidence.output "* ]] || { echo "$output"; return 1; }
+}
+
+@test "an altered counter in the record does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	jq 'del(.integrity) | .turns = 2' ws/.sfma/result.json | sfma-seal ws >/dev/null
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (clock-anchor): trace has record turns 2, replay derives turns 3" ]] || { echo "$output"; return 1; }
+}
+
+@test "records made before evidence existed are incomplete, not diverged" {
+	for f in legacy unicode multirun; do
+		cp -r "$INTEROP/$f" .
+		run sfma replay "$f/ws"
+		[ "$status" -eq 1 ] || { echo "$f: $output"; return 1; }
+		[[ "$output" == REPLAY_INCOMPLETE:* ]] || { echo "$f: $output"; return 1; }
+	done
+}
+
+@test "a record that does not verify does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	sed -i 's/"to":"completed"/"to":"failed"/' ws/.sfma/trace.jsonl
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: the record does not verify: AUDIT_INVALID: "* ]] || { echo "$output"; return 1; }
+}
+
+@test "an altered reply blob is caught" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	local sha; sha=$(jq -s -r '[.[] | select(.kind=="call")][1].evidence.reply.sha256' ws/.sfma/trace.jsonl)
+	chmod u+w "ws/.sfma/evidence/$sha"
+	sed -i 's/out.txt/ou2.txt/' "ws/.sfma/evidence/$sha"
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == REPLAY_INCOMPLETE:*"evidence $sha altered"* ]] || { echo "$output"; return 1; }
+}
+
+@test "replay needs no other stage: only sfma-verify beside it" {
+	mock "$CAND" '{"tool":"run","cmd":"echo hi"}' '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	mkdir alone
+	cp "$SFMA_BINDIR/sfma-replay" "$SFMA_BINDIR/sfma-verify" alone/
+	run env PATH=/nonexistent "$PWD/alone/sfma-replay" ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "REPLAY_OK runs=1 "* ]]
+}
+
+@test "usage errors exit 2" {
+	run sfma-replay
+	[ "$status" -eq 2 ]
+	run sfma-replay --bogus ws
+	[ "$status" -eq 2 ]
+	run sfma-replay a b
+	[ "$status" -eq 2 ]
+	run sfma-replay --version
+	[ "$status" -eq 0 ]
+}
+
+@test "a certified configuration's pinned run replays" {
+	jq '.tuning = {"certWindow":1}' m.json >p.json
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run p.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	grep -q '"to":"certified"' ws/.sfma/trace.jsonl
+	mock '{"tool":"write","path":"out.txt","content":"y"}' '{"tool":"done","summary":"s"}'
+	run sfma run p.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	grep -q '"to":"pinned-replay"' ws/.sfma/trace.jsonl
+	replays_ok 2
+}
+
+@test "a run halted by SIGTERM while a command ran replays" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"sleep 3"}' \
+		'{"tool":"done","summary":"s"}'
+	timeout -s KILL 60 sfma run m.json --apply >out 2>err &
+	local pid=$!
+	for _ in $(seq 200); do
+		grep -q '"cmd":"sleep' ws/.sfma/trace.jsonl 2>/dev/null && break
+		sleep 0.05
+	done
+	kill -TERM "$(pgrep -P "$pid" -x sfma)"
+	local st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 1 ]
+	grep -q '"trigger":"SIGTERM"' ws/.sfma/trace.jsonl
+	audit_ok
+	replays_ok 1
+}
+
+@test "a reference moved from evidence into data is data: neither verify nor replay reads it" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	local before=$output seq
+	seq=$(jq -s -r '[.[] | select(.kind=="call")][1].seq' ws/.sfma/trace.jsonl)
+	rewrite '
+c = [e for e in es if e["kind"] == "call"][1]
+c["data"]["reply"] = c["evidence"].pop("reply")
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	local n=${before##*evidence=}
+	[[ "$output" == "AUDIT_OK "*" evidence=$((n - 1))" ]] || { echo "$output"; return 1; }
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: seq $seq (call): no evidence.reply "* ]] || { echo "$output"; return 1; }
+}
+
+@test "refusals only the host can cause are recorded facts: links, non-files, non-directories replay" {
+	jq '.outputs = ["out.txt","link/x.txt","f/g.txt"]' m.json >h.json
+	mkdir -p ws outside
+	ln -s "$PWD/outside" ws/link
+	ln -s /etc/hostname ws/leak
+	: >ws/f
+	mkdir ws/dir
+	mock "$CAND" '{"tool":"write","path":"link/x.txt","content":"x"}' '{"tool":"read","path":"leak"}' \
+		'{"tool":"write","path":"f/g.txt","content":"x"}' '{"tool":"read","path":"dir"}' '{"tool":"done","summary":"s"}'
+	run sfma run h.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	[ "$(jq -s '[.[] | select(.kind=="verdict" and .data.pass==false)] | length' ws/.sfma/trace.jsonl)" -eq 4 ]
+	grep -q 'escapes workspace via link' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
+
+@test "a pass turned into a refusal by a rule the code passed does not replay" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("reason", "").startswith("wrote "):
+        e["data"]["pass"], e["data"]["reason"] = False, "write out.txt: outside workspace"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has refused: write out.txt: outside workspace, replay derives pass (no host fact recorded refuses it)" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a signed record replays; a signed record altered after signing is not replayed" {
+	openssl genpkey -algorithm ed25519 -out key.pem 2>/dev/null
+	export SFMA_AUDIT_PRIVATE_KEY; SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem)
+	mock "$CAND" '{"tool":"write","path":"elsewhere.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	unset SFMA_AUDIT_PRIVATE_KEY
+	jq -e '.integrity.signature.algorithm == "ed25519"' ws/.sfma/result.json
+	replays_ok 1
+	# the flip, with the chain recomputed: the signature no longer holds
+	cp ws/.sfma/result.json signed.json
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("pass") is False:
+        e["data"]["pass"] = True
+'
+	jq --argjson sig "$(jq .integrity.signature signed.json)" '.integrity.signature = $sig' ws/.sfma/result.json >r.json
+	mv r.json ws/.sfma/result.json
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: the record does not verify: AUDIT_INVALID: "* ]] || { echo "$output"; return 1; }
+}
