@@ -71,6 +71,12 @@ json_t *parse_reply(const char *text)
 {
 	char *body = strip_fences(text);
 	json_t *v = json_parse_strict(body, strlen(body), NULL);
+	/* Text that is JSON but not an object (a model wrapping its call in
+	 * [ ] or quoting it) is treated like prose around the object. */
+	if (v && !json_is_object(v)) {
+		json_decref(v);
+		v = NULL;
+	}
 	if (!v) {
 		char *first = strchr(body, '{'), *last = strrchr(body, '}');
 		if (first && last && last > first)
