@@ -559,7 +559,7 @@ verify_says() {
 		# leave 16 pages: the 24 new files of the next run cannot all fit
 		avail=$(df -B1 --output=avail ws | tail -n 1)
 		fallocate -l $((avail - 16 * 4096)) ws/filler
-		SFMA_MOCK=$FILL sfma run m.json > run2.out 2> run2.err; echo $? > run2.status
+		SFMA_MOCK=$FILL sfma run -v m.json > run2.out 2> run2.err; echo $? > run2.status
 		sfma-verify ws > verify2.out 2>&1; echo $? > verify2.status
 		cp ws/.sfma/trace.jsonl trace2.jsonl
 		cp ws/.sfma/result.json result2.json
@@ -578,6 +578,10 @@ verify_says() {
 	[ ! -s run2.out ] || { cat run2.out; return 1; }
 	grep -q '^sfma-chain: .*/ws/.sfma/trace.jsonl: write: No space left on device$' run2.err
 	grep -q '^sfma-plan: the run was not sealed' run2.err
+	# The run stops at the first append that failed: no more model calls
+	# that no trace could show (24 writes were queued).
+	turns=$(grep -c '^sfma-plan: +[0-9.]*s turn [0-9]*:' run2.err || true)
+	[ "$turns" -lt 24 ] || { echo "the run went on for $turns turns after the disk filled"; cat run2.err; return 1; }
 	# The chain is intact: whole lines only (the short write was undone),
 	# and the unsealed tail of an interrupted run.
 	[ "$(tail -c 1 trace2.jsonl | od -An -c | tr -d ' ')" = '\n' ]

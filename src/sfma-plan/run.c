@@ -136,8 +136,10 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 	 * durable fails the run, and the entry goes without its references. */
 	struct sfma_err se;
 	if (evidence && r->evidence && evidence_sync(r->evidence, &se) < 0) {
-		end_with(r, "failed", "evidence: %s", se.text);
-		progress(r, "evidence: %s", se.text);
+		/* the store's messages name it already ("evidence ...") */
+		const char *why = strncmp(se.text, "evidence", 8) == 0 ? "" : "evidence: ";
+		end_with(r, "failed", "%s%s", why, se.text);
+		progress(r, "%s%s", why, se.text);
 		json_decref(evidence);
 		evidence = NULL;
 	}
@@ -245,8 +247,10 @@ json_t *evidence(struct run *r, const void *data, size_t n)
 	else
 		ref = evidence_put_nosync(r->evidence, data, n, &e); /* synced by trace_ev */
 	if (!ref) {
-		end_with(r, "failed", "evidence: %s", e.text);
-		progress(r, "evidence: %s", e.text);
+		/* the store's messages name it already ("evidence ...") */
+		const char *why = strncmp(e.text, "evidence", 8) == 0 ? "" : "evidence: ";
+		end_with(r, "failed", "%s%s", why, e.text);
+		progress(r, "%s%s", why, e.text);
 	}
 	return ref;
 }

@@ -369,6 +369,12 @@ static int halt_file_present(struct run *r)
 void turns(struct run *r)
 {
 	while (!r->verdict) {
+		/* Nothing more can be recorded (a full disk, a dead sfma-chain):
+		 * asking the model again would spend calls no trace shows. */
+		if (!r->chain_alive) {
+			end_with(r, "failed", "%s", r->error[0] ? r->error : "trace writer died");
+			break;
+		}
 		if (halt_signal) {
 			halt_operator_signal(r);
 			break;
