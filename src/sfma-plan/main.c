@@ -4,7 +4,7 @@
  *   sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] --to-model P --from-model P
  *             --to-exec P --from-exec P --to-chain P --from-chain P --to-seal P --from-seal P
  *
- * `--check` validates a manifest (CONTRACT.md section 2) and prints what the
+ * `--check` validates a manifest (sfma-manifest(5)) and prints what the
  * orchestrator needs to wire a run. `run` drives one bounded run through the
  * other stages, which it reaches only through the given pipes: it asks the
  * model, hands tool calls to the hard tier, records every event in the

@@ -1,4 +1,4 @@
-/* memory.c - cross-run memory (CONTRACT.md section 8): run summaries,
+/* memory.c - cross-run memory (sfma-plan(1)): run summaries,
  * endpoint state, certification, pinning and demotion. Pure arithmetic. */
 #include "plan.h"
 #include "atomic.h"

@@ -86,7 +86,7 @@ json_t *parse_reply(const char *text);
 /* 1 if v has every member of a bootstrap candidate. */
 int is_candidate(const json_t *v);
 
-/* ---- memory.c: memory.json and certification (CONTRACT.md section 8) -- */
+/* ---- memory.c: memory.json and certification (sfma-plan(1)) -- */
 
 struct memory {
 	json_t *doc;               /* {"version":1,"runs":[...],"pinned":...,"endpoints":{...}} */

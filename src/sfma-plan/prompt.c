@@ -1,5 +1,5 @@
 /* prompt.c - the genesis system prompt and lenient reply parsing
- * (CONTRACT.md section 3). */
+ * (sfma-plan(1)). */
 #include "plan.h"
 #include "buf.h"
 #include "canon.h"

@@ -1,4 +1,4 @@
-/* store.c - the memory stores: in-process, files, git (CONTRACT.md section 9).
+/* store.c - the memory stores: in-process, files, git (sfma-plan(1)).
  *
  * Git is run only as a plain program with fixed arguments: model text never
  * becomes an option (queries follow -e or are glued to -S), the environment

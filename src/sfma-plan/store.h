@@ -1,4 +1,4 @@
-/* store.h - tiered memory stores and the recall tool (CONTRACT.md section 9).
+/* store.h - tiered memory stores and the recall tool (sfma-plan(1)).
  *
  * Three stores: in-process (this run only), files (.sfma/mem/records/) and
  * git (.sfma/mem as its own repository: one commit per run). Each run
