@@ -61,6 +61,10 @@ $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(w
 	@mkdir -p $(BINDIR)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
+# sfma-replay compiles the hard tier and the reply parser in as they are
+# (src/sfma-replay/*.c include them): rebuild it when they change.
+$(BINDIR)/sfma-replay: src/sfma-exec/hardtier.c src/sfma-exec/exec.h src/sfma-plan/prompt.c src/sfma-plan/plan.h
+
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 check: all
 	sh tests/lint.sh
