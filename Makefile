@@ -59,7 +59,7 @@ $(LIBA): $(LIB_OBJ)
 .SECONDEXPANSION:
 $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(wildcard src/$$*/*.h)
 	@mkdir -p $(BINDIR)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter src/$*.c src/$*/%.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
 # sfma-replay compiles the hard tier and the reply parser in as they are
 # (src/sfma-replay/*.c include them): rebuild it when they change.
