@@ -51,5 +51,6 @@ check sfma-plan-run sh -c "$vg $bin/sfma-plan run m.json --apply --to-model fifo
 wait
 check sfma-verify-run "$bin/sfma-verify" ws
 check sfma-log sh -c "$vg $bin/sfma-log ws >/dev/null && $vg $bin/sfma-log --json --all $interop/multirun/ws >/dev/null"
+check sfma-replay sh -c "$vg $bin/sfma-replay ws | grep -q '^REPLAY_OK '"
 check sfma-report sh -c "$vg $bin/sfma-report -o report.html ws && grep -q AUDIT_OK report.html"
 exit $fail
