@@ -5,7 +5,7 @@
 #    fails the test (bash ignores the status of a negated pipeline under
 #    `set -e`). Write `run ! cmd` with a status check, or `cmd && return 1`.
 # 2. Nothing in the repository may reach outside it: a user's clone has
-#    nothing beside it (no ../shared, no sibling checkout).
+#    nothing beside it (no sibling folder, no sibling checkout).
 # Exits 1 naming each offending line, 0 when clean.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -25,7 +25,9 @@ if [ -n "$weak" ]; then
 fi
 
 if [ $# -eq 0 ] && command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
-	outside=$(git grep -n -I -E '\.\./(\.\./)*shared\b|shared/interop|shared folder beside' -- . ':!tests/lint.sh' 2>/dev/null)
+	# The folder's name is spelled in pieces so that this line is not a hit.
+	s=sha; s=${s}red
+	outside=$(git grep -n -I -E "\.\./(\.\./)*$s\b|$s/interop|$s folder beside" -- . 2>/dev/null)
 	if [ -n "$outside" ]; then
 		echo "lint: these lines read a folder outside the repository, which a clone does not have:" >&2
 		echo "$outside" >&2
