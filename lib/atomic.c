@@ -13,6 +13,12 @@
 int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
                     mode_t mode, struct sfma_err *e)
 {
+	return atomic_replace_at(dirfd, name, data, n, mode, 1, NULL, e);
+}
+
+int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                      int sync_dir, struct stat *st, struct sfma_err *e)
+{
 	char tmp[512];
 	unsigned long long r = 0;
 	int fd = -1;
@@ -32,7 +38,7 @@ int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
 	if (write_all(fd, data, n) < 0)
 		goto fail;
 	step = "fsync";
-	if (fsync(fd) < 0)
+	if (fsync(fd) < 0 || (st && fstat(fd, st) < 0))
 		goto fail;
 	step = "close";
 	if (close(fd) < 0) {
@@ -45,7 +51,7 @@ int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
 		goto fail;
 	/* Make the rename durable; a directory that cannot be fsynced (some
 	 * file systems refuse) has still been updated atomically. */
-	if (fsync(dirfd) < 0 && errno != EINVAL && errno != EROFS)
+	if (sync_dir && fsync(dirfd) < 0 && errno != EINVAL && errno != EROFS)
 		return err_set(e, "%s: fsync directory: %s", name, strerror(errno));
 	return 0;
 fail: {

@@ -1,5 +1,6 @@
 /* evidence.c - content-addressed blobs under .sfma/evidence. */
 #include "evidence.h"
+#include "atomic.h"
 #include "canon.h"
 #include "ndjson.h"
 
@@ -8,7 +9,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/evp.h>
@@ -334,50 +334,17 @@ char *evidence_get(struct evidence_store *s, const struct evidence_ref *ref, siz
 
 /* Write data[0..n) to a temporary file in the store, fsync it and rename
  * it to name; the directory is left for evidence_sync (*dev, *ino: the
- * blob's file). As atomic_write_at, less its directory fsync. */
+ * blob's file). */
 static int write_blob(struct evidence_store *s, const char *name, const void *data, size_t n, dev_t *dev,
                       ino_t *ino, struct sfma_err *e)
 {
-	char tmp[SHA256_HEX_LEN + 40];
-	unsigned long long r = 0;
-	int fd = -1;
-	for (int tries = 0; tries < 16 && fd < 0; tries++) {
-		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-			r ^= (unsigned long long)getpid() * 2654435761u + (unsigned long long)tries;
-		snprintf(tmp, sizeof tmp, ".%s.tmp-%016llx", name, r);
-		fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0 && errno != EEXIST)
-			return err_set(e, "%s: %s: create temporary file: %s", EVIDENCE_DIR, name, strerror(errno));
-	}
-	if (fd < 0)
-		return err_set(e, "%s: %s: create temporary file: %s", EVIDENCE_DIR, name, strerror(errno));
 	struct stat st;
-	const char *step = "write";
-	if (write_all(fd, data, n) < 0)
-		goto fail;
-	step = "fsync";
-	if (fsync(fd) < 0 || fstat(fd, &st) < 0)
-		goto fail;
-	step = "close";
-	if (close(fd) < 0) {
-		fd = -1;
-		goto fail;
-	}
-	fd = -1;
-	step = "rename";
-	if (renameat(s->dirfd, tmp, s->dirfd, name) < 0)
-		goto fail;
+	if (atomic_replace_at(s->dirfd, name, data, n, 0600, 0, &st, e) < 0)
+		return err_prefix(e, "%s", EVIDENCE_DIR);
 	s->dir_dirty = 1;
 	*dev = st.st_dev;
 	*ino = st.st_ino;
 	return 0;
-fail: {
-	int saved = errno;
-	if (fd >= 0)
-		close(fd);
-	unlinkat(s->dirfd, tmp, 0);
-	return err_set(e, "%s: %s: %s: %s", EVIDENCE_DIR, name, step, strerror(saved));
-}
 }
 
 static struct durable_slot *durable_slot_of(struct evidence_store *s, const struct evidence_ref *ref)
