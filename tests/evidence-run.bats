@@ -18,10 +18,6 @@ setup() {
 JSON
 }
 
-mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
-	local IFS=,
-	export SFMA_MOCK="[$*]"
-}
 
 # Every evidence reference in the trace, one "sha256 bytes" line each. The
 # placement rule (sfma-formats(5), Evidence): the entry's top-level member

@@ -10,3 +10,9 @@ REPO=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 require() {
 	command -v "$1" >/dev/null || { echo "required tool missing: $1" >&2; return 1; }
 }
+
+# The SFMA_MOCK queue as a JSON array of the given JSON values.
+mock() {
+	local IFS=,
+	export SFMA_MOCK="[$*]"
+}

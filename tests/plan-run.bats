@@ -23,10 +23,6 @@ manifest() { # manifest FILE WORKSPACE [dryRunDefault]
 JSON
 }
 
-mock() { # mock ITEM... : the SFMA_MOCK queue
-	local IFS=,
-	export SFMA_MOCK="[$*]"
-}
 
 # A listing of everything under a directory with each file's digest.
 snapshot() {

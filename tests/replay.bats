@@ -17,10 +17,6 @@ setup() {
 JSON
 }
 
-mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
-	local IFS=,
-	export SFMA_MOCK="[$*]"
-}
 
 # sfma-verify accepts the record and checked every reference the trace
 # holds (each in an entry's top-level "evidence" member, sfma-formats(5)).

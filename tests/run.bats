@@ -31,10 +31,6 @@ trace_has() {
 	jq -s -e "any(.[]; $1)" ws/.sfma/trace.jsonl >/dev/null
 }
 
-mock() { # mock ITEM... : the SFMA_MOCK queue as a JSON array of the given JSON values
-	local IFS=,
-	export SFMA_MOCK="[$*]"
-}
 
 @test "the example runs end to end on the built-in mock and verifies" {
 	cp "$REPO/examples/hello/manifest.json" .

@@ -113,8 +113,7 @@ static int write_text(const char *dir, const char *file, const char *text)
 	return n == (ssize_t)len ? 0 : -1;
 }
 
-/* Mountinfo escapes blanks in paths as \040: undo that in place. */
-static void unescape(char *s)
+void mountinfo_unescape(char *s)
 {
 	char *w = s;
 	for (char *r = s; *r; r++) {
@@ -161,8 +160,8 @@ static int own_dir(const char *fstype, const char *controller, const char *own_p
 		strtok_r(NULL, " ", &save);
 		if (!(root = strtok_r(NULL, " ", &save)) || !(mnt = strtok_r(NULL, " ", &save)))
 			continue;
-		unescape(root);
-		unescape(mnt);
+		mountinfo_unescape(root);
+		mountinfo_unescape(mnt);
 		size_t rl = strcmp(root, "/") == 0 ? 0 : strlen(root);
 		if (strncmp(own_path, root, rl) != 0 || (own_path[rl] != '/' && own_path[rl] != '\0'))
 			continue; /* this mount does not show our cgroup */

@@ -142,4 +142,8 @@ void run_outcome_free(struct run_outcome *o);
 void sandbox_shutdown(void);
 void sandbox_shutdown_signal(void); /* async-signal-safe */
 
+/* /proc/self/mountinfo writes blanks, tabs, newlines and backslashes in
+ * paths as \ooo (proc(5)): undo that in place. */
+void mountinfo_unescape(char *s);
+
 #endif

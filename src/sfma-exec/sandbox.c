@@ -105,22 +105,6 @@ static _Noreturn void fail_step(int report_fd, const char *step)
 	_exit(127);
 }
 
-/* Mountinfo escapes blanks and backslashes in paths as \ooo: undo it. */
-static void unescape_octal(char *s)
-{
-	char *w = s;
-	for (char *r = s; *r; r++) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-		    r[3] >= '0' && r[3] <= '7') {
-			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-			r += 3;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = '\0';
-}
-
 struct mount_entry {
 	int id, parent;
 	int noexec;
@@ -150,7 +134,7 @@ static int read_mounts(struct mount_entry **out)
 			cap = cap ? cap * 2 : 64;
 			list = xrealloc(list, cap * sizeof *list);
 		}
-		unescape_octal(point);
+		mountinfo_unescape(point);
 		list[n] = (struct mount_entry){.id = atoi(id), .parent = atoi(parent),
 		                               .point = xstrdup(point)};
 		for (char *o, *os = NULL, *p = opts; (o = strtok_r(p, ",", &os)); p = NULL)
