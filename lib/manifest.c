@@ -181,6 +181,44 @@ static char **path_list(json_t *doc, const char *key, size_t *count, int outputs
 	return list;
 }
 
+/* tuning.routing: {"reasoning":{prior,pass,avail,lat},"mechanical":{...}};
+ * a class or weight left out keeps its default. */
+static void load_routing(struct tuning *tu, json_t *r, struct reasons *why)
+{
+	if (!r)
+		return;
+	if (!json_is_object(r)) {
+		reason(why, "tuning.routing must be an object");
+		return;
+	}
+	const char *cls;
+	json_t *w;
+	json_object_foreach(r, cls, w) {
+		struct routing_weights *rw = strcmp(cls, "reasoning") == 0 ? &tu->routing_reasoning
+		                           : strcmp(cls, "mechanical") == 0 ? &tu->routing_mechanical
+		                                                            : NULL;
+		char where[64];
+		snprintf(where, sizeof where, "tuning.routing.%s", rw ? cls : "?");
+		if (!rw) {
+			reason(why, "tuning.routing.%s is not a class (reasoning, mechanical)", cls);
+			continue;
+		}
+		if (!json_is_object(w)) {
+			reason(why, "%s must be an object", where);
+			continue;
+		}
+		const char *k;
+		json_t *x;
+		json_object_foreach(w, k, x)
+			if (strcmp(k, "prior") && strcmp(k, "pass") && strcmp(k, "avail") && strcmp(k, "lat"))
+				reason(why, "%s.%s is not a weight (prior, pass, avail, lat)", where, k);
+		rw->prior = prob_field(w, where, "prior", rw->prior, why);
+		rw->pass = prob_field(w, where, "pass", rw->pass, why);
+		rw->avail = prob_field(w, where, "avail", rw->avail, why);
+		rw->lat = prob_field(w, where, "lat", rw->lat, why);
+	}
+}
+
 static const char *const tuning_keys[] = {
 	"ewmaAlpha", "targetLatencyMs", "routing", "certWindow", "certCompletion",
 	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", NULL,
@@ -195,6 +233,8 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	tu->cert_pass = 0.85;
 	tu->demote_pass = 0.6;
 	tu->fast_tier_max_bytes = 512;
+	tu->routing_reasoning = (struct routing_weights){0.20, 0.50, 0.20, 0.10};
+	tu->routing_mechanical = (struct routing_weights){0.10, 0.30, 0.20, 0.40};
 	if (!t)
 		return;
 	if (!json_is_object(t)) {
@@ -212,7 +252,7 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	}
 	/* Part of the schema, not yet of the runner: accepting them would
 	 * promise a behaviour nothing delivers. */
-	static const char *const unsupported[] = {"routing", "ntpAnchor", NULL};
+	static const char *const unsupported[] = {"ntpAnchor", NULL};
 	for (const char *const *k = unsupported; *k; k++)
 		if (json_object_get(t, *k))
 			reason(why, "tuning.%s is not supported yet: remove it", *k);
@@ -230,6 +270,7 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	}
 	tu->cert_window = (int)int_field(t, "certWindow", 0, 20, 1, 1000, why);
 	tu->fast_tier_max_bytes = int_field(t, "fastTierMaxBytes", 0, 512, 0, 1L << 30, why);
+	load_routing(tu, json_object_get(t, "routing"), why);
 }
 
 static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
@@ -321,6 +362,23 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 				ep->prior_mechanical = prob_field(pr, where, "mechanical", 0.5, why);
 			}
 		}
+		ep->max_output_tokens = 4096;
+		json_t *mot = json_object_get(e, "maxOutputTokens");
+		long long motv;
+		if (mot && (!json_integer_of(mot, &motv) || motv < 1 || motv > 1000000)) {
+			reason(why, "modelEndpoints[%zu].maxOutputTokens must be an integer from 1 to 1000000", i);
+			ok = 0;
+		} else if (mot)
+			ep->max_output_tokens = (long)motv;
+		json_t *tp = json_object_get(e, "toolProtocol");
+		const char *tps = json_string_value(tp);
+		if (tp && (!tps || (strcmp(tps, "native") && strcmp(tps, "text")))) {
+			reason(why, "modelEndpoints[%zu].toolProtocol must be \"native\" or \"text\"", i);
+			ok = 0;
+		}
+		/* The mock speaks the text protocol of sfma-formats(5) only. */
+		ep->tool_protocol_text = (tps && strcmp(tps, "text") == 0) ||
+		                         (val[1] && strcmp(val[1], "mock") == 0);
 		for (size_t j = 0; ok && j < m->n_endpoints; j++)
 			if (strcmp(m->endpoints[j].name, val[0]) == 0) {
 				reason(why, "modelEndpoints[%zu].name %s is used twice", i, val[0]);
@@ -560,6 +618,8 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 	m->max_seconds = int_field(doc, "maxSeconds", 0, 900, 1, 86400, why);
 	m->max_loops = int_field(doc, "maxLoops", 0, 3, 1, 16, why);
 	m->max_pending_tasks = int_field(doc, "maxPendingTasks", 0, 32, 1, 4096, why);
+	m->max_tokens = int_field(doc, "maxTokens", 0, 0, 1, 1000000000L, why);
+	m->max_context_bytes = int_field(doc, "maxContextBytes", 0, 262144, 4096, 16777216, why);
 
 	v = json_object_get(doc, "dryRunDefault");
 	if (!json_is_boolean(v))

@@ -22,6 +22,13 @@ struct endpoint_cfg {
 	const char *base_url;           /* NULL when absent */
 	double prior_reasoning, prior_mechanical;
 	json_t *auth;                   /* borrowed from manifest->json, or NULL */
+	long max_output_tokens;         /* maxOutputTokens, 4096 */
+	int tool_protocol_text;         /* toolProtocol "text" (always 1 for mock) */
+};
+
+/* The score weights of one task class (tuning.routing). */
+struct routing_weights {
+	double prior, pass, avail, lat;
 };
 
 struct tuning {
@@ -32,6 +39,8 @@ struct tuning {
 	double cert_pass;               /* 0.85 */
 	double demote_pass;             /* 0.6 */
 	long fast_tier_max_bytes;       /* 512 */
+	struct routing_weights routing_reasoning;  /* 0.20 0.50 0.20 0.10 */
+	struct routing_weights routing_mechanical; /* 0.10 0.30 0.20 0.40 */
 };
 
 struct manifest {
@@ -49,6 +58,8 @@ struct manifest {
 	char **inputs, **outputs;       /* normalized: no "." or empty components (owned) */
 	size_t n_inputs, n_outputs;
 	long max_turns, max_model_calls, max_seconds, max_loops, max_pending_tasks;
+	long max_tokens;                /* maxTokens, 0 when absent (no ceiling) */
+	long max_context_bytes;         /* maxContextBytes, 262144 */
 	int dry_run_default, allow_self_modification;
 	struct tuning tuning;
 };
@@ -62,8 +73,8 @@ struct reasons {
  * with every problem in *why (one human sentence each). Beyond the schema:
  * the workspace may not resolve (links followed as far as the path exists)
  * to "/", a system directory, or $HOME or a directory holding it; baseUrl
- * and auth.tokenUrl must pass url_transport_ok(); tuning.routing and
- * tuning.ntpAnchor are refused until they do something. */
+ * and auth.tokenUrl must pass url_transport_ok(); tuning.ntpAnchor is
+ * refused until it does something. */
 struct manifest *manifest_load(const char *path, struct reasons *why);
 
 /* Validate an already parsed document (takes a reference of its own). */

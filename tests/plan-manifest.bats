@@ -84,14 +84,37 @@ invalid() {
 	[ ! -e ws ]
 }
 
-@test "tuning.routing and tuning.ntpAnchor are refused until they do something" {
-	manifest m.json ws "" '"tuning":{"routing":{"reasoning":"m"}}'
-	invalid m.json "tuning.routing is not supported yet"
+@test "tuning.routing: weights per class, 0..1; tuning.ntpAnchor refused until it does something" {
+	manifest m.json ws "" '"tuning":{"routing":{"reasoning":{"prior":0.3,"lat":0}}}'
+	run sfma-plan --check m.json
+	[ "$status" -eq 0 ]
+	manifest m.json ws "" '"tuning":{"routing":{"reasoning":"m","batch":{},"mechanical":{"pass":2,"speed":1}}}'
+	invalid m.json "tuning.routing.reasoning must be an object"
+	invalid m.json "tuning.routing.batch is not a class"
+	invalid m.json "tuning.routing.mechanical.pass must be a number from 0 to 1"
+	invalid m.json "tuning.routing.mechanical.speed is not a weight"
 	manifest m.json ws "" '"tuning":{"ntpAnchor":"pool.ntp.org","certWindow":3}'
 	invalid m.json "tuning.ntpAnchor is not supported yet"
 	[ "${#lines[@]}" -eq 2 ]
 	run sfma run m.json
 	[ "$status" -eq 2 ]
+	[ ! -e ws ]
+}
+
+@test "maxTokens, maxContextBytes, maxOutputTokens and toolProtocol are checked" {
+	manifest m.json ws "" '"maxTokens":5000,"maxContextBytes":32768'
+	run sfma-plan --check m.json
+	[ "$status" -eq 0 ]
+	manifest m.json ws "" '"maxTokens":0,"maxContextBytes":100'
+	invalid m.json "maxTokens must be an integer >= 1"
+	invalid m.json "maxContextBytes must be an integer from 4096 to 16777216"
+	cat >m.json <<-'JSON'
+	{"name":"t","workspace":"ws","allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":2,
+	 "dryRunDefault":false,"modelEndpoints":[
+	  {"name":"a","provider":"openai","model":"x","maxOutputTokens":0,"toolProtocol":"xml"}]}
+	JSON
+	invalid m.json "modelEndpoints[0].maxOutputTokens must be an integer from 1 to 1000000"
+	invalid m.json 'modelEndpoints[0].toolProtocol must be "native" or "text"'
 	[ ! -e ws ]
 }
 
