@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <openssl/evp.h>
 
@@ -24,20 +25,49 @@ struct cache_slot {
 	uint64_t bytes;
 };
 
-/* Blobs this store wrote or fsynced, by inode: their file is durable, and
- * their name is once dir_dirty is clear. A put of the same bytes finding
- * that very file again needs no fsync of its own. */
+/* Blobs this writer knows to be durable. */
 struct durable_slot {
 	unsigned char used;
 	char sha256[SHA256_HEX_LEN];
 	uint64_t bytes;
-	dev_t dev;
-	ino_t ino;
+};
+
+/* The journal (evidence.h): one record per blob, a fixed header then the
+ * bytes. The header is "<64 hex> <16 hex digits of the length>\n". */
+#define JOURNAL_NAME "journal"
+#define JOURNAL_HEADER_LEN (SHA256_HEX_LEN + 1 + 16 + 1)
+
+struct journal_rec {
+	char sha256[SHA256_HEX_LEN];
+	uint64_t bytes, off; /* off: of the bytes, past the header */
+};
+
+struct rec_list {
+	struct journal_rec *v;
+	size_t n, cap;
 };
 
 struct evidence_store {
 	int dirfd;                     /* .sfma/evidence, or -1 */
 	int dir_dirty;                 /* a rename into dirfd not yet fsynced */
+	int writer;                    /* opened with create */
+	int dirfd_broken;              /* a journal write failed and could not be cut off */
+	/* The writer's journal, opened at the first blob it takes. */
+	int journal_fd;                /* or -1 */
+	int journal_dirty;             /* records written, not yet fdatasynced */
+	uint64_t journal_end;
+	/* Records to file under their names: filed[0..next_to_file) are done.
+	 * Shared with the filing thread, under lock, signalled by work. */
+	struct rec_list to_file;
+	size_t next_to_file;
+	int filer_started, filer_stop;
+	pthread_t filer;
+	pthread_cond_t work;
+	char filer_error[SFMA_ERR_MAX]; /* the first filing failure */
+	/* A reader's index of the journal (blobs of a live or interrupted
+	 * run), under lock: records up to index_end. */
+	struct rec_list index;
+	uint64_t index_end;
 	struct durable_slot durable[CACHE_SLOTS]; /* writers only; not locked */
 	enum evidence_state dir_state; /* what every check answers when dirfd < 0 */
 	char dir_error[SFMA_ERR_MAX];  /* with EVIDENCE_ERROR */
@@ -45,6 +75,46 @@ struct evidence_store {
 	pthread_mutex_t lock;          /* guards cache */
 	struct cache_slot cache[CACHE_SLOTS];
 };
+
+
+static int recover_journal(struct evidence_store *s, struct sfma_err *e);
+static void stop_filer(struct evidence_store *s);
+
+static void rec_push(struct rec_list *l, const struct journal_rec *r)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 64;
+		l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+	}
+	l->v[l->n++] = *r;
+}
+
+/* Parse the record header at off of a journal of size end: 1 and *r,
+ * 0 at the end or at a torn or unreadable record (nothing past it is
+ * trusted: records are appended in order, so only the last can be torn,
+ * and a run names a record only once it is complete and fdatasynced). */
+static int journal_header(int fd, uint64_t off, uint64_t end, struct journal_rec *r)
+{
+	char h[JOURNAL_HEADER_LEN];
+	if (end - off < JOURNAL_HEADER_LEN ||
+	    pread(fd, h, sizeof h, (off_t)off) != (ssize_t)sizeof h)
+		return 0;
+	if (!is_sha256_hex(h, SHA256_HEX_LEN) || h[SHA256_HEX_LEN] != ' ' || h[sizeof h - 1] != '\n')
+		return 0;
+	uint64_t n = 0;
+	for (size_t i = SHA256_HEX_LEN + 1; i < sizeof h - 1; i++) {
+		char c = h[i];
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return 0;
+		n = n << 4 | (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+	}
+	if (n > EVIDENCE_MAX_REF_BYTES || n > end - off - JOURNAL_HEADER_LEN)
+		return 0;
+	memcpy(r->sha256, h, SHA256_HEX_LEN);
+	r->bytes = n;
+	r->off = off + JOURNAL_HEADER_LEN;
+	return 1;
+}
 
 struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err *e)
 {
@@ -56,7 +126,10 @@ struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err
 	struct evidence_store *s = xcalloc(1, sizeof *s);
 	s->md = md;
 	s->dirfd = -1;
+	s->journal_fd = -1;
+	s->writer = create;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work, NULL);
 	if (create) {
 		if (mkdirat(sfma_dirfd, EVIDENCE_DIR, 0700) == 0) {
 			/* The new directory's own entry must be durable too, or a
@@ -88,6 +161,12 @@ struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err
 			return NULL;
 		}
 		s->dir_state = EVIDENCE_OK;
+		/* A run that stopped before filing its journal: its blobs are
+		 * filed now, before this writer adds any. */
+		if (create && recover_journal(s, e) < 0) {
+			evidence_close(s);
+			return NULL;
+		}
 		return s;
 	}
 	int err = sfma_dirfd < 0 ? ENOENT : errno;
@@ -113,9 +192,17 @@ void evidence_close(struct evidence_store *s)
 {
 	if (!s)
 		return;
+	/* Without evidence_finish the journal stays: it is durable, readers
+	 * find its blobs, and the next writer files them. */
+	stop_filer(s);
+	if (s->journal_fd >= 0)
+		close(s->journal_fd);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	EVP_MD_free(s->md);
+	free(s->to_file.v);
+	free(s->index.v);
+	pthread_cond_destroy(&s->work);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -220,44 +307,22 @@ static void cache_add(struct evidence_store *s, const struct evidence_ref *ref)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Open, stat and hash blob ref; its bytes go to keep (ref->bytes + 1
- * bytes of room) when keep is not NULL. fd_out, when not NULL, receives
- * the still open descriptor of an intact blob. */
-static enum evidence_state read_blob(struct evidence_store *s, const struct evidence_ref *ref,
-                                     char *keep, int *fd_out, struct sfma_err *e)
+/* Hash bytes [off, off + ref->bytes) of fd, and with probe_past one byte
+ * more (a file that grew since its fstat is seen as altered without
+ * reading all of it); the bytes go to keep (ref->bytes + 1 bytes of room)
+ * when keep is not NULL. */
+static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t off,
+                                      const struct evidence_ref *ref, int probe_past, char *keep,
+                                      struct sfma_err *e)
 {
-	if (s->dirfd < 0) {
-		if (s->dir_state == EVIDENCE_ERROR)
-			err_set(e, "%s", s->dir_error);
-		return s->dir_state;
-	}
-	/* O_NONBLOCK: a FIFO planted under a blob's name must not hang the
-	 * reader (it is then reported altered: not a regular file). */
-	int fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return EVIDENCE_MISSING;
-		if (errno == ELOOP || errno == ENXIO) /* a link; a socket */
-			return EVIDENCE_ALTERED;
-		err_set(e, "evidence %s: %s", ref->sha256, strerror(errno));
-		return EVIDENCE_ERROR;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != ref->bytes) {
-		close(fd);
-		return EVIDENCE_ALTERED;
-	}
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	if (!ctx || EVP_DigestInit_ex(ctx, s->md, NULL) != 1) {
 		EVP_MD_CTX_free(ctx);
-		close(fd);
 		err_set(e, "SHA-256 is not available");
 		return EVIDENCE_ERROR;
 	}
-	/* Read one byte beyond the stated size, so a blob that grew since the
-	 * fstat is seen as altered without reading all of it. */
 	char chunk[64 << 10];
-	uint64_t total = 0, limit = ref->bytes + 1;
+	uint64_t total = 0, limit = ref->bytes + (probe_past ? 1 : 0);
 	for (;;) {
 		char *dst = keep ? keep + total : chunk;
 		uint64_t room = limit - total;
@@ -265,13 +330,12 @@ static enum evidence_state read_blob(struct evidence_store *s, const struct evid
 			break;
 		if (room > sizeof chunk)
 			room = sizeof chunk;
-		ssize_t got = read(fd, dst, (size_t)room);
+		ssize_t got = pread(fd, dst, (size_t)room, (off_t)(off + total));
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
 			err_set(e, "evidence %s: read: %s", ref->sha256, strerror(errno));
 			EVP_MD_CTX_free(ctx);
-			close(fd);
 			return EVIDENCE_ERROR;
 		}
 		if (got == 0)
@@ -284,15 +348,89 @@ static enum evidence_state read_blob(struct evidence_store *s, const struct evid
 	EVP_DigestFinal_ex(ctx, md, NULL);
 	EVP_MD_CTX_free(ctx);
 	hex_encode(md, sizeof md, hex);
-	if (total != ref->bytes || memcmp(hex, ref->sha256, SHA256_HEX_LEN) != 0) {
+	if (total != ref->bytes || memcmp(hex, ref->sha256, SHA256_HEX_LEN) != 0)
+		return EVIDENCE_ALTERED;
+	return EVIDENCE_OK;
+}
+
+/* A reader's look into the journal for a blob not yet filed: the index
+ * is brought up to the journal's current end first. */
+static enum evidence_state read_journal(struct evidence_store *s, const struct evidence_ref *ref, char *keep,
+                                        struct sfma_err *e)
+{
+	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return EVIDENCE_MISSING; /* no journal: nothing waits to be filed */
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return EVIDENCE_MISSING;
+	}
+	struct journal_rec found = {0};
+	int have = 0;
+	pthread_mutex_lock(&s->lock);
+	/* A journal shorter than the index is another journal (filed and
+	 * begun again): index it afresh. */
+	if ((uint64_t)st.st_size < s->index_end)
+		s->index.n = 0, s->index_end = 0;
+	struct journal_rec r;
+	while (journal_header(fd, s->index_end, (uint64_t)st.st_size, &r)) {
+		rec_push(&s->index, &r);
+		s->index_end = r.off + r.bytes;
+	}
+	for (size_t i = s->index.n; i-- > 0;)
+		if (s->index.v[i].bytes == ref->bytes && memcmp(s->index.v[i].sha256, ref->sha256, SHA256_HEX_LEN) == 0) {
+			found = s->index.v[i];
+			have = 1;
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+	enum evidence_state state = have ? hash_range(s, fd, found.off, ref, 0, keep, e) : EVIDENCE_MISSING;
+	close(fd);
+	return state;
+}
+
+/* Open, stat and hash blob ref; its bytes go to keep (ref->bytes + 1
+ * bytes of room) when keep is not NULL. fd_out, when not NULL, receives
+ * the still open descriptor of an intact blob (never one in the journal).
+ * A blob that is not filed yet is looked for in the journal when
+ * from_journal is set. */
+static enum evidence_state read_blob_at(struct evidence_store *s, const struct evidence_ref *ref,
+                                        char *keep, int *fd_out, int from_journal, struct sfma_err *e)
+{
+	if (s->dirfd < 0) {
+		if (s->dir_state == EVIDENCE_ERROR)
+			err_set(e, "%s", s->dir_error);
+		return s->dir_state;
+	}
+	/* O_NONBLOCK: a FIFO planted under a blob's name must not hang the
+	 * reader (it is then reported altered: not a regular file). */
+	int fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return from_journal ? read_journal(s, ref, keep, e) : EVIDENCE_MISSING;
+		if (errno == ELOOP || errno == ENXIO) /* a link; a socket */
+			return EVIDENCE_ALTERED;
+		err_set(e, "evidence %s: %s", ref->sha256, strerror(errno));
+		return EVIDENCE_ERROR;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != ref->bytes) {
 		close(fd);
 		return EVIDENCE_ALTERED;
 	}
-	if (fd_out)
+	enum evidence_state state = hash_range(s, fd, 0, ref, 1, keep, e);
+	if (state == EVIDENCE_OK && fd_out)
 		*fd_out = fd;
 	else
 		close(fd);
-	return EVIDENCE_OK;
+	return state;
+}
+
+static enum evidence_state read_blob(struct evidence_store *s, const struct evidence_ref *ref,
+                                     char *keep, int *fd_out, struct sfma_err *e)
+{
+	return read_blob_at(s, ref, keep, fd_out, 1, e);
 }
 
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
@@ -332,59 +470,264 @@ char *evidence_get(struct evidence_store *s, const struct evidence_ref *ref, siz
 	return NULL;
 }
 
-/* Write data[0..n) to a temporary file in the store, fsync it and rename
- * it to name; the directory is left for evidence_sync (*dev, *ino: the
- * blob's file). */
-static int write_blob(struct evidence_store *s, const char *name, const void *data, size_t n, dev_t *dev,
-                      ino_t *ino, struct sfma_err *e)
-{
-	struct stat st;
-	if (atomic_replace_at(s->dirfd, name, data, n, 0600, 0, &st, e) < 0)
-		return err_prefix(e, "%s", EVIDENCE_DIR);
-	s->dir_dirty = 1;
-	*dev = st.st_dev;
-	*ino = st.st_ino;
-	return 0;
-}
-
+/* The durable cache: blobs this writer knows to be durable (filed before
+ * it opened the store, or in its fdatasynced journal). Direct-mapped: a
+ * blob that drops out is only checked again. */
 static struct durable_slot *durable_slot_of(struct evidence_store *s, const struct evidence_ref *ref)
 {
 	return &s->durable[cache_slot_of(ref->sha256)];
 }
 
-static int durable_has(struct evidence_store *s, const struct evidence_ref *ref, const struct stat *st)
+static int durable_has(struct evidence_store *s, const struct evidence_ref *ref)
 {
 	struct durable_slot *d = durable_slot_of(s, ref);
-	return d->used && d->bytes == ref->bytes && d->dev == st->st_dev && d->ino == st->st_ino &&
-	       memcmp(d->sha256, ref->sha256, SHA256_HEX_LEN) == 0;
+	return d->used && d->bytes == ref->bytes && memcmp(d->sha256, ref->sha256, SHA256_HEX_LEN) == 0;
 }
 
-static void durable_add(struct evidence_store *s, const struct evidence_ref *ref, dev_t dev, ino_t ino)
+static void durable_add(struct evidence_store *s, const struct evidence_ref *ref)
 {
 	struct durable_slot *d = durable_slot_of(s, ref);
 	d->used = 1;
 	d->bytes = ref->bytes;
-	d->dev = dev;
-	d->ino = ino;
 	memcpy(d->sha256, ref->sha256, SHA256_HEX_LEN);
+}
+
+/* File one journal record under its name: a temporary file, renamed into
+ * place (rename(2) replaces whatever was there, a link itself and never
+ * its target). Not fsynced: the record stays in the durable journal until
+ * evidence_finish has synced the store. */
+static int file_record(struct evidence_store *s, int jfd, const struct journal_rec *r, struct sfma_err *e)
+{
+	char name[SHA256_HEX_LEN + 1], tmp[SHA256_HEX_LEN + 16];
+	memcpy(name, r->sha256, SHA256_HEX_LEN);
+	name[SHA256_HEX_LEN] = '\0';
+	snprintf(tmp, sizeof tmp, ".filing-%s", name);
+	unlinkat(s->dirfd, tmp, 0); /* left by a filer that was killed */
+	int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return err_set(e, "%s: %s: %s", EVIDENCE_DIR, tmp, strerror(errno));
+	char chunk[64 << 10];
+	uint64_t done = 0;
+	while (done < r->bytes) {
+		size_t want = r->bytes - done < sizeof chunk ? (size_t)(r->bytes - done) : sizeof chunk;
+		ssize_t got = pread(jfd, chunk, want, (off_t)(r->off + done));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			err_set(e, "%s: journal: read: %s", EVIDENCE_DIR, got < 0 ? strerror(errno) : "cut short");
+			goto fail;
+		}
+		for (ssize_t put = 0; put < got;) {
+			ssize_t w = write(fd, chunk + put, (size_t)(got - put));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				err_set(e, "%s: %s: write: %s", EVIDENCE_DIR, name, strerror(errno));
+				goto fail;
+			}
+			put += w;
+		}
+		done += (uint64_t)got;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		err_set(e, "%s: %s: close: %s", EVIDENCE_DIR, name, strerror(errno));
+		goto fail;
+	}
+	fd = -1;
+	if (renameat(s->dirfd, tmp, s->dirfd, name) < 0) {
+		err_set(e, "%s: %s: rename: %s", EVIDENCE_DIR, name, strerror(errno));
+		goto fail;
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	unlinkat(s->dirfd, tmp, 0);
+	return -1;
+}
+
+/* The filing thread: files the journal's records as they come, beside
+ * the run (a run waits on its stages most of the time), so that
+ * evidence_finish has little left to do. */
+static void *filer_main(void *arg)
+{
+	struct evidence_store *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (s->next_to_file == s->to_file.n && !s->filer_stop)
+			pthread_cond_wait(&s->work, &s->lock);
+		if (s->next_to_file == s->to_file.n)
+			break;
+		struct journal_rec r = s->to_file.v[s->next_to_file];
+		int failed = s->filer_error[0] != '\0';
+		pthread_mutex_unlock(&s->lock);
+		struct sfma_err e;
+		int rc = failed ? 0 : file_record(s, s->journal_fd, &r, &e);
+		pthread_mutex_lock(&s->lock);
+		s->next_to_file++;
+		if (rc < 0)
+			snprintf(s->filer_error, sizeof s->filer_error, "%s", e.text);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Let the filing thread finish what it has and end. */
+static void stop_filer(struct evidence_store *s)
+{
+	if (!s->filer_started)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->filer_stop = 1;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->filer, NULL);
+	s->filer_started = 0;
+	s->filer_stop = 0;
+}
+
+/* Flush everything filed to the disk: one syncfs(2) for the store's file
+ * system instead of an fsync per blob and one for the directory. syncfs
+ * reports write-back errors since Linux 5.8 (syncfs(2), BUGS). */
+static int sync_filed(struct evidence_store *s, struct sfma_err *e)
+{
+	if (syncfs(s->dirfd) < 0)
+		return err_set(e, "%s: syncfs: %s", EVIDENCE_DIR, strerror(errno));
+	return 0;
+}
+
+static int recover_journal(struct evidence_store *s, struct sfma_err *e)
+{
+	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		/* Not a journal this runner wrote (a link, a FIFO): removed,
+		 * never followed. */
+		if (fd >= 0)
+			close(fd);
+		if (unlinkat(s->dirfd, JOURNAL_NAME, 0) < 0 && errno != ENOENT)
+			return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
+		return 0;
+	}
+	struct journal_rec r;
+	uint64_t off = 0;
+	int rc = 0;
+	while (rc == 0 && journal_header(fd, off, (uint64_t)st.st_size, &r)) {
+		struct evidence_ref ref;
+		memcpy(ref.sha256, r.sha256, SHA256_HEX_LEN);
+		ref.sha256[SHA256_HEX_LEN] = '\0';
+		ref.bytes = r.bytes;
+		struct sfma_err ignored;
+		/* A record that is not what its header says is not evidence. */
+		if (hash_range(s, fd, r.off, &ref, 0, NULL, &ignored) != EVIDENCE_OK)
+			break;
+		if (read_blob_at(s, &ref, NULL, NULL, 0, &ignored) != EVIDENCE_OK)
+			rc = file_record(s, fd, &r, e);
+		off = r.off + r.bytes;
+	}
+	close(fd);
+	if (rc == 0)
+		rc = sync_filed(s, e);
+	/* The journal goes only once what it held is durable elsewhere. */
+	if (rc == 0 && unlinkat(s->dirfd, JOURNAL_NAME, 0) < 0 && errno != ENOENT)
+		rc = err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
+	return rc;
 }
 
 int evidence_sync(struct evidence_store *s, struct sfma_err *e)
 {
-	if (s->dirfd < 0 || !s->dir_dirty)
+	if (s->dirfd < 0)
 		return 0;
-	/* A directory that cannot be fsynced (some file systems refuse) has
+	if (s->journal_dirty) {
+		if (fdatasync(s->journal_fd) < 0)
+			return err_set(e, "%s: journal: fdatasync: %s", EVIDENCE_DIR, strerror(errno));
+		s->journal_dirty = 0;
+	}
+	/* The journal's own name, once, when this writer created it. A
+	 * directory that cannot be fsynced (some file systems refuse) has
 	 * still been updated atomically. */
-	if (fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS)
-		return err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
-	s->dir_dirty = 0;
+	if (s->dir_dirty) {
+		if (fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS)
+			return err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
+		s->dir_dirty = 0;
+	}
+	return 0;
+}
+
+/* Append one record to the journal (opened, and the filing thread
+ * started, at the first). A write that fails is cut off again, so that
+ * no later record sits behind a torn one. */
+static int journal_append(struct evidence_store *s, const struct evidence_ref *ref, const void *data, size_t n,
+                          struct sfma_err *e)
+{
+	if (s->journal_fd < 0) {
+		s->journal_fd = openat(s->dirfd, JOURNAL_NAME,
+		                       O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (s->journal_fd < 0)
+			return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
+		s->journal_end = 0;
+		s->dir_dirty = 1;
+		if (pthread_create(&s->filer, NULL, filer_main, s) == 0)
+			s->filer_started = 1; /* else evidence_finish files them itself */
+	}
+	char h[JOURNAL_HEADER_LEN + 1];
+	snprintf(h, sizeof h, "%s %016llx\n", ref->sha256, (unsigned long long)n);
+	struct iovec iov[2] = {{h, JOURNAL_HEADER_LEN}, {(void *)data, n}};
+	uint64_t want = JOURNAL_HEADER_LEN + (uint64_t)n, done = 0;
+	while (done < want) {
+		/* Skip what is written of the header and data so far. */
+		struct iovec v[2];
+		int k = 0;
+		uint64_t at = done;
+		for (int i = 0; i < 2; i++) {
+			if (at >= iov[i].iov_len) {
+				at -= iov[i].iov_len;
+				continue;
+			}
+			v[k].iov_base = (char *)iov[i].iov_base + at;
+			v[k].iov_len = iov[i].iov_len - at;
+			at = 0;
+			k++;
+		}
+		ssize_t w = writev(s->journal_fd, v, k);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			int saved = errno;
+			if (ftruncate(s->journal_fd, (off_t)s->journal_end) < 0) {
+				/* Nothing can be appended behind a torn record. */
+				close(s->journal_fd);
+				s->journal_fd = -1;
+				s->dirfd_broken = 1;
+			}
+			return err_set(e, "%s: journal: write: %s", EVIDENCE_DIR, strerror(saved));
+		}
+		done += (uint64_t)w;
+	}
+	struct journal_rec r;
+	memcpy(r.sha256, ref->sha256, SHA256_HEX_LEN);
+	r.bytes = n;
+	r.off = s->journal_end + JOURNAL_HEADER_LEN;
+	s->journal_end += want;
+	s->journal_dirty = 1;
+	pthread_mutex_lock(&s->lock);
+	rec_push(&s->to_file, &r);
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
 json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e)
 {
-	if (s->dirfd < 0) {
+	if (s->dirfd < 0 || !s->writer) {
 		err_set(e, "%s: the store is not open for writing", EVIDENCE_DIR);
+		return NULL;
+	}
+	if (s->dirfd_broken) {
+		err_set(e, "%s: journal: an earlier write failed and could not be undone", EVIDENCE_DIR);
 		return NULL;
 	}
 	if ((uint64_t)n > EVIDENCE_MAX_REF_BYTES) {
@@ -394,36 +737,27 @@ json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n
 	struct evidence_ref ref;
 	sha256_hex(data, n, ref.sha256);
 	ref.bytes = n;
-	/* Deduplicated: a blob already there is kept only if it is intact.
-	 * Unless this store made that very file durable itself, it may come
-	 * from an earlier put that crashed before its directory fsync, so it
-	 * is made durable again (cheap when clean). Anything else under the
-	 * name - truncated, altered, a link, a FIFO - is replaced by the
-	 * rename (rename(2) replaces a link itself, never its target). */
-	struct sfma_err ignored;
-	int fd = -1;
-	if (read_blob(s, &ref, NULL, &fd, &ignored) == EVIDENCE_OK) {
-		struct stat st;
-		int rc = fstat(fd, &st) < 0 ? -1 : 0;
-		if (rc == 0 && !durable_has(s, &ref, &st)) {
-			rc = ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) || fsync(fd) < 0 ? -1 : 0;
-			if (rc == 0) {
-				s->dir_dirty = 1;
-				durable_add(s, &ref, st.st_dev, st.st_ino);
+	/* Deduplicated. A blob already filed when this writer opened the
+	 * store is durable: a journal is removed only once its blobs are
+	 * synced, and one left by a stopped run is filed and synced at open.
+	 * Anything else under the name - truncated, altered, a link, a FIFO -
+	 * is not the blob, and the journal takes it again. */
+	if (!durable_has(s, &ref)) {
+		struct sfma_err ignored;
+		int fd = -1;
+		if (read_blob_at(s, &ref, NULL, &fd, 0, &ignored) == EVIDENCE_OK) {
+			struct stat st;
+			int rc = fstat(fd, &st) < 0 || ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) ? -1 : 0;
+			int saved = errno;
+			close(fd);
+			if (rc < 0) {
+				err_set(e, "evidence %s: %s", ref.sha256, strerror(saved));
+				return NULL;
 			}
-		}
-		int saved = errno;
-		close(fd);
-		if (rc < 0) {
-			err_set(e, "evidence %s: %s", ref.sha256, strerror(saved));
+		} else if (journal_append(s, &ref, data, n, e) < 0) {
 			return NULL;
 		}
-	} else {
-		dev_t dev = 0;
-		ino_t ino = 0;
-		if (write_blob(s, ref.sha256, data, n, &dev, &ino, e) < 0)
-			return NULL;
-		durable_add(s, &ref, dev, ino);
+		durable_add(s, &ref);
 	}
 	json_t *obj = json_pack("{s:s, s:I}", "sha256", ref.sha256, "bytes", (json_int_t)n);
 	if (!obj)
@@ -439,4 +773,27 @@ json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struc
 		return NULL;
 	}
 	return ref;
+}
+
+int evidence_finish(struct evidence_store *s, struct sfma_err *e)
+{
+	if (!s || !s->writer || s->dirfd < 0 || s->journal_fd < 0)
+		return 0;
+	stop_filer(s);
+	/* Records the thread did not get to (it could not start, or failed). */
+	if (s->filer_error[0])
+		return err_set(e, "%s", s->filer_error);
+	for (; s->next_to_file < s->to_file.n; s->next_to_file++)
+		if (file_record(s, s->journal_fd, &s->to_file.v[s->next_to_file], e) < 0)
+			return -1;
+	if (sync_filed(s, e) < 0)
+		return -1;
+	if (unlinkat(s->dirfd, JOURNAL_NAME, 0) < 0 && errno != ENOENT)
+		return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
+	close(s->journal_fd);
+	s->journal_fd = -1;
+	s->journal_dirty = 0;
+	s->journal_end = 0;
+	s->to_file.n = s->next_to_file = 0;
+	return 0;
 }

@@ -3,11 +3,20 @@
  * Every byte that crosses the boundary between the model and the runner is
  * kept as a blob named by its SHA-256 (64 lowercase hex digits), so a trace
  * entry can carry a small reference {"sha256":HEX,"bytes":N} and a
- * verifier, a replay or a reader can get the bytes back. A blob is durable
- * (written to a temporary file, fsynced, renamed, its directory fsynced)
- * before evidence_put returns, so an entry appended after that never
- * dangles; a crash leaves at most an unreferenced blob. Blobs are mode
+ * verifier, a replay or a reader can get the bytes back. Blobs are mode
  * 0600, the directory 0700: they may hold whatever the model saw.
+ *
+ * A writer makes a blob durable in one cheap step: it appends the blob to
+ * the store's journal, evidence/journal, and one fdatasync of the journal
+ * (evidence_sync) makes every blob taken since durable before the entry
+ * that references them is appended - an fsync per blob file and one of
+ * the directory cost a run twice what it costs without evidence. A thread
+ * files each record under its name (a temporary file renamed into place)
+ * as the run goes on; evidence_finish files the rest, syncs the file
+ * system once and removes the journal. A run that stops before that
+ * leaves a durable journal: readers find its blobs there, and the next
+ * writer files them when it opens the store. A crash leaves at most an
+ * unreferenced blob.
  *
  * Where references sit in a trace entry is fixed by sfma-formats(5): the
  * entry's top-level member "evidence", an object whose member values are
@@ -47,8 +56,9 @@ enum evidence_state {
 };
 
 /* Open the store under sfma_dirfd (an open <workspace>/.sfma).
- * With create: the directory is made (0700) when missing and the store is
- * writable; any failure returns NULL with e filled.
+ * With create: the directory is made (0700) when missing, a journal left
+ * by a stopped run is filed, and the store is writable; any failure
+ * returns NULL with e filled.
  * Without create (verifiers): never fails but for memory - a missing
  * directory (or sfma_dirfd < 0) makes every blob EVIDENCE_MISSING, a
  * symbolic link or non-directory in its place every blob EVIDENCE_ALTERED
@@ -57,23 +67,28 @@ enum evidence_state {
 struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err *e);
 void evidence_close(struct evidence_store *s);
 
-/* Store data[0..n) as blob <sha256>. A blob already there with the same
- * bytes is kept (the store is deduplicated) and fsynced again unless this
- * store made that very file durable itself; anything
- * else under that name - another size or content, a link - is atomically
- * replaced, so the reference returned always names an intact, durable
- * blob. Returns a new reference object {"sha256","bytes"} or NULL with e
- * filled. The store must have been opened with create. */
+/* Store data[0..n) as blob <sha256>, durable when this returns. A blob
+ * already there with the same bytes is kept (the store is deduplicated);
+ * anything else under that name - another size or content, a link - is
+ * replaced when the blob is filed, so the reference returned always names
+ * an intact, durable blob. Returns a new reference object
+ * {"sha256","bytes"} or NULL with e filled. The store must have been
+ * opened with create. */
 json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
 
 /* evidence_put for a writer that stores several blobs before the entry
- * that references them: each blob's file is fsynced and renamed into
- * place, but the directory is not, so the reference returned may NOT be
- * appended anywhere before evidence_sync has returned 0. */
+ * that references them: the blob is in the journal but not yet synced,
+ * so the reference returned may NOT be appended anywhere before
+ * evidence_sync has returned 0. */
 json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
-/* Make every blob put so far durable: one fsync of the directory, when a
- * put renamed anything into it since the last. 0, or -1 with e filled. */
+/* Make every blob put so far durable: one fdatasync of the journal when
+ * it took anything since the last (and, once, an fsync of the directory
+ * that holds its new name). 0, or -1 with e filled. */
 int evidence_sync(struct evidence_store *s, struct sfma_err *e);
+/* At the end of a run: every blob filed under its name, the file system
+ * synced once (syncfs(2)), the journal removed. 0, or -1 with e filled -
+ * then the journal stays, durable, and the next writer files it. */
+int evidence_finish(struct evidence_store *s, struct sfma_err *e);
 
 /* Parse a reference: exactly the members "sha256" (64 lowercase hex
  * digits) and "bytes" (an integer from 0 to 2^53 - 1). 0 with *out set,
@@ -91,7 +106,9 @@ int evidence_entry_refs(const json_t *entry,
                         void *arg, uint64_t *count, struct sfma_err *e);
 
 /* Check the blob a reference names: a regular file (not a link) of the
- * stated size whose SHA-256 is the stated one. Streams the blob. */
+ * stated size whose SHA-256 is the stated one, or, while it is not filed
+ * yet (a live run, a stopped one), a record of the journal holding those
+ * bytes. Streams the blob. */
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
                                    struct sfma_err *e);
 

@@ -361,6 +361,57 @@ PY
 	[ "$("$tool" check ws/.sfma "$ref")" = altered ]
 }
 
+@test "a writer that stops before filing leaves a durable journal: readers find its blobs, the next writer files them" {
+	mkdir -p ws/.sfma
+	printf 'first' > a
+	printf 'second' > b
+	ra=$("$tool" put-unfiled ws/.sfma < a)
+	ha=$(jq -r .sha256 <<<"$ra")
+	J=ws/.sfma/evidence/journal
+	[ -f "$J" ] && [ "$(stat -c %a "$J")" = 600 ]
+	# killed before its blob was filed: the journal alone holds it
+	rm -f "ws/.sfma/evidence/$ha"
+	[ "$("$tool" check ws/.sfma "$ra")" = ok ]
+	[ "$("$tool" get ws/.sfma "$ra" 100)" = first ]
+	# the next writer files it before it adds its own, and removes the journal
+	rb=$("$tool" put ws/.sfma < b)
+	[ ! -e "$J" ]
+	cmp a "ws/.sfma/evidence/$ha"
+	cmp b "ws/.sfma/evidence/$(jq -r .sha256 <<<"$rb")"
+	[ "$(stat -c %a "ws/.sfma/evidence/$ha")" = 600 ]
+	[ "$(ls -A ws/.sfma/evidence | grep -cv '^[0-9a-f]\{64\}$')" -eq 0 ]   # no temporary left
+}
+
+@test "a journal record that is torn or not what its header says is not evidence" {
+	mkdir -p ws/.sfma
+	printf 'kept' > a
+	ra=$("$tool" put-unfiled ws/.sfma < a)
+	ha=$(jq -r .sha256 <<<"$ra")
+	J=ws/.sfma/evidence/journal
+	rm -f "ws/.sfma/evidence/$ha"
+	cp "$J" j.orig
+	# cut short, as a crash in the middle of its write would leave it
+	truncate -s -2 "$J"
+	[ "$("$tool" check ws/.sfma "$ra")" = missing ]
+	# the bytes changed under the header: altered, and never filed
+	cp j.orig "$J"
+	sed -i 's/kept/kelp/' "$J"
+	[ "$("$tool" check ws/.sfma "$ra")" = altered ]
+	run "$tool" get ws/.sfma "$ra" 100
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"evidence $ha altered" ]]
+	printf 'x' | "$tool" put ws/.sfma > /dev/null
+	[ ! -e "$J" ]
+	[ "$("$tool" check ws/.sfma "$ra")" = missing ]
+	# a link planted as the journal is removed, its target neither read nor touched
+	cp j.orig t
+	ln -s "$PWD/t" "$J"
+	[ "$("$tool" check ws/.sfma "$ra")" = missing ]
+	printf 'y' | "$tool" put ws/.sfma > /dev/null
+	[ ! -e "$J" ] && cmp t j.orig
+	[ "$("$tool" check ws/.sfma "$ra")" = missing ]
+}
+
 @test "the scan of canonical lines and the parse of any other line agree on every shape" {
 	# seeds chosen to cover intact, missing, altered and malformed references
 	for seed in $(seq 1 40); do

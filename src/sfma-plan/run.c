@@ -131,8 +131,8 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 		return NULL;
 	}
 	/* Every blob the entry names is durable before the entry exists: the
-	 * turn's blobs were fsynced one by one as they were stored, their
-	 * names here, in one directory fsync. A store that cannot make them
+	 * turn's blobs went to the store's journal, synced here in one
+	 * fdatasync (lib/evidence.h). A store that cannot make them
 	 * durable fails the run, and the entry goes without its references. */
 	struct sfma_err se;
 	if (evidence && r->evidence && evidence_sync(r->evidence, &se) < 0) {
@@ -598,6 +598,12 @@ int run_end(struct run *r)
 	if (!r->chain_alive && strcmp(r->verdict, "completed") == 0)
 		end_with(r, "failed", "trace writer died");
 	finish(r);
+	/* Every entry is appended: the blobs go under their own names, and
+	 * the journal that made them durable goes. */
+	struct sfma_err fe;
+	if (r->evidence && evidence_finish(r->evidence, &fe) < 0)
+		warnx("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
+		      fe.text);
 	stage_close_input(STAGE_CHAIN);
 	stage_close_input(STAGE_MODEL);
 	stage_close_input(STAGE_EXEC);

@@ -5,11 +5,11 @@
 # -DSFMA_BENCH_NO_EVIDENCE into a temporary directory; no built program has
 # that switch). Two scripts: the same read repeated (replies and results
 # repeat, so the store deduplicates them) and reads that differ in every
-# reply and result (every turn stores new blobs: each file fsynced as it is
-# stored, the directory once before the entry that names them is
-# appended; a blob the run already made durable is not fsynced again). Best of ROUNDS runs each,
-# interleaved.
-# Budget: the repeated script at most 1.2x.
+# reply and result (every turn stores new blobs: appended to the store's
+# journal, one fdatasync before the entry that names them, filed under
+# their names by a thread beside the run, one syncfs at the end). Best of
+# ROUNDS runs each, interleaved.
+# Budget: both scripts at most 1.2x.
 set -eu
 BIN=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../../bin" && pwd)}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
