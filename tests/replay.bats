@@ -362,6 +362,69 @@ c["data"]["reply"] = c["evidence"].pop("reply")
 	replays_ok 1
 }
 
+@test "the path facts a gate rested on are recorded and rebuilt: a forged link refusal or a moved link does not replay" {
+	mkdir -p ws/sub outside
+	echo hi >ws/ok.txt
+	ln -s ../outside ws/link
+	mock "$CAND" '{"tool":"read","path":"ok.txt"}' '{"tool":"read","path":"link/secret"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	audit_ok
+	# what the hard tier looked at, with the decision it made
+	jq -s -e '[.[] | select(.kind=="verdict" and .data.pass==false)][0].data.paths
+		== [{"path":"link","kind":"link","target":"../outside"}]' ws/.sfma/trace.jsonl
+	jq -s -e '[.[] | select(.kind=="verdict" and .data.pass==true)][0].data.paths
+		== [{"path":"ok.txt","kind":"file"}]' ws/.sfma/trace.jsonl
+	replays_ok 1
+	cp -a ws orig
+	# a pass turned into a link refusal, the chain recomputed: the facts refuse nothing
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("reason", "").startswith("read 3 bytes"):
+        e["data"]["pass"], e["data"]["reason"] = False, "read ok.txt: escapes workspace via link"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has refused: read ok.txt: escapes workspace via link, replay derives pass (the recorded path facts refuse nothing)" ]] ||
+		{ echo "$output"; return 1; }
+	# the link's target moved inside, the refusal kept: no longer derivable
+	rm -rf ws && cp -a orig ws
+	rewrite '
+for e in es:
+    for f in e["data"].get("paths", []):
+        if f["kind"] == "link":
+            f["target"] = "sub"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"(verdict): trace has refused: read link/secret: escapes workspace via link, replay derives pass"* ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "hostile path facts are refused, and nothing is made outside the replay's own directory" {
+	mkdir -p ws victim
+	echo hi >ws/ok.txt
+	mock "$CAND" '{"tool":"read","path":"ok.txt"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	audit_ok
+	cp -a ws orig
+	for facts in '[{"path":"../escape","kind":"dir"}]' '[{"path":"/abs","kind":"file"}]' \
+		"[{\"path\":\"l\",\"kind\":\"link\",\"target\":\"$PWD/victim\"},{\"path\":\"l/planted\",\"kind\":\"dir\"}]" \
+		'[{"path":"a/b","kind":"file"}]' '[{"path":"ok.txt","kind":"socketish"}]'; do
+		rm -rf ws && cp -a orig ws
+		FACTS=$facts rewrite '
+import os
+for e in es:
+    if e["kind"] == "verdict" and "paths" in e["data"]:
+        e["data"]["paths"] = json.loads(os.environ["FACTS"])
+'
+		run sfma replay ws
+		[ "$status" -eq 1 ] || { echo "$facts: $output"; return 1; }
+		[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has path fact"* ]] || { echo "$facts: $output"; return 1; }
+	done
+	[ -z "$(ls -A victim)" ]
+	[ ! -e escape ] && [ ! -e /abs ]
+}
+
 @test "a pass turned into a refusal by a rule the code passed does not replay" {
 	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
 	run sfma run m.json --apply

@@ -94,7 +94,50 @@ static int is_reserved(const char *norm)
  * rejects absolute pathnames), an empty one ENOENT (path_resolution(7):
  * an empty pathname does not resolve), and a trailing slash requires a
  * directory (ENOTDIR). */
+/* What a walk met, for path_facts: each path looked at once, in order. */
+static void fact_add(json_t *facts, const char *path, const struct stat *st, int err, int dirfd)
+{
+	if (!facts || json_array_size(facts) >= PATH_FACTS_MAX)
+		return;
+	size_t i;
+	json_t *f;
+	json_array_foreach(facts, i, f)
+		if (strcmp(json_string_value(json_object_get(f, "path")), path) == 0)
+			return;
+	const char *kind = err ? "missing" : S_ISDIR(st->st_mode) ? "dir" : S_ISREG(st->st_mode) ? "file"
+	                 : S_ISLNK(st->st_mode) ? "link" : S_ISFIFO(st->st_mode) ? "fifo" : "other";
+	if (err && err != ENOENT)
+		return; /* not a fact of the tree: the walk's error speaks for itself */
+	f = json_pack("{s:o, s:s}", "path", json_text(path, strlen(path)), "kind", kind);
+	if (!err && S_ISLNK(st->st_mode)) {
+		char target[PATH_MAX];
+		ssize_t tl = readlinkat(dirfd, path, target, sizeof target - 1);
+		if (tl < 0) {
+			json_decref(f);
+			return;
+		}
+		json_object_set_new(f, "target", json_text(target, (size_t)tl));
+	}
+	json_array_append_new(facts, f);
+}
+
+static int walk_beneath(int dirfd, const char *rel, int flags, int no_symlinks, json_t *facts);
+
 int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks)
+{
+	return walk_beneath(dirfd, rel, flags, no_symlinks, NULL);
+}
+
+json_t *path_facts(int dirfd, const char *norm)
+{
+	json_t *facts = json_array();
+	int fd = walk_beneath(dirfd, norm, O_PATH, 0, facts);
+	if (fd >= 0)
+		close(fd);
+	return facts;
+}
+
+static int walk_beneath(int dirfd, const char *rel, int flags, int no_symlinks, json_t *facts)
 {
 	if (rel[0] == '\0' || rel[0] == '/') {
 		errno = rel[0] ? EXDEV : ENOENT;
@@ -141,8 +184,10 @@ int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks)
 		struct stat st;
 		if (fstatat(dirfd, done.p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			err = errno;
+			fact_add(facts, done.p, &st, err, dirfd);
 			break;
 		}
+		fact_add(facts, done.p, &st, 0, dirfd);
 		at_dir = S_ISDIR(st.st_mode);
 		if (!S_ISLNK(st.st_mode))
 			continue;

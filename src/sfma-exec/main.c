@@ -122,6 +122,22 @@ static json_t *refuse_arg(json_t *r, const char *tool, const char *key)
 
 /* ---- tools ---- */
 
+/* The host facts the gate of path rests on, in the reply as "paths",
+ * looked at before the gate decides (and before a write makes missing
+ * directories). A path the lexical rules refuse has none: no host fact
+ * enters that decision. */
+static json_t *record_paths(const struct exec_ctx *c, json_t *call)
+{
+	json_t *pv = json_object_get(call, "path");
+	const char *path = json_string_value(pv);
+	if (!path || strlen(path) != json_string_length(pv))
+		return NULL; /* no path, or a NUL byte: refused by the lexical rules */
+	char *norm = path_normalize(path);
+	json_t *facts = norm ? path_facts(c->ws_fd, norm) : NULL;
+	free(norm);
+	return facts;
+}
+
 static json_t *do_read(const struct exec_ctx *c, json_t *call, json_t *r)
 {
 	size_t n;
@@ -372,10 +388,14 @@ static void handle(const struct exec_ctx *c, const char *line, size_t len)
 		json_t *r = reply_new(id, tool);
 		if (!tool) {
 			refuse(r, "unknown tool");
-		} else if (strcmp(tool, "read") == 0) {
-			do_read(c, call, r);
-		} else if (strcmp(tool, "write") == 0) {
-			do_write(c, call, r);
+		} else if (strcmp(tool, "read") == 0 || strcmp(tool, "write") == 0) {
+			json_t *facts = record_paths(c, call);
+			if (strcmp(tool, "read") == 0)
+				do_read(c, call, r);
+			else
+				do_write(c, call, r);
+			if (facts)
+				json_object_set_new(r, "paths", facts);
 		} else if (strcmp(tool, "run") == 0) {
 			do_run(c, call, req, r);
 		} else if (strcmp(tool, "notify") == 0) {

@@ -206,6 +206,10 @@ static void carry_out(struct run *r, json_t *call)
 	                            reason ? reason : (pass ? "pass" : "refused"));
 	if (json_is_object(json_object_get(reply, "run")))
 		json_object_set(verdict, "run", json_object_get(reply, "run"));
+	/* The host facts the gate of a read or write rested on, which a
+	 * replay rebuilds (sfma-formats(5)). */
+	if (json_is_array(json_object_get(reply, "paths")))
+		json_object_set(verdict, "paths", json_object_get(reply, "paths"));
 	const char *result = json_string_value(json_object_get(reply, "result"));
 	char fallback[700];
 	if (!result) {

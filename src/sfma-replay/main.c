@@ -67,12 +67,16 @@ static struct replay R;
 /* The largest blob read back: a reply, a file or a command's output. */
 #define EVIDENCE_MAX_BYTES ((size_t)1 << 30)
 
+static void unbuild(void);
+
 static void cleanup(void)
 {
 	evidence_close(R.store);
 	R.store = NULL;
-	if (R.empty_dir[0])
+	if (R.empty_dir[0]) {
+		unbuild();
 		rmdir(R.empty_dir);
+	}
 }
 
 static _Noreturn void incomplete(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -299,6 +303,81 @@ static void expect_protocol_verdict(const char *reason, const char *answer)
 	expect_answer(answer);
 }
 
+/* What the replay built in its empty workspace for one call's path facts,
+ * in the order made, so that it is taken down again (also by cleanup). */
+static struct {
+	char path[PATH_FACTS_MAX][PATH_MAX];
+	int is_dir[PATH_FACTS_MAX];
+	size_t n;
+} built;
+
+static void unbuild(void)
+{
+	while (built.n > 0) {
+		built.n--;
+		unlinkat(R.gate.ws_fd, built.path[built.n], built.is_dir[built.n] ? AT_REMOVEDIR : 0);
+	}
+}
+
+/* Rebuild the host facts a read or write rested on (a verdict's "paths",
+ * sfma-formats(5)) in the empty workspace: directories, empty files,
+ * links with their targets, FIFOs. 1 when built, 0 when a fact cannot be
+ * rebuilt here (a socket or device: the verdict is then taken as the
+ * recorded fact it is); a set of facts that no walk can have produced
+ * diverges. The facts are the record's, so hostile: each must be a plain
+ * relative path whose parent the replay itself made a directory, and
+ * nothing is made but through a directory opened without following links. */
+static int build_facts(const json_t *e, json_t *facts)
+{
+	if (!json_is_array(facts) || json_array_size(facts) > PATH_FACTS_MAX)
+		diverged(e, shown("paths that are not a list of at most %d facts", PATH_FACTS_MAX),
+		         shown("the path facts of one walk"));
+	size_t i;
+	json_t *f;
+	json_array_foreach(facts, i, f) {
+		const char *path = str(f, "path"), *kind = str(f, "kind"), *target = str(f, "target");
+		json_t *pv = json_object_get(f, "path"), *tv = json_object_get(f, "target");
+		char *norm = path ? path_normalize(path) : NULL;
+		int plain = norm && strcmp(norm, path) == 0 && strlen(path) == json_string_length(pv) &&
+		            strlen(path) < PATH_MAX && kind &&
+		            (!tv || (target && strlen(target) == json_string_length(tv) && strlen(target) < PATH_MAX));
+		free(norm);
+		if (!plain)
+			diverged(e, shown("path fact %zu that is not a plain relative path and kind", i),
+			         shown("{\"path\",\"kind\"[,\"target\"]}"));
+		if (strcmp(kind, "missing") == 0)
+			continue;
+		if (strcmp(kind, "other") == 0)
+			return 0;
+		const char *slash = strrchr(path, '/');
+		char parent[PATH_MAX];
+		snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+		int dfd = open_dir_walk(R.gate.ws_fd, parent, 0, 0);
+		const char *leaf = slash ? slash + 1 : path;
+		int rc = -1, is_dir = 0;
+		if (dfd >= 0) {
+			if (strcmp(kind, "dir") == 0) {
+				rc = mkdirat(dfd, leaf, 0700);
+				is_dir = 1;
+			} else if (strcmp(kind, "file") == 0) {
+				int fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+				rc = fd < 0 ? -1 : close(fd);
+			} else if (strcmp(kind, "link") == 0 && target) {
+				rc = symlinkat(target, dfd, leaf);
+			} else if (strcmp(kind, "fifo") == 0) {
+				rc = mkfifoat(dfd, leaf, 0600);
+			}
+			close(dfd);
+		}
+		if (rc < 0)
+			diverged(e, shown("path fact %.200s (%s) that no walk can have met", path, kind),
+			         shown("facts each below a directory met before"));
+		snprintf(built.path[built.n], PATH_MAX, "%s", path);
+		built.is_dir[built.n++] = is_dir;
+	}
+	return 1;
+}
+
 /* sfma-exec's gate for one call, as its dispatch applies it: a refusal
  * (owned), or NULL when the call passes every rule that does not depend on
  * the host. The hard tier runs over an empty directory: whatever it
@@ -377,6 +456,19 @@ static int host_refusal(const char *reason)
 	return 1;
 }
 
+/* The refusals the path facts decide, once they are rebuilt: no other
+ * host fact can be their cause. */
+static int path_fact_refusal(const char *reason)
+{
+	static const char *const derived[] = {
+		"escapes workspace via link", "not a regular file", "reserved", "not a declared output",
+	};
+	for (size_t i = 0; i < sizeof derived / sizeof *derived; i++)
+		if (strstr(reason, derived[i]))
+			return 1;
+	return 0;
+}
+
 static void count_refusal(const char *reason)
 {
 	if (R.failures++ == 0)
@@ -417,13 +509,20 @@ static void carry_out(json_t *v, const char *tool)
 	const char *reason = str(d, "reason");
 	if (!reason)
 		reason = "";
+	/* A read or write records the host facts its gate rested on: rebuilt,
+	 * they make the verdict derivable, link and file-kind refusals too. */
+	json_t *facts = json_object_get(d, "paths");
+	int rebuilt = facts && (strcmp(tool, "read") == 0 || strcmp(tool, "write") == 0) && build_facts(e, facts);
 	char *refusal = gate(tool, v);
+	unbuild();
 	if (refusal) {
 		if (pass || strcmp(reason, refusal) != 0)
 			diverged(e, pass ? shown("pass=true reason \"%s\"", reason) : shown("refused: %s", reason),
 			         shown("refused: %s", refusal));
-	} else if (!pass && !host_refusal(reason)) {
-		diverged(e, shown("refused: %s", reason), shown("pass (no host fact recorded refuses it)"));
+	} else if (!pass && (!host_refusal(reason) || (rebuilt && path_fact_refusal(reason)))) {
+		diverged(e, shown("refused: %s", reason),
+		         shown("%s", host_refusal(reason) ? "pass (the recorded path facts refuse nothing)"
+		                                          : "pass (no host fact recorded refuses it)"));
 	}
 	free(refusal);
 	if (!pass) {
