@@ -285,7 +285,7 @@ static const char css[] =
 	".audit.invalid{background:var(--bad);border-color:var(--bad);color:#fff;font-size:15px}"
 	".audit.invalid b{font-size:20px;display:block;margin-bottom:4px}"
 	".audit.unknown{background:var(--warn-bg);border-color:#e9cf86;color:#5c3d00}"
-	".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:10px}"
+	".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(132px,1fr));gap:10px}"
 	".card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px}"
 	".card .k{color:var(--muted);font-size:11px;text-transform:uppercase;letter-spacing:.04em}"
 	".card .v{font-size:16px;font-weight:600;margin-top:2px;overflow-wrap:anywhere}"
