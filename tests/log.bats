@@ -63,6 +63,8 @@ snapshot() {
 	jq -e -s 'any(.[]; .kind == "verdict" and .pass == false and .tier == "protocol" and
 		.reason == "invalid reply: not a JSON object" and .turn == 2)' "$rows"
 	jq -e -s 'any(.[]; .kind == "verdict" and .pass and .tool == "run" and .cmd == "echo MARKER-42" and .exit == 0)' "$rows"
+	# the command's duration as sfma-exec measured it: the run's own, not 0
+	jq -e -s 'any(.[]; .kind == "verdict" and .tool == "run" and .durationMs > 0)' "$rows"
 	jq -e -s 'any(.[]; .kind == "mutation" and .path == "out.txt" and .bytes == 11 and .applied and
 		.sha256 == "26c60a61d01db5836ca70fefd44a6a016620413c8ef5f259a6c5612d4f79d3b8")' "$rows"
 	jq -e -s 'any(.[]; .kind == "message" and .dir == "in" and .file == "001.txt" and .text == "please be brief\n")' "$rows"
