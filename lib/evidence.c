@@ -51,7 +51,7 @@ struct evidence_store {
 	int dirfd;                     /* .sfma/evidence, or -1 */
 	int dir_dirty;                 /* a rename into dirfd not yet fsynced */
 	int writer;                    /* opened with create */
-	int dirfd_broken;              /* a journal write failed and could not be cut off */
+	int journal_broken;              /* a journal write failed and could not be cut off */
 	/* The writer's journal, opened at the first blob it takes. */
 	int journal_fd;                /* or -1 */
 	int journal_dirty;             /* records written, not yet fdatasynced */
@@ -406,9 +406,17 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 	/* O_NONBLOCK: a FIFO planted under a blob's name must not hang the
 	 * reader (it is then reported altered: not a regular file). */
 	int fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && from_journal) {
+		enum evidence_state state = read_journal(s, ref, keep, e);
+		/* Filed and its journal removed between the two looks (a live
+		 * run ending): the name holds it now. */
+		if (state != EVIDENCE_MISSING)
+			return state;
+		fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	}
 	if (fd < 0) {
 		if (errno == ENOENT)
-			return from_journal ? read_journal(s, ref, keep, e) : EVIDENCE_MISSING;
+			return EVIDENCE_MISSING;
 		if (errno == ELOOP || errno == ENXIO) /* a link; a socket */
 			return EVIDENCE_ALTERED;
 		err_set(e, "evidence %s: %s", ref->sha256, strerror(errno));
@@ -697,12 +705,10 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
 			continue;
 		if (w < 0) {
 			int saved = errno;
-			if (ftruncate(s->journal_fd, (off_t)s->journal_end) < 0) {
-				/* Nothing can be appended behind a torn record. */
-				close(s->journal_fd);
-				s->journal_fd = -1;
-				s->dirfd_broken = 1;
-			}
+			/* Nothing can be appended behind a torn record. (The
+			 * descriptor stays open: the filing thread reads it.) */
+			if (ftruncate(s->journal_fd, (off_t)s->journal_end) < 0)
+				s->journal_broken = 1;
 			return err_set(e, "%s: journal: write: %s", EVIDENCE_DIR, strerror(saved));
 		}
 		done += (uint64_t)w;
@@ -726,7 +732,7 @@ json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n
 		err_set(e, "%s: the store is not open for writing", EVIDENCE_DIR);
 		return NULL;
 	}
-	if (s->dirfd_broken) {
+	if (s->journal_broken) {
 		err_set(e, "%s: journal: an earlier write failed and could not be undone", EVIDENCE_DIR);
 		return NULL;
 	}
