@@ -900,7 +900,7 @@ static json_t *reply_of(json_t *call)
 	json_t *calls = tools_from_native(provider, native, &e);
 	if (!calls)
 		diverged(call, shown("native calls that do not derive (%s)", e.text), shown("the reply's calls"));
-	if (!json_is_integer(count) || (double)json_array_size(calls) != json_number_value(count))
+	if (!json_is_number(count) || (double)json_array_size(calls) != json_number_value(count))
 		diverged(call, shown("toolCalls %g", json_number_value(count)), shown("toolCalls %zu", json_array_size(calls)));
 	json_array_append_new(R.msgs, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content", t, "toolCalls", calls));
 	json_array_append_new(R.refs, ref);
@@ -1130,7 +1130,7 @@ static void replay_run(void)
 		}
 		json_decref(du);
 		json_t *mt = json_object_get(json_object_get(rec, "budget"), "maxTokens");
-		if (R.m->max_tokens > 0 ? !json_is_integer(mt) || json_integer_value(mt) != R.m->max_tokens : mt != NULL)
+		if (R.m->max_tokens > 0 ? !json_is_number(mt) || json_number_value(mt) != (double)R.m->max_tokens : mt != NULL)
 			diverged(last, shown("record budget.maxTokens %s", mt ? "other" : "absent"),
 			         shown("budget.maxTokens %ld", R.m->max_tokens));
 		json_t *rs = json_object_get(rec, "summary");
