@@ -385,10 +385,11 @@ static void summary_cards(struct buf *b, const struct report *rep, const struct 
 	card(b, "duration", "", v);
 	json_t *u = json_object_get(f, "usage");
 	if (json_is_object(u))
-		snprintf(v, sizeof v, "%.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"));
+		snprintf(v, sizeof v, "%.0f / %.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"),
+		         num(u, "cachedInputTokens"));
 	else
 		snprintf(v, sizeof v, "not recorded");
-	card(b, "tokens in / out", "", v);
+	card(b, "tokens in / out / cached", "", v);
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
 		card(b, "dry run", "", json_is_true(json_object_get(rec, "dryRun")) ? "yes" : "no");
