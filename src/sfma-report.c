@@ -385,11 +385,14 @@ static void summary_cards(struct buf *b, const struct report *rep, const struct 
 	card(b, "duration", "", v);
 	json_t *u = json_object_get(f, "usage");
 	if (json_is_object(u))
-		snprintf(v, sizeof v, "%.0f / %.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"),
-		         num(u, "cachedInputTokens"));
+		snprintf(v, sizeof v, "%.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"));
 	else
 		snprintf(v, sizeof v, "not recorded");
-	card(b, "tokens in / out / cached", "", v);
+	card(b, "tokens in / out", "", v);
+	if (json_is_object(u)) {
+		snprintf(v, sizeof v, "%.0f", num(u, "cachedInputTokens"));
+		card(b, "cached input tokens", "", v);
+	}
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
 		card(b, "dry run", "", json_is_true(json_object_get(rec, "dryRun")) ? "yes" : "no");

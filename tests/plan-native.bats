@@ -117,7 +117,7 @@ for e in es:
         e["data"]["toolCalls"] = 1
 '
 	run sfma replay ws
-	[ "$status" -eq 1 ]
+	[ "$status" -eq 1 ] || { echo "$output"; return 1; }
 	[[ "$output" == "REPLAY_DIVERGED: seq "*" (call): trace has toolCalls 1, replay derives toolCalls 2" ]] || { echo "$output"; return 1; }
 	# a native reply passed off as text
 	rm -rf ws && cp -r saved ws

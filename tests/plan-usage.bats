@@ -52,7 +52,8 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 	echo "$output" | jq -e -s '.[-1].usage == {"inputTokens":450,"outputTokens":60,"cachedInputTokens":100}'
 	echo "$output" | jq -e -s '[.[] | select(.kind == "call")][1] | .status == 429 and .errorClass == "rate-limited"'
 	sfma report ws -o r.html
-	grep -q '450 / 60 / 100' r.html
+	grep -q '<div class="v ">450 / 60</div>' r.html
+	grep -q 'cached input tokens</div><div class="v ">100</div>' r.html
 }
 
 @test "without any usage reported the record says zeros" {

@@ -67,6 +67,8 @@ struct replay {
 	long keep;
 	char *system;
 	json_t *native_calls;        /* the native calls being answered, or NULL */
+	char *reply_text;            /* the reply blob last read */
+	json_t *reply_doc;           /* ... parsed, when native */
 	json_t *tools;               /* tools_definitions() */
 	struct usage usage;
 	const char *verdict;
@@ -81,6 +83,10 @@ static struct replay R;
 
 static void cleanup(void)
 {
+	free(R.reply_text);
+	R.reply_text = NULL;
+	json_decref(R.reply_doc);
+	R.reply_doc = NULL;
 	json_decref(R.tools);
 	R.tools = NULL;
 	evidence_close(R.store);
@@ -501,10 +507,11 @@ static void carry_out(json_t *v, const char *tool)
 	 * result message. The next request must send exactly it. */
 	size_t n;
 	char *out = blob(e, "output", &n);
-	if (recorded_answer(out, n) < 0)
+	int answered = recorded_answer(out, n);
+	free(out);
+	if (answered < 0)
 		diverged(e, shown("evidence.output that is not a tool result"),
 		         shown(R.native_calls ? "the tool message answering the calls" : "{\"toolResult\":...}"));
-	free(out);
 	if (strcmp(tool, "run") == 0 && R.dry_run && !json_is_false(json_object_get(json_object_get(d, "run"), "executed")))
 		diverged(e, shown("a command executed in a dry run"), shown("run {\"executed\":false}"));
 	if (strcmp(tool, "write") == 0) {
@@ -577,9 +584,10 @@ static void recall(json_t *v)
 	} else {
 		size_t n;
 		char *out = blob(e, "output", &n);
-		if (recorded_answer(out, n) < 0)
-			diverged(e, shown("evidence.output that is not a tool result"), shown("a tool result"));
+		int answered = recorded_answer(out, n);
 		free(out);
+		if (answered < 0)
+			diverged(e, shown("evidence.output that is not a tool result"), shown("a tool result"));
 	}
 }
 
@@ -823,8 +831,10 @@ static void before_request(void)
 			return;
 		size_t n;
 		char *m = blob(call, "message", &n);
-		if (!utf8_text_ok(m, n) || memchr(m, 0, n))
+		if (!utf8_text_ok(m, n) || memchr(m, 0, n)) {
+			free(m);
 			diverged(call, shown("a first message that is not text"), shown("a text message"));
+		}
 		set_pending(json_pack("{s:s, s:s%}", "role", "user", "content", m, n), m, n);
 		free(m);
 	}
@@ -844,19 +854,30 @@ static void before_request(void)
 	if (rc != 0 && json_array_size(f.elided) && !stopped_first) {
 		json_t *want = json_pack("{s:I, s:I, s:O}", "beforeBytes", (json_int_t)f.before, "afterBytes",
 		                         (json_int_t)f.after, "elided", f.elided);
-		if (!is_compaction)
-			diverged(e, shown("a %s entry", kind_of(e)),
-			         shown("a compaction (%zu -> %zu bytes, %zu elided)", f.before, f.after,
-			               json_array_size(f.elided)));
-		next();
-		if (!same_json(data_of(e), want)) {
-			struct buf a = {0}, b = {0};
-			canon_dump(data_of(e), &a, NULL);
-			canon_dump(want, &b, NULL);
-			diverged(e, shown("%s", a.p), shown("%s", b.p));
-		}
+		struct buf a = {0}, b = {0};
+		int same = is_compaction && same_json(data_of(e), want);
+		canon_dump(want, &b, NULL);
 		json_decref(want);
+		if (!is_compaction) {
+			char *has = shown("a %s entry", kind_of(e));
+			char *derives = shown("a compaction (%zu -> %zu bytes, %zu elided)", f.before, f.after,
+			                      json_array_size(f.elided));
+			json_decref(f.elided);
+			buf_free(&b);
+			diverged(e, has, derives);
+		}
+		next();
+		if (!same) {
+			canon_dump(data_of(e), &a, NULL);
+			char *has = shown("%s", a.p), *derives = shown("%s", b.p);
+			buf_free(&a);
+			buf_free(&b);
+			json_decref(f.elided);
+			diverged(e, has, derives);
+		}
+		buf_free(&b);
 	} else if (is_compaction) {
+		json_decref(f.elided);
 		diverged(e, shown("a compaction"), shown("none (the request fits: %zu bytes)", f.before));
 	}
 	if (rc < 0)
@@ -866,12 +887,14 @@ static void before_request(void)
 
 /* The model's reply on call: kept in the conversation; its call object
  * (NULL when there is none: not JSON, or native calls to be read by the
- * caller), with R.native_calls set for a native reply. */
+ * caller), with R.native_calls set for a native reply. What it reads is
+ * held in R, so that a divergence exits with nothing unreachable. */
 static json_t *reply_of(json_t *call)
 {
 	size_t n;
-	char *text = blob(call, "reply", &n);
-	json_t *ref = ref_copy(call, "reply");
+	free(R.reply_text);
+	R.reply_text = blob(call, "reply", &n);
+	const char *text = R.reply_text;
 	json_decref(R.native_calls);
 	R.native_calls = NULL;
 	json_t *count = json_object_get(data_of(call), "toolCalls");
@@ -879,33 +902,34 @@ static json_t *reply_of(json_t *call)
 		if (!utf8_text_ok(text, n))
 			diverged(call, shown("a reply that is not UTF-8"), shown("the reply as received"));
 		json_array_append_new(R.msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", text));
-		json_array_append_new(R.refs, ref);
-		json_t *v = parse_reply(text);
-		free(text);
-		return v;
+		json_array_append_new(R.refs, ref_copy(call, "reply"));
+		return parse_reply(text);
 	}
 	/* A native reply: {"provider","text","native"}, the calls derived
 	 * from the provider's own objects by the code sfma-model uses. */
-	json_t *b = json_parse_strict(text, n, NULL);
+	json_decref(R.reply_doc);
+	R.reply_doc = json_parse_strict(text, n, NULL);
+	json_t *b = R.reply_doc;
 	const char *provider = str(b, "provider"), *t = str(b, "text");
 	json_t *native = json_object_get(b, "native");
 	size_t cn = 0;
 	char *canon = provider && t && json_is_array(native) && json_object_size(b) == 3
 	                  ? native_reply_blob(provider, t, native, &cn) : NULL;
-	if (!canon || cn != n || memcmp(canon, text, n) != 0)
-		diverged(call, shown("a reply blob that is not a native reply"), shown("{\"native\",\"provider\",\"text\"}"));
+	int same = canon && cn == n && memcmp(canon, text, n) == 0;
 	free(canon);
-	free(text);
+	if (!same)
+		diverged(call, shown("a reply blob that is not a native reply"),
+		         shown("{\"native\",\"provider\",\"text\"}"));
 	struct sfma_err e = {""};
-	json_t *calls = tools_from_native(provider, native, &e);
-	if (!calls)
+	R.native_calls = tools_from_native(provider, native, &e);
+	if (!R.native_calls)
 		diverged(call, shown("native calls that do not derive (%s)", e.text), shown("the reply's calls"));
-	if (!json_is_number(count) || (double)json_array_size(calls) != json_number_value(count))
-		diverged(call, shown("toolCalls %g", json_number_value(count)), shown("toolCalls %zu", json_array_size(calls)));
-	json_array_append_new(R.msgs, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content", t, "toolCalls", calls));
-	json_array_append_new(R.refs, ref);
-	json_decref(b);
-	R.native_calls = calls;
+	size_t derived = json_array_size(R.native_calls);
+	if (!json_is_number(count) || (double)derived != json_number_value(count))
+		diverged(call, shown("toolCalls %g", json_number_value(count)), shown("toolCalls %zu", derived));
+	json_array_append_new(R.msgs, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content", t, "toolCalls",
+	                                        R.native_calls));
+	json_array_append_new(R.refs, ref_copy(call, "reply"));
 	return NULL;
 }
 
@@ -1126,7 +1150,11 @@ static void replay_run(void)
 			struct buf a = {0}, b = {0};
 			canon_dump(ru, &a, NULL);
 			canon_dump(du, &b, NULL);
-			diverged(last, shown("record usage %s", a.p), shown("usage %s", b.p));
+			json_decref(du);
+			char *has = shown("record usage %s", a.p), *derives = shown("usage %s", b.p);
+			buf_free(&a);
+			buf_free(&b);
+			diverged(last, has, derives);
 		}
 		json_decref(du);
 		json_t *mt = json_object_get(json_object_get(rec, "budget"), "maxTokens");
