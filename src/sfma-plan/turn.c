@@ -450,8 +450,11 @@ static void recall(struct run *r, json_t *call)
 	json_t *entry = NULL;
 	const char *mode = json_string_value(json_object_get(call, "mode"));
 	const char *id = json_string_value(json_object_get(call, "id"));
-	char *text = mode && strcmp(mode, "referential") == 0 && is_evidence_id(id) ? recall_evidence(r, id, &entry)
-	                                                                           : store_recall(&r->store, call, &entry, &refusal);
+	char *text;
+	if (mode && strcmp(mode, "referential") == 0 && is_evidence_id(id))
+		text = recall_evidence(r, id, &entry);
+	else
+		text = store_recall(&r->store, call, &entry, &refusal);
 	char shown_text[SFMA_ERR_MAX + 40];
 	if (!text)
 		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal.text);

@@ -893,6 +893,7 @@ static json_t *reply_of(json_t *call)
 {
 	size_t n;
 	free(R.reply_text);
+	R.reply_text = NULL;
 	R.reply_text = blob(call, "reply", &n);
 	const char *text = R.reply_text;
 	json_decref(R.native_calls);
