@@ -543,6 +543,9 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	copy_if(row, "status", data, "status");
 	copy_if(row, "error", data, "error");
 	copy_if(row, "waitMs", data, "waitMs");
+	copy_if(row, "errorClass", data, "errorClass");
+	copy_if(row, "requestBytes", data, "requestBytes");
+	copy_if(row, "toolCalls", data, "toolCalls");
 	if (json_is_object(json_object_get(data, "usage"))) {
 		json_object_set_new(row, "usage", tidy(json_object_get(data, "usage"), 0));
 		add_usage(v, json_object_get(data, "usage"));
@@ -558,6 +561,11 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 		double st;
 		if (num_in(json_object_get(data, "status"), 0, 999, &st))
 			buf_printf(d, " (HTTP %.0f)", st);
+		if (json_is_string(json_object_get(data, "errorClass"))) {
+			buf_adds(d, " [");
+			add_str(d, json_object_get(data, "errorClass"));
+			buf_addc(d, ']');
+		}
 		if (json_is_string(json_object_get(data, "error"))) {
 			buf_adds(d, ": ");
 			add_str(d, json_object_get(data, "error"));
@@ -568,6 +576,11 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	if (num_in(json_object_get(u, "inputTokens"), 0, 1e15, &in) &&
 	    num_in(json_object_get(u, "outputTokens"), 0, 1e15, &out))
 		buf_printf(d, ", tokens in %.0f out %.0f", in, out);
+	double waited, native;
+	if (num_in(json_object_get(data, "waitMs"), 1, DURATION_MS_MAX, &waited))
+		buf_printf(d, ", after waiting %.0f ms", waited);
+	if (num_in(json_object_get(data, "toolCalls"), 1, 1e6, &native))
+		buf_printf(d, ", %.0f native call%s", native, native == 1 ? "" : "s");
 }
 
 static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, const json_t *data, struct buf *d)

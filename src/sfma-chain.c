@@ -37,7 +37,7 @@
 
 static const char *const kinds[] = {
 	"task", "result", "verdict", "mutation", "weight", "lifecycle", "clarification",
-	"candidate", "clock-anchor", "call", "message", "store", NULL,
+	"candidate", "clock-anchor", "call", "message", "store", "compaction", NULL,
 };
 
 struct trace {

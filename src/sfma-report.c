@@ -389,6 +389,10 @@ static void summary_cards(struct buf *b, const struct report *rep, const struct 
 	else
 		snprintf(v, sizeof v, "not recorded");
 	card(b, "tokens in / out", "", v);
+	if (json_is_object(u)) {
+		snprintf(v, sizeof v, "%.0f", num(u, "cachedInputTokens"));
+		card(b, "cached input tokens", "", v);
+	}
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
 		card(b, "dry run", "", json_is_true(json_object_get(rec, "dryRun")) ? "yes" : "no");

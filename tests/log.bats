@@ -36,7 +36,7 @@ snapshot() {
 	[[ "$output" == *"message       out notify: status ok"* ]]
 	[[ "$output" == *"ERROR error: done, but 2 calls were refused by the hard tier"* ]]
 	[[ "$output" == *"clock-anchor  run end"* ]]
-	[[ "${lines[-3]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  sealed by result.json" ]]
+	[[ "${lines[-3]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  tokens in 0 out 0 cached 0  sealed by result.json" ]]
 	# the done summary, from the evidence the run kept
 	[[ "${lines[-2]}" == "summary Wrote out.txt; SUMMARY-7 all done" ]]
 	[[ "${lines[-1]}" == "why done, but 2 calls were refused by the hard tier"* ]]

@@ -1,6 +1,7 @@
 /* sfma-plan - the run's state machine.
  *
  *   sfma-plan --check MANIFEST [--apply]
+ *   sfma-plan --tools
  *   sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] --to-model P --from-model P
  *             --to-exec P --from-exec P --to-chain P --from-chain P --to-seal P --from-seal P
  *
@@ -12,7 +13,10 @@
  * Exit: 0 completed, 1 any other verdict or a runtime failure, 2 an invalid
  * manifest or usage. */
 #include "plan.h"
+#include "buf.h"
+#include "canon.h"
 #include "cli.h"
+#include "tools.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -21,13 +25,14 @@
 
 static const char usage_text[] =
 	"usage: sfma-plan --check MANIFEST [--apply]\n"
+	"       sfma-plan --tools\n"
 	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress]\n"
 	"                 --to-model P --from-model P --to-exec P --from-exec P\n"
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
 	"       sfma-plan --version | --help\n";
 
 struct options {
-	int check, apply, progress;
+	int check, apply, progress, tools;
 	const char *task;
 	const char *manifest;
 	const char *paths[2 * STAGE_COUNT]; /* to-model, from-model, to-exec, ... */
@@ -44,6 +49,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{"to-chain", required_argument, NULL, OPT_PATH + 4}, {"from-chain", required_argument, NULL, OPT_PATH + 5},
 		{"to-seal", required_argument, NULL, OPT_PATH + 6}, {"from-seal", required_argument, NULL, OPT_PATH + 7},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
+		{"tools", no_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (struct options){0};
@@ -62,10 +68,17 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->progress = 1;
 		else if (c == 'h')
 			cli_help(usage_text);
+		else if (c == 'T')
+			o->tools = 1;
 		else if (c == OPT_VERSION)
 			cli_version();
 		else
 			cli_bad_option(usage_text, c, argv);
+	}
+	if (o->tools) {
+		if (o->check || optind != argc)
+			cli_usage_error(usage_text, "--tools takes no other argument");
+		return;
 	}
 	if (o->check) {
 		if (optind != argc - 1)
@@ -124,6 +137,19 @@ static int cmd_check(const char *path, int apply)
 	return rc;
 }
 
+/* The tool definitions offered to an endpoint with native tool use, as the
+ * context budget counts them: one line of canonical JSON. */
+static int cmd_tools(void)
+{
+	json_t *defs = tools_definitions();
+	struct buf b = {0};
+	canon_dump(defs, &b, NULL);
+	json_decref(defs);
+	int rc = printf("%s\n", b.p) < 0 || fflush(stdout) != 0 ? 1 : 0;
+	buf_free(&b);
+	return rc;
+}
+
 static void on_halt_signal(int sig)
 {
 	halt_signal = sig;
@@ -175,5 +201,7 @@ int main(int argc, char **argv)
 	set_progname(argv[0]);
 	struct options o;
 	parse_options(argc, argv, &o);
+	if (o.tools)
+		return cmd_tools();
 	return o.check ? cmd_check(o.manifest, o.apply) : cmd_run(&o);
 }

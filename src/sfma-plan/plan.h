@@ -86,6 +86,46 @@ json_t *parse_reply(const char *text);
 /* 1 if v has every member of a bootstrap candidate. */
 int is_candidate(const json_t *v);
 
+/* Native tool calls (sfma-plan(1), Native tool use). A reply with several
+ * calls carries out the first; every further call is answered with this. */
+#define REMINDER_ONE_CALL "one call per turn: only the first call was carried out"
+/* A native call whose input is no call object; the rest of the reason is
+ * tools_call_object's. The model gets the reason as its answer. */
+#define REASON_BAD_CALL "invalid reply: bad tool call: "
+/* The tool message answering the native calls tool_calls: the first
+ * result is text, every further one the reminder. New reference. */
+json_t *tool_message(const json_t *tool_calls, const char *text);
+/* The reply blob of a native reply: the canonical JSON of
+ * {"provider","text","native"} (malloc'd, *n its length). */
+char *native_reply_blob(const char *provider, const char *text, const json_t *native, size_t *n);
+
+/* Token usage summed over call entries (sfma-formats(5), usage). */
+struct usage {
+	long long input, output, cached;
+};
+void usage_add(struct usage *u, const json_t *usage);
+json_t *usage_json(const struct usage *u);
+
+/* The context budget (maxContextBytes). The size of a request is the
+ * length of the canonical JSON of {"messages","system","tools"?}, tools
+ * being tools_definitions() when they are offered (NULL: not). */
+size_t context_bytes(const char *system, const json_t *messages, const json_t *tools);
+struct context_fit {
+	size_t before, after;
+	json_t *elided;            /* the sha256 of each elided message, in order (new) */
+};
+/* Make messages fit in budget bytes: the oldest runner messages (tool
+ * results, answers) and then the oldest exchanges become stubs naming
+ * their evidence and the recall that brings it back; never the first
+ * message, messages[keep] (the adopted candidate's reply; -1: none) or
+ * the last two. refs[i] is the evidence reference of messages[i] (null:
+ * none, or already elided). Returns 0 when it fits as it is, 1 when
+ * messages were elided and it fits now, -1 when it cannot fit. */
+#define CONTEXT_CANNOT_FIT "context budget: the next request needs %zu bytes with every elidable message " \
+	"elided, maxContextBytes is %ld"
+int context_fit(const char *system, json_t *messages, json_t *refs, const json_t *tools, size_t budget, long keep,
+                struct context_fit *out);
+
 /* ---- memory.c: memory.json and certification (sfma-plan(1)) -- */
 
 struct memory {
@@ -123,6 +163,11 @@ struct run {
 	json_t *candidate;        /* adopted bootstrap candidate (owned) */
 	json_t *lifecycle;        /* ["probation"|"pinned-replay", ...] */
 	json_t *messages;         /* the conversation sent to the model */
+	json_t *message_refs;     /* the evidence reference of each message (null: none, or elided) */
+	long candidate_msg;       /* index of the adopted candidate's reply in messages; -1 */
+	json_t *native_calls;     /* the toolCalls of the reply being answered, or NULL */
+	json_t *tool_defs;        /* tools_definitions(), offered once a candidate is adopted */
+	struct usage usage;       /* summed over the run's call entries */
 	json_t *mutation_refs;
 	json_t *written;          /* dry run: path -> sha256 of what would be written */
 	json_t *endpoints;        /* measured endpoint state (from sfma-model) */

@@ -49,6 +49,8 @@ void run_init(struct run *r, struct manifest *m, int apply, const char *task, in
 	r->lock_fd = -1;
 	r->lifecycle = json_array();
 	r->messages = json_array();
+	r->message_refs = json_array();
+	r->candidate_msg = -1;
 	r->mutation_refs = json_array();
 	r->written = json_object();
 }
@@ -481,11 +483,16 @@ static json_t *result_body(struct run *r)
 	json_object_set_new(body, "dryRun", json_boolean(r->dry_run));
 	json_object_set_new(body, "turns", json_integer(r->turns));
 	json_object_set_new(body, "modelCalls", json_integer(r->model_calls));
-	json_object_set_new(body, "budget", json_pack("{s:I, s:I, s:I, s:I}",
-	                    "maxModelCalls", (json_int_t)r->m->max_model_calls,
-	                    "maxSeconds", (json_int_t)r->m->max_seconds,
-	                    "maxLoops", (json_int_t)r->m->max_loops,
-	                    "maxPendingTasks", (json_int_t)r->m->max_pending_tasks));
+	/* Tokens as the providers reported them, summed over the call entries. */
+	json_object_set_new(body, "usage", usage_json(&r->usage));
+	json_t *budget = json_pack("{s:I, s:I, s:I, s:I}",
+	                           "maxModelCalls", (json_int_t)r->m->max_model_calls,
+	                           "maxSeconds", (json_int_t)r->m->max_seconds,
+	                           "maxLoops", (json_int_t)r->m->max_loops,
+	                           "maxPendingTasks", (json_int_t)r->m->max_pending_tasks);
+	if (r->m->max_tokens > 0)
+		json_object_set_new(budget, "maxTokens", json_integer(r->m->max_tokens));
+	json_object_set_new(body, "budget", budget);
 	json_object_set_new(body, "hardTierFailures", json_integer(r->hard_failures));
 	/* What the model said it did: the done summary, or null without one. */
 	json_object_set(body, "summary", r->summary ? r->summary : json_null());
@@ -643,6 +650,9 @@ void run_free(struct run *r)
 	json_decref(r->candidate);
 	json_decref(r->lifecycle);
 	json_decref(r->messages);
+	json_decref(r->message_refs);
+	json_decref(r->native_calls);
+	json_decref(r->tool_defs);
 	json_decref(r->mutation_refs);
 	json_decref(r->written);
 	json_decref(r->endpoints);

@@ -4,6 +4,10 @@
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
+#include "evidence.h"
+#include "tools.h"
+#include "sha.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,9 +19,12 @@
 
 /* ---- one turn --------------------------------------------------------- */
 
-static void say(struct run *r, const char *role, const char *content)
+/* A message of the conversation, with the evidence reference of its bytes
+ * (borrowed; NULL: none), which a compaction names when it elides it. */
+static void push_message(struct run *r, json_t *msg, json_t *ref)
 {
-	json_array_append_new(r->messages, json_pack("{s:s, s:s}", "role", role, "content", content));
+	json_array_append_new(r->messages, msg);
+	json_array_append(r->message_refs, ref ? ref : json_null());
 }
 
 /* A message for the model: kept in the conversation and stored as
@@ -25,22 +32,35 @@ static void say(struct run *r, const char *role, const char *content)
  * carry its reference (durable before that entry exists). */
 static void say_user(struct run *r, const char *content)
 {
-	say(r, "user", content);
 	json_decref(r->message_ref);
 	r->message_ref = evidence(r, content, strlen(content));
 	r->message_sent = 0;
+	push_message(r, json_pack("{s:s, s:s}", "role", "user", "content", content), r->message_ref);
 }
 
-/* A tool's result as the model gets it, {"toolResult":...}. Returns the
- * reference of that message (new, or NULL) for the entry that reports it. */
+/* A tool's result as the model gets it: {"toolResult":...} after a text
+ * reply; after native calls the tool message answering every one of them,
+ * stored as the canonical JSON of that message. Returns the reference of
+ * that message (new, or NULL) for the entry that reports it. */
 static json_t *tool_result(struct run *r, const char *text)
 {
-	json_t *msg = json_pack("{s:s}", "toolResult", text);
 	struct buf b = {0};
-	canon_dump(msg, &b, NULL);
-	say_user(r, b.p);
+	if (r->native_calls) {
+		json_t *msg = tool_message(r->native_calls, text);
+		canon_dump(msg, &b, NULL);
+		json_decref(r->message_ref);
+		r->message_ref = evidence(r, b.p, b.len);
+		r->message_sent = 0;
+		push_message(r, msg, r->message_ref);
+		json_decref(r->native_calls);
+		r->native_calls = NULL; /* answered */
+	} else {
+		json_t *msg = json_pack("{s:s}", "toolResult", text);
+		canon_dump(msg, &b, NULL);
+		say_user(r, b.p);
+		json_decref(msg);
+	}
 	buf_free(&b);
-	json_decref(msg);
 	return r->message_ref ? json_incref(r->message_ref) : NULL;
 }
 
@@ -96,29 +116,74 @@ static void halt_max_model_calls(struct run *r)
 	end_halted(r, "halted-budget", "maxModelCalls", "maxModelCalls (%ld) spent", r->m->max_model_calls);
 }
 
-/* Ask the model for the next reply. Returns the text (owned) or NULL with
- * the run's verdict set. Every attempt is traced and counted. */
-static char *ask_model(struct run *r, const char *cls)
+/* The request must fit in maxContextBytes: compact the conversation if it
+ * does not (a `compaction` entry), fail the run if it cannot. 0 or -1. */
+static int fit_context(struct run *r)
 {
+	struct context_fit f;
+	int rc = context_fit(r->system, r->messages, r->message_refs, r->candidate ? r->tool_defs : NULL,
+	                     (size_t)r->m->max_context_bytes, r->candidate_msg, &f);
+	if (rc != 0 && json_array_size(f.elided)) {
+		trace_quiet(r, "compaction", json_pack("{s:I, s:I, s:O}", "beforeBytes", (json_int_t)f.before,
+		                                       "afterBytes", (json_int_t)f.after, "elided", f.elided), 1, NULL);
+		progress(r, "context compacted: %zu -> %zu bytes, %zu elided", f.before, f.after,
+		         json_array_size(f.elided));
+	}
+	if (rc < 0)
+		end_with(r, "failed", CONTEXT_CANNOT_FIT, f.after, r->m->max_context_bytes);
+	json_decref(f.elided);
+	return rc < 0 ? -1 : 0;
+}
+
+static void halt_max_tokens(struct run *r)
+{
+	end_halted(r, "halted-budget", "maxTokens", "maxTokens (%ld) exceeded: %lld tokens", r->m->max_tokens,
+	           r->usage.input + r->usage.output);
+}
+
+/* Ask the model for the next reply. Returns the reply (owned: ok, with a
+ * text) or NULL with the run's verdict set; *reply_ref is the reference of
+ * the reply blob (owned, or NULL). Every attempt is traced and counted. */
+static json_t *ask_model(struct run *r, const char *cls, json_t **reply_ref_out)
+{
+	*reply_ref_out = NULL;
 	long left = r->m->max_model_calls - r->model_calls;
 	if (left <= 0) {
 		halt_max_model_calls(r);
 		return NULL;
 	}
-	json_t *req = json_pack("{s:I, s:s, s:O, s:s, s:I, s:I}", "id", (json_int_t)r->turns + 1,
+	if (fit_context(r) < 0)
+		return NULL;
+	json_t *req = json_pack("{s:I, s:s, s:O, s:s, s:I, s:I, s:b}", "id", (json_int_t)r->turns + 1,
 	                        "system", r->system, "messages", r->messages, "class", cls,
-	                        "deadlineMs", (json_int_t)deadline_wall_ms(r), "callsLeft", (json_int_t)left);
+	                        "deadlineMs", (json_int_t)deadline_wall_ms(r), "callsLeft", (json_int_t)left,
+	                        "tools", r->candidate != NULL);
 	if (r->endpoints && r->turns == 0)
 		json_object_set(req, "state", r->endpoints);
 	r->message_sent = 1;
 	json_t *reply = ask_stage(r, STAGE_MODEL, req);
 	if (!reply)
 		return NULL;
-	/* The reply exactly as received, stored before any entry names it. */
+	/* The reply exactly as received, stored before any entry names it:
+	 * its text, or with native calls the provider's own call objects. */
 	json_t *text_v = json_object_get(reply, "text");
+	int ok = json_is_true(json_object_get(reply, "ok")) && json_is_string(text_v);
+	json_t *tool_calls = json_object_get(reply, "toolCalls");
+	size_t n_native = ok && json_is_array(tool_calls) ? json_array_size(tool_calls) : 0;
 	json_t *reply_ref = NULL;
-	if (json_is_true(json_object_get(reply, "ok")) && json_is_string(text_v))
+	if (n_native) {
+		json_t *native = json_object_get(reply, "native");
+		const char *provider = json_string_value(json_object_get(reply, "provider"));
+		json_t *none = json_array();
+		size_t n;
+		char *blob = native_reply_blob(provider ? provider : "", json_string_value(text_v),
+		                               json_is_array(native) ? native : none, &n);
+		json_decref(none);
+		reply_ref = evidence(r, blob, n);
+		free(blob);
+	} else if (ok) {
 		reply_ref = evidence(r, json_string_value(text_v), json_string_length(text_v));
+	}
 	size_t i;
 	json_t *c;
 	json_t *calls = json_object_get(reply, "calls");
@@ -132,24 +197,28 @@ static char *ask_model(struct run *r, const char *cls)
 		if (i + 1 == json_array_size(calls)) {
 			attach_evidence(&evidence, "prompt", r->prompt_ref);
 			attach_evidence(&evidence, "message", r->message_ref);
-			attach_evidence(&evidence, "reply", reply_ref);
-			r->prompt_ref = r->message_ref = reply_ref = NULL;
+			attach_evidence(&evidence, "reply", reply_ref ? json_incref(reply_ref) : NULL);
+			r->prompt_ref = r->message_ref = NULL;
 			r->message_sent = 0;
+			/* How many native calls the reply blob holds: it is read as
+			 * {"provider","text","native"}, not as text. */
+			if (n_native)
+				json_object_set_new(data, "toolCalls", json_integer((json_int_t)n_native));
+			if (ok && !json_is_object(json_object_get(data, "usage")) &&
+			    json_is_object(json_object_get(reply, "usage")))
+				json_object_set(data, "usage", json_object_get(reply, "usage"));
 		}
+		usage_add(&r->usage, json_object_get(data, "usage"));
 		const char *cc = json_string_value(json_object_get(c, "class"));
 		json_decref(trace_ev(r, "call", data, evidence, 1, NULL, cc ? cc : cls));
 		r->model_calls++;
 	}
-	json_decref(reply_ref);
 	json_t *eps = json_object_get(reply, "endpoints");
 	if (json_is_object(eps)) {
 		json_decref(r->endpoints);
 		r->endpoints = json_incref(eps);
 	}
-	char *text = NULL;
-	if (json_is_true(json_object_get(reply, "ok")) && json_is_string(json_object_get(reply, "text"))) {
-		text = xstrdup(json_string_value(json_object_get(reply, "text")));
-	} else {
+	if (!ok) {
 		const char *err = json_string_value(json_object_get(reply, "error"));
 		if (r->model_calls >= r->m->max_model_calls)
 			halt_max_model_calls(r);
@@ -157,9 +226,20 @@ static char *ask_model(struct run *r, const char *cls)
 			halt_max_seconds(r);
 		else
 			end_with(r, "failed", "model: %s", err ? err : "no reply");
+		json_decref(reply_ref);
+		json_decref(reply);
+		return NULL;
 	}
-	json_decref(reply);
-	return text;
+	/* The token budget is spent once a call has taken it past maxTokens:
+	 * the reply is not acted on. */
+	if (r->m->max_tokens > 0 && r->usage.input + r->usage.output > r->m->max_tokens) {
+		halt_max_tokens(r);
+		json_decref(reply_ref);
+		json_decref(reply);
+		return NULL;
+	}
+	*reply_ref_out = reply_ref;
+	return reply;
 }
 
 /* The hard tier's answer to one tool call, traced. */
@@ -320,6 +400,46 @@ static void done(struct run *r, json_t *call)
 	json_decref(outputs);
 }
 
+static int is_evidence_id(const char *s)
+{
+	size_t n = 0;
+	for (; s && s[n]; n++)
+		if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+			return 0;
+	return n == SHA256_HEX_LEN;
+}
+
+/* recall referential of an evidence id (a compaction stub names one):
+ * the blob's bytes, as the model got them the first time. Evidence holds
+ * only what already crossed the model boundary. */
+static char *recall_evidence(struct run *r, const char *hex, json_t **entry)
+{
+	char path[16 + SHA256_HEX_LEN];
+	struct stat st;
+	struct evidence_ref ref;
+	struct sfma_err e;
+	char *data = NULL;
+	snprintf(path, sizeof path, "evidence/%s", hex);
+	snprintf(ref.sha256, sizeof ref.sha256, "%s", hex);
+	if (r->evidence && fstatat(r->lock_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		ref.bytes = (uint64_t)st.st_size;
+		data = evidence_get(r->evidence, &ref, (size_t)r->m->max_context_bytes, &e);
+	}
+	json_t *ans = json_pack("{s:s, s:b, s:s, s:b, s:s}", "mode", "referential", "available", 1, "id", hex,
+	                        "found", data != NULL, "tier", "evidence");
+	if (data)
+		json_object_set_new(ans, "content", utf8_text_ok(data, (size_t)ref.bytes)
+		                                        ? json_stringn(data, (size_t)ref.bytes)
+		                                        : json_string("(not valid UTF-8)"));
+	free(data);
+	struct buf b = {0};
+	canon_dump(ans, &b, NULL);
+	*entry = json_pack("{s:s, s:s, s:O, s:i, s:s}", "op", "recall", "mode", "referential", "found",
+	                   json_object_get(ans, "found"), "count", data ? 1 : 0, "tier", "evidence");
+	json_decref(ans);
+	return b.p;
+}
+
 /* recall is served here, with the runner's rights over .sfma/mem and the
  * trace only, after the same hard-tier gate as every tool (a mode that is
  * not one of the five is refused). */
@@ -332,7 +452,13 @@ static void recall(struct run *r, json_t *call)
 	const char *task_id = entry_id(task);
 	struct sfma_err refusal;
 	json_t *entry = NULL;
-	char *text = store_recall(&r->store, call, &entry, &refusal);
+	const char *mode = json_string_value(json_object_get(call, "mode"));
+	const char *id = json_string_value(json_object_get(call, "id"));
+	char *text;
+	if (mode && strcmp(mode, "referential") == 0 && is_evidence_id(id))
+		text = recall_evidence(r, id, &entry);
+	else
+		text = store_recall(&r->store, call, &entry, &refusal);
 	char shown_text[SFMA_ERR_MAX + 40];
 	if (!text)
 		snprintf(shown_text, sizeof shown_text, "EPSILON_HARD_FAIL: %s", refusal.text);
@@ -361,6 +487,14 @@ static void keep_candidate(struct run *r, json_t *candidate_entry)
 		return;
 	trace_quiet(r, "store", store_put(&r->store, id, r->candidate, r->m->tuning.fast_tier_max_bytes), 0,
 	            json_pack("[s]", id));
+}
+
+/* A reply the protocol refuses: traced, answered, and the turn spent. */
+static void protocol_refusal(struct run *r, const char *reason, const char *text)
+{
+	trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0, "reason", reason), 1,
+	            NULL);
+	answer(r, text);
 }
 
 static int halt_file_present(struct run *r)
@@ -395,33 +529,60 @@ void turns(struct run *r)
 			halt_max_seconds(r);
 			break;
 		}
-		char *text = ask_model(r, r->candidate ? "mechanical" : "reasoning");
-		if (!text)
+		json_t *reply_ref;
+		json_t *reply = ask_model(r, r->candidate ? "mechanical" : "reasoning", &reply_ref);
+		if (!reply)
 			break;
 		r->turns++;
-		say(r, "assistant", text);
-		json_t *v = parse_reply(text);
-		free(text);
+		json_t *v = NULL;
+		const char *text = json_string_value(json_object_get(reply, "text"));
+		json_t *tool_calls = json_object_get(reply, "toolCalls");
+		json_decref(r->native_calls);
+		r->native_calls = NULL;
+		struct sfma_err bad = {""};
+		if (json_array_size(tool_calls)) {
+			/* Native calls: the assistant message keeps them all, the
+			 * first is the turn's call, every one gets a result. */
+			push_message(r, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content", text, "toolCalls",
+			                          tool_calls), reply_ref);
+			r->native_calls = json_incref(tool_calls);
+			if (r->candidate)
+				v = tools_call_object(json_array_get(tool_calls, 0), &bad);
+		} else {
+			push_message(r, json_pack("{s:s, s:s}", "role", "assistant", "content", text), reply_ref);
+			v = parse_reply(text);
+		}
+		json_decref(reply_ref);
+		json_decref(reply);
+		if (r->native_calls && !r->candidate) {
+			protocol_refusal(r, REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
+			progress(r, "reminder: bootstrap candidate first");
+			continue;
+		}
+		if (r->native_calls && !v) {
+			struct buf why = {0};
+			buf_printf(&why, REASON_BAD_CALL "%s", bad.text);
+			protocol_refusal(r, why.p, why.p);
+			progress(r, "invalid tool call: %s", bad.text);
+			buf_free(&why);
+			continue;
+		}
 		if (!v) {
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", REASON_NOT_JSON), 1, NULL);
-			answer(r, ANSWER_NOT_JSON);
+			protocol_refusal(r, REASON_NOT_JSON, ANSWER_NOT_JSON);
 			progress(r, "invalid reply");
 			continue;
 		}
 		if (!r->candidate) {
 			if (is_candidate(v)) {
 				r->candidate = json_incref(v);
+				r->candidate_msg = (long)json_array_size(r->messages) - 1;
 				json_t *ce = trace(r, "candidate", json_deep_copy(v), 1, NULL, NULL);
 				keep_candidate(r, ce);
 				json_decref(ce);
 				answer(r, ANSWER_ADOPTED);
 				progress(r, "bootstrap candidate adopted");
 			} else {
-				trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-				                                    "reason", REASON_CANDIDATE_FIRST),
-				            1, NULL);
-				answer(r, ANSWER_CANDIDATE_FIRST);
+				protocol_refusal(r, REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
 				progress(r, "reminder: bootstrap candidate first");
 			}
 			json_decref(v);
@@ -433,9 +594,7 @@ void turns(struct run *r)
 		} else if (tool && strcmp(tool, "recall") == 0) {
 			recall(r, v);
 		} else if (!tool) {
-			trace_quiet(r, "verdict", json_pack("{s:s, s:b, s:s}", "tier", "protocol", "pass", 0,
-			                                    "reason", REASON_NO_TOOL), 1, NULL);
-			answer(r, ANSWER_NO_TOOL);
+			protocol_refusal(r, REASON_NO_TOOL, ANSWER_NO_TOOL);
 			progress(r, "invalid reply");
 		} else {
 			carry_out(r, v);
@@ -462,6 +621,7 @@ void genesis(struct run *r)
 	if (r->inbox && *r->inbox)
 		buf_printf(&first, INBOX_HEADER "%s", r->inbox);
 	r->prompt_ref = evidence(r, r->system, strlen(r->system));
+	r->tool_defs = tools_definitions();
 	say_user(r, first.p);
 	buf_free(&first);
 }

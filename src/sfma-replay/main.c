@@ -22,6 +22,8 @@
 #include "evidence.h"
 #include "ndjson.h"
 #include "sha.h"
+#include "tools.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +59,18 @@ struct replay {
 	const char *task;
 	json_t *written;             /* dry run: paths written */
 	char expect_msg[SHA256_HEX_LEN + 1]; /* the next request's message; "" when not known */
+	/* The conversation as the planner held it, to derive its compactions:
+	 * the messages, the evidence reference of each (null: elided), the
+	 * candidate's reply, the message the next request adds (NULL: not
+	 * known yet) with its reference, and the system prompt. */
+	json_t *msgs, *refs, *pending, *pending_ref;
+	long keep;
+	char *system;
+	json_t *native_calls;        /* the native calls being answered, or NULL */
+	char *reply_text;            /* the reply blob last read */
+	json_t *reply_doc;           /* ... parsed, when native */
+	json_t *tools;               /* tools_definitions() */
+	struct usage usage;
 	const char *verdict;
 	char error[700];
 	json_t *summary;
@@ -71,6 +85,12 @@ static void unbuild(void);
 
 static void cleanup(void)
 {
+	free(R.reply_text);
+	R.reply_text = NULL;
+	json_decref(R.reply_doc);
+	R.reply_doc = NULL;
+	json_decref(R.tools);
+	R.tools = NULL;
 	evidence_close(R.store);
 	R.store = NULL;
 	if (R.empty_dir[0]) {
@@ -250,20 +270,63 @@ static void expect_evidence(const json_t *e, const char *member, const char *dat
 		diverged(e, shown("evidence.%s %.12s", member, has), shown("evidence.%s %.12s", member, want));
 }
 
-/* The message {"toolResult":text} the model gets, as its hex. */
-static void tool_result_hex(const char *text, char hex[SHA256_HEX_LEN + 1])
+/* The next request's new message (msg consumed), its bytes data[0..n). */
+static void set_pending(json_t *msg, const char *data, size_t n)
 {
-	json_t *msg = json_pack("{s:s}", "toolResult", text);
-	struct buf b = {0};
-	canon_dump(msg, &b, NULL);
-	hex_of(b.p, b.len, hex);
-	buf_free(&b);
-	json_decref(msg);
+	json_decref(R.pending);
+	json_decref(R.pending_ref);
+	hex_of(data, n, R.expect_msg);
+	R.pending = msg;
+	R.pending_ref = json_pack("{s:s, s:I}", "sha256", R.expect_msg, "bytes", (json_int_t)n);
+	/* the native calls are answered by it */
+	json_decref(R.native_calls);
+	R.native_calls = NULL;
 }
 
+/* The runner's answer text as the model gets it: {"toolResult":text}, or
+ * after native calls the tool message answering them. */
 static void expect_answer(const char *text)
 {
-	tool_result_hex(text, R.expect_msg);
+	struct buf b = {0};
+	json_t *msg;
+	if (R.native_calls) {
+		msg = tool_message(R.native_calls, text);
+		canon_dump(msg, &b, NULL);
+	} else {
+		json_t *tr = json_pack("{s:s}", "toolResult", text);
+		canon_dump(tr, &b, NULL);
+		json_decref(tr);
+		msg = json_pack("{s:s, s:s}", "role", "user", "content", b.p);
+	}
+	set_pending(msg, b.p, b.len);
+	buf_free(&b);
+}
+
+/* A recorded answer (a tool's result, the host's): the blob data[0..n)
+ * must be the message the runner makes of a result, {"toolResult":TEXT}
+ * or the tool message answering the native calls. 0, or -1. */
+static int recorded_answer(const char *data, size_t n)
+{
+	json_t *v = json_parse_strict(data, n, NULL);
+	json_t *msg = NULL;
+	if (R.native_calls) {
+		json_t *first = json_array_get(json_object_get(v, "results"), 0);
+		const char *text = str(first, "content");
+		json_t *want = text ? tool_message(R.native_calls, text) : NULL;
+		struct buf b = {0};
+		if (want && canon_dump(want, &b, NULL) == 0 && b.len == n && memcmp(b.p, data, n) == 0)
+			msg = json_incref(want);
+		json_decref(want);
+		buf_free(&b);
+	} else if (json_is_string(json_object_get(v, "toolResult")) && json_object_size(v) == 1 &&
+	           utf8_text_ok(data, n) && !memchr(data, 0, n)) {
+		msg = json_pack("{s:s, s:s%}", "role", "user", "content", data, n);
+	}
+	json_decref(v);
+	if (!msg)
+		return -1;
+	set_pending(msg, data, n);
+	return 0;
 }
 
 /* ---- the decisions ----------------------------------------------------------- */
@@ -529,15 +592,13 @@ static void carry_out(json_t *v, const char *tool)
 		count_refusal(reason);
 		char text[800];
 		snprintf(text, sizeof text, "EPSILON_HARD_FAIL: %s", reason);
-		char want[SHA256_HEX_LEN + 1];
-		tool_result_hex(text, want);
 		const char *has = ref_hex(e, "output");
 		if (!has)
 			incomplete("seq %lld (verdict): no evidence.output (a record made before evidence existed)",
 			           seq_of(e));
-		if (strcmp(has, want) != 0)
-			diverged(e, shown("evidence.output %.12s", has), shown("evidence.output %.12s", want));
-		memcpy(R.expect_msg, want, sizeof want);
+		expect_answer(text);
+		if (strcmp(has, R.expect_msg) != 0)
+			diverged(e, shown("evidence.output %.12s", has), shown("evidence.output %.12s", R.expect_msg));
 		return;
 	}
 	/* A passing call's result is what the host produced (a file's
@@ -545,12 +606,11 @@ static void carry_out(json_t *v, const char *tool)
 	 * result message. The next request must send exactly it. */
 	size_t n;
 	char *out = blob(e, "output", &n);
-	json_t *msg = json_parse_strict(out, n, NULL);
-	if (!json_is_string(json_object_get(msg, "toolResult")) || json_object_size(msg) != 1)
-		diverged(e, shown("evidence.output that is not a tool result"), shown("{\"toolResult\":...}"));
-	json_decref(msg);
-	hex_of(out, n, R.expect_msg);
+	int answered = recorded_answer(out, n);
 	free(out);
+	if (answered < 0)
+		diverged(e, shown("evidence.output that is not a tool result"),
+		         shown(R.native_calls ? "the tool message answering the calls" : "{\"toolResult\":...}"));
 	if (strcmp(tool, "run") == 0 && R.dry_run && !json_is_false(json_object_get(json_object_get(d, "run"), "executed")))
 		diverged(e, shown("a command executed in a dry run"), shown("run {\"executed\":false}"));
 	if (strcmp(tool, "write") == 0) {
@@ -621,7 +681,12 @@ static void recall(json_t *v)
 		if (strcmp(has, R.expect_msg) != 0)
 			diverged(e, shown("evidence.output %.12s", has), shown("evidence.output %.12s", R.expect_msg));
 	} else {
-		snprintf(R.expect_msg, sizeof R.expect_msg, "%s", has);
+		size_t n;
+		char *out = blob(e, "output", &n);
+		int answered = recorded_answer(out, n);
+		free(out);
+		if (answered < 0)
+			diverged(e, shown("evidence.output that is not a tool result"), shown("a tool result"));
 	}
 }
 
@@ -705,6 +770,10 @@ static void stopped(json_t *e, int model_failed)
 	} else if (strcmp(trigger, "maxModelCalls") == 0) {
 		want = "halted-budget";
 		ok = R.calls >= R.m->max_model_calls;
+	} else if (strcmp(trigger, "maxTokens") == 0) {
+		/* the tokens are the providers' figures in the call entries */
+		want = "halted-budget";
+		ok = R.m->max_tokens > 0 && R.usage.input + R.usage.output > R.m->max_tokens;
 	} else if (strcmp(trigger, "maxSeconds") == 0) {
 		want = "halted-budget";
 		json_t *ms = json_object_get(d, "elapsedMs");
@@ -728,7 +797,7 @@ static void first_message(struct buf *inbox)
 	buf_adds(&first, FIRST_MESSAGE);
 	if (inbox->len)
 		buf_printf(&first, INBOX_HEADER "%s", inbox->p);
-	hex_of(first.p, first.len, R.expect_msg);
+	set_pending(json_pack("{s:s, s:s}", "role", "user", "content", first.p), first.p, first.len);
 	buf_free(&first);
 }
 
@@ -822,6 +891,148 @@ static void run_manifest(void)
 	}
 }
 
+/* The last call entry of the request whose entries start at R.pos
+ * (after a compaction entry, if any), or NULL when none follows. */
+static json_t *request_call(void)
+{
+	json_t *last = NULL;
+	for (size_t i = R.pos; i < R.n; i++) {
+		json_t *e = R.entries[i];
+		if (passive(e) || (i == R.pos && strcmp(kind_of(e), "compaction") == 0))
+			continue;
+		if (strcmp(kind_of(e), "call") != 0)
+			break;
+		last = e;
+	}
+	return last;
+}
+
+static json_t *ref_copy(const json_t *e, const char *member)
+{
+	json_t *ref = json_object_get(evidence_of(e), member);
+	return ref ? json_deep_copy(ref) : json_null();
+}
+
+/* Before each request the planner makes it fit in maxContextBytes: the
+ * same conversation must compact the same way (the compaction entry), or
+ * fail the run for the same reason. */
+static void before_request(void)
+{
+	json_t *call = request_call();
+	if (!R.system && call && ref_hex(call, "prompt")) {
+		size_t n;
+		char *p = blob(call, "prompt", &n);
+		R.system = p;
+	}
+	if (!R.pending) {
+		/* A pinned run's first message, taken as sent. */
+		if (!call)
+			return;
+		size_t n;
+		char *m = blob(call, "message", &n);
+		if (!utf8_text_ok(m, n) || memchr(m, 0, n)) {
+			free(m);
+			diverged(call, shown("a first message that is not text"), shown("a text message"));
+		}
+		set_pending(json_pack("{s:s, s:s%}", "role", "user", "content", m, n), m, n);
+		free(m);
+	}
+	json_array_append_new(R.msgs, R.pending);
+	json_array_append_new(R.refs, R.pending_ref);
+	R.pending = R.pending_ref = NULL;
+	if (!R.system)
+		return; /* no request was sent: nothing to compare */
+	struct context_fit f;
+	int rc = context_fit(R.system, R.msgs, R.refs, R.adopted ? R.tools : NULL, (size_t)R.m->max_context_bytes,
+	                     R.keep, &f);
+	json_t *e = peek();
+	int is_compaction = e && strcmp(kind_of(e), "compaction") == 0;
+	/* A run the host stopped first (an evidence store that failed) never
+	 * came to its request. */
+	int stopped_first = e && strcmp(kind_of(e), "result") == 0 && rc >= 0;
+	if (rc != 0 && json_array_size(f.elided) && !stopped_first) {
+		json_t *want = json_pack("{s:I, s:I, s:O}", "beforeBytes", (json_int_t)f.before, "afterBytes",
+		                         (json_int_t)f.after, "elided", f.elided);
+		struct buf a = {0}, b = {0};
+		int same = is_compaction && same_json(data_of(e), want);
+		canon_dump(want, &b, NULL);
+		json_decref(want);
+		if (!is_compaction) {
+			char *has = shown("a %s entry", kind_of(e));
+			char *derives = shown("a compaction (%zu -> %zu bytes, %zu elided)", f.before, f.after,
+			                      json_array_size(f.elided));
+			json_decref(f.elided);
+			buf_free(&b);
+			diverged(e, has, derives);
+		}
+		next();
+		if (!same) {
+			canon_dump(data_of(e), &a, NULL);
+			char *has = shown("%s", a.p), *derives = shown("%s", b.p);
+			buf_free(&a);
+			buf_free(&b);
+			json_decref(f.elided);
+			diverged(e, has, derives);
+		}
+		buf_free(&b);
+	} else if (is_compaction) {
+		json_decref(f.elided);
+		diverged(e, shown("a compaction"), shown("none (the request fits: %zu bytes)", f.before));
+	}
+	if (rc < 0)
+		judge(CONTEXT_CANNOT_FIT, f.after, R.m->max_context_bytes);
+	json_decref(f.elided);
+}
+
+/* The model's reply on call: kept in the conversation; its call object
+ * (NULL when there is none: not JSON, or native calls to be read by the
+ * caller), with R.native_calls set for a native reply. What it reads is
+ * held in R, so that a divergence exits with nothing unreachable. */
+static json_t *reply_of(json_t *call)
+{
+	size_t n;
+	free(R.reply_text);
+	R.reply_text = NULL;
+	R.reply_text = blob(call, "reply", &n);
+	const char *text = R.reply_text;
+	json_decref(R.native_calls);
+	R.native_calls = NULL;
+	json_t *count = json_object_get(data_of(call), "toolCalls");
+	if (!count) {
+		if (!utf8_text_ok(text, n))
+			diverged(call, shown("a reply that is not UTF-8"), shown("the reply as received"));
+		json_array_append_new(R.msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", text));
+		json_array_append_new(R.refs, ref_copy(call, "reply"));
+		return parse_reply(text);
+	}
+	/* A native reply: {"provider","text","native"}, the calls derived
+	 * from the provider's own objects by the code sfma-model uses. */
+	json_decref(R.reply_doc);
+	R.reply_doc = json_parse_strict(text, n, NULL);
+	json_t *b = R.reply_doc;
+	const char *provider = str(b, "provider"), *t = str(b, "text");
+	json_t *native = json_object_get(b, "native");
+	size_t cn = 0;
+	char *canon = provider && t && json_is_array(native) && json_object_size(b) == 3
+	                  ? native_reply_blob(provider, t, native, &cn) : NULL;
+	int same = canon && cn == n && memcmp(canon, text, n) == 0;
+	free(canon);
+	if (!same)
+		diverged(call, shown("a reply blob that is not a native reply"),
+		         shown("{\"native\",\"provider\",\"text\"}"));
+	struct sfma_err e = {""};
+	R.native_calls = tools_from_native(provider, native, &e);
+	if (!R.native_calls)
+		diverged(call, shown("native calls that do not derive (%s)", e.text), shown("the reply's calls"));
+	size_t derived = json_array_size(R.native_calls);
+	if (!json_is_number(count) || (double)derived != json_number_value(count))
+		diverged(call, shown("toolCalls %g", json_number_value(count)), shown("toolCalls %zu", derived));
+	json_array_append_new(R.msgs, json_pack("{s:s, s:s, s:O}", "role", "assistant", "content", t, "toolCalls",
+	                                        R.native_calls));
+	json_array_append_new(R.refs, ref_copy(call, "reply"));
+	return NULL;
+}
+
 static void replay_run(void)
 {
 	/* The record's own run is the last: no run starts after it. */
@@ -839,6 +1050,18 @@ static void replay_run(void)
 	json_decref(R.summary);
 	R.summary = NULL;
 	R.task = R.m->task_statement;
+	json_decref(R.msgs);
+	json_decref(R.refs);
+	json_decref(R.pending);
+	json_decref(R.pending_ref);
+	json_decref(R.native_calls);
+	R.msgs = json_array();
+	R.refs = json_array();
+	R.pending = R.pending_ref = R.native_calls = NULL;
+	R.keep = -1;
+	free(R.system);
+	R.system = NULL;
+	R.usage = (struct usage){0};
 	json_decref(R.written);
 	R.written = json_object();
 
@@ -866,9 +1089,10 @@ static void replay_run(void)
 	}
 	/* A pinned run's first message carries the certified candidate from
 	 * memory.json: a recorded fact, taken as sent. */
-	if (R.pinned)
+	if (R.pinned) {
 		R.expect_msg[0] = '\0';
-	else
+		/* the tools are offered from the first request on */
+	} else
 		first_message(&inbox);
 	buf_free(&inbox);
 
@@ -876,20 +1100,32 @@ static void replay_run(void)
 		e = peek();
 		if (!e)
 			diverged(NULL, shown("the end of the trace"), shown("the run's next turn"));
-		if (strcmp(kind_of(e), "result") == 0) {
+		int halt_next = strcmp(kind_of(e), "result") == 0 && str(data_of(e), "halt");
+		if (strcmp(kind_of(e), "result") == 0 && (halt_next || !R.system)) {
 			next();
 			stopped(e, 0);
 			break;
 		}
-		if (strcmp(kind_of(e), "call") != 0)
-			diverged(e, shown("a %s entry", kind_of(e)), shown("a model call"));
 		if (R.turns >= R.m->max_turns)
-			diverged(e, shown("a model call"), shown("halted-maxTurns"));
+			diverged(e, shown("a model request"), shown("halted-maxTurns"));
 		if (R.calls >= R.m->max_model_calls)
-			diverged(e, shown("a model call"), shown("halted-budget (maxModelCalls)"));
+			diverged(e, shown("a model request"), shown("halted-budget (maxModelCalls)"));
+		before_request();
+		if (R.verdict)
+			break;
+		e = peek();
+		if (e && strcmp(kind_of(e), "result") == 0) {
+			/* an error the host caused (the evidence store, the trace) */
+			next();
+			stopped(e, 0);
+			break;
+		}
+		if (!e || strcmp(kind_of(e), "call") != 0)
+			diverged(e, shown("a %s entry", kind_of(e)), shown("a model call"));
 		json_t *call = NULL;
 		while ((e = peek()) && strcmp(kind_of(e), "call") == 0) {
 			call = next();
+			usage_add(&R.usage, json_object_get(data_of(call), "usage"));
 			if (++R.calls > R.m->max_model_calls)
 				diverged(call, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
 		}
@@ -908,11 +1144,31 @@ static void replay_run(void)
 			stopped(expect_kind("result", "the stop after a failed model request"), 1);
 			break;
 		}
-		size_t n;
-		char *text = blob(call, "reply", &n);
+		if (R.m->max_tokens > 0 && R.usage.input + R.usage.output > R.m->max_tokens) {
+			stopped(expect_kind("result", "the maxTokens halt"), 0);
+			if (!str(data_of(R.entries[R.pos - 1]), "trigger") ||
+			    strcmp(str(data_of(R.entries[R.pos - 1]), "trigger"), "maxTokens") != 0)
+				diverged(R.entries[R.pos - 1], shown("another stop"), shown("halted-budget (maxTokens)"));
+			break;
+		}
+		json_t *v = reply_of(call);
 		R.turns++;
-		json_t *v = parse_reply(text);
-		free(text);
+		if (R.native_calls && !R.adopted) {
+			json_decref(v);
+			expect_protocol_verdict(REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
+			continue;
+		}
+		if (R.native_calls && !v) {
+			struct sfma_err bad = {""};
+			v = tools_call_object(json_array_get(R.native_calls, 0), &bad);
+			if (!v) {
+				struct buf why = {0};
+				buf_printf(&why, REASON_BAD_CALL "%s", bad.text);
+				expect_protocol_verdict(why.p, why.p);
+				buf_free(&why);
+				continue;
+			}
+		}
 		if (!v) {
 			expect_protocol_verdict(REASON_NOT_JSON, ANSWER_NOT_JSON);
 			continue;
@@ -923,6 +1179,7 @@ static void replay_run(void)
 				if (!same_json(data_of(c), v))
 					diverged(c, shown("another candidate"), shown("the candidate of the reply"));
 				R.adopted = 1;
+				R.keep = (long)json_array_size(R.msgs) - 1;
 				expect_answer(ANSWER_ADOPTED);
 			} else {
 				expect_protocol_verdict(REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
@@ -986,6 +1243,24 @@ static void replay_run(void)
 		const char *rv = str(rec, "verdict");
 		if (!rv || strcmp(rv, R.verdict) != 0)
 			diverged(last, shown("record verdict %s", rv ? rv : "?"), shown("verdict %s", R.verdict));
+		/* Tokens: the sum of the call entries' usage (records made
+		 * before usage existed have none). */
+		json_t *ru = json_object_get(rec, "usage"), *du = usage_json(&R.usage);
+		if (ru && !same_json(ru, du)) {
+			struct buf a = {0}, b = {0};
+			canon_dump(ru, &a, NULL);
+			canon_dump(du, &b, NULL);
+			json_decref(du);
+			char *has = shown("record usage %s", a.p), *derives = shown("usage %s", b.p);
+			buf_free(&a);
+			buf_free(&b);
+			diverged(last, has, derives);
+		}
+		json_decref(du);
+		json_t *mt = json_object_get(json_object_get(rec, "budget"), "maxTokens");
+		if (R.m->max_tokens > 0 ? !json_is_number(mt) || json_number_value(mt) != (double)R.m->max_tokens : mt != NULL)
+			diverged(last, shown("record budget.maxTokens %s", mt ? "other" : "absent"),
+			         shown("budget.maxTokens %ld", R.m->max_tokens));
 		json_t *rs = json_object_get(rec, "summary");
 		if (rs && !same_json(rs, R.summary ? R.summary : json_null()))
 			diverged(last, shown("record summary that is not the done summary"), shown("the done summary"));
@@ -1134,6 +1409,7 @@ int main(int argc, char **argv)
 	char ws[PATH_MAX];
 	load(argv[1], ws);
 	open_empty_workspace();
+	R.tools = tools_definitions();
 	if (R.n == 0)
 		incomplete("the trace is empty");
 	while (peek())
