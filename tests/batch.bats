@@ -358,3 +358,18 @@ trace_lengths() {
 	[ "$(grep -c '"from":null' runs/shared/.sfma/trace.jsonl)" = 1 ]
 	[ ! -e summary.txt ]
 }
+
+@test "the README's GNU parallel one-liner runs every manifest, verifies each, and ends with the summary" {
+	require parallel
+	local line
+	line=$(grep '^    mkdir -p runs && parallel ' "$REPO/README.md" | sed 's/^    //')
+	[ -n "$line" ]
+	batch_copy
+	run sh -c "$line"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	local n
+	n=$(ls manifests/*.json | wc -l)
+	[ "$(grep -c $'\tAUDIT_OK ' <<<"$output")" -eq "$n" ]
+	[ "${lines[-1]}" = "total $n: verified $n, invalid 0, unsealed 0, no record 0; completed $n" ]
+}
