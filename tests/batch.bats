@@ -12,7 +12,7 @@ setup() {
 	require jq
 	require make
 	cd "$BATS_TEST_TMPDIR"
-	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY NO_COLOR MAKEFLAGS MFLAGS
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY NO_COLOR MAKEFLAGS MFLAGS MAKELEVEL
 }
 
 # A candidate the mock model answers the bootstrap request with.

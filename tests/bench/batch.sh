@@ -38,7 +38,9 @@ now_ms() { date +%s%3N; }
 # timed LABEL DIR -jK: the batch, its wall time in ms on stdout.
 timed() {
 	t0=$(now_ms)
-	PATH="$bindir:$PATH" make -s -C "$2" "$3" SFMA="$bindir/sfma" >"$work/$1.out" 2>&1 ||
+	# a make of its own, whatever make (and jobserver) runs the benchmarks
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH="$bindir:$PATH" \
+		make -s -C "$2" "$3" SFMA="$bindir/sfma" >"$work/$1.out" 2>&1 ||
 		{ cat "$work/$1.out" >&2; echo "batch bench: the $1 batch failed" >&2; exit 1; }
 	t1=$(now_ms)
 	tail -n 1 "$work/$1.out" | grep -q "^total $n: verified $n," ||
