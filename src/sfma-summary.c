@@ -347,7 +347,8 @@ static void make_cells(const struct row *r, struct cells *c)
 	size_t n;
 	const char *verdict = rv_str(field(r, "verdict"), &n);
 	c->text[1] = verdict ? visible_dup(verdict, n, VERDICT_CHARS) : xstrdup("-");
-	if (verdict)
+	/* a verdict in colour is a claim: only a verified record makes one */
+	if (verdict && r->status == ST_VERIFIED)
 		c->colour[1] = verdict_colour(c->text[1]);
 	long long turns = count_of(r, "turns"), calls = count_of(r, "modelCalls");
 	buf_reset(&b);
@@ -425,7 +426,8 @@ static void print_text(const struct opts *o, struct row *rows, size_t n)
 		buf_free(&line);
 		count[rows[i].status]++;
 		const json_t *v = field(&rows[i], "verdict");
-		completed += json_is_string(v) && strcmp(json_string_value(v), "completed") == 0;
+		completed += rows[i].status == ST_VERIFIED && json_is_string(v) &&
+		             strcmp(json_string_value(v), "completed") == 0;
 	}
 	printf("total %zu: verified %zu, invalid %zu, unsealed %zu, no record %zu; completed %zu\n", n,
 	       count[ST_VERIFIED], count[ST_INVALID], count[ST_UNSEALED], count[ST_NO_RECORD], completed);

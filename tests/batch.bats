@@ -105,7 +105,8 @@ trace_lengths() {
 	# what the record claims is shown, and that it cannot be believed
 	[[ "${lines[1]}" =~ ^b\ +completed\ +turns\ 1\ .*INVALID:\ integrity.resultSha256\ does\ not\ match ]]
 	[[ "${lines[2]}" == "c "*" verified "* ]]
-	[ "${lines[3]}" = "total 3: verified 2, invalid 1, unsealed 0, no record 0; completed 3" ]
+	# a record that does not verify is not counted as completed
+	[ "${lines[3]}" = "total 3: verified 2, invalid 1, unsealed 0, no record 0; completed 2" ]
 	run sfma summary --json b
 	[ "$status" -eq 1 ]
 	jq -e '.verify == "invalid" and (.reason | startswith("integrity.resultSha256 does not match"))' <<<"$output"
@@ -191,6 +192,14 @@ trace_lengths() {
 	grep -q $'\033\\[32mcompleted' tty.out
 	grep -q $'\033\\[32mverified' tty.out
 	grep -q $'\033\\[1;31mNO RECORD' tty.out
+	# a tampered record's verdict is shown plain: colour would vouch for it
+	run_into b
+	jq '.turns = 1' b/.sfma/result.json >r && mv r b/.sfma/result.json
+	script -qec "sfma summary b" /dev/null >tty-tampered.out || true
+	grep -q $'\033\\[1;31mINVALID' tty-tampered.out
+	grep -q 'completed' tty-tampered.out
+	run grep -c $'\033\\[32m' tty-tampered.out
+	[ "$output" = 0 ]
 	NO_COLOR= script -qec "sfma summary a" /dev/null >tty-empty.out
 	grep -q $'\033\\[' tty-empty.out
 	NO_COLOR=1 script -qec "sfma summary a" /dev/null >tty-nocolor.out
