@@ -1,6 +1,6 @@
 /* sfma-summary - the outcome of a batch of runs, one line per workspace.
  *
- *   sfma-summary [--json] WORKSPACE...
+ *   sfma-summary [--json] [--jobs N] WORKSPACE...
  *
  * For each workspace: its name (the argument as given), the verdict,
  * turns, model calls and tokens of its last result record, and whether
@@ -22,6 +22,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +32,10 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-	"usage: sfma-summary [--json] WORKSPACE...\n"
+	"usage: sfma-summary [--json] [--jobs N] WORKSPACE...\n"
 	"       sfma-summary --version | --help\n"
-	"  --json     one NDJSON object per workspace\n";
+	"  --json     one NDJSON object per workspace\n"
+	"  --jobs N   verify N workspaces at once (default: the CPUs this may use)\n";
 
 /* What sfma-verify may print that is kept, and shown of its reason. */
 #define VERIFY_OUTPUT_MAX (64u << 10)
@@ -58,8 +61,23 @@ struct row {
 
 struct opts {
 	int json, colour;
+	size_t jobs;         /* sfma-verify processes at once */
 	char verify_prog[PATH_MAX];
 };
+
+/* --jobs beyond this is a typo, not a machine. */
+#define JOBS_LIMIT 256
+
+/* The CPUs this process may run on (sched_getaffinity(2)): a Slurm task
+ * or a container is given fewer than the machine has. */
+static size_t cpus_allowed(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+		return (size_t)CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (size_t)n : 1;
+}
 
 /* ---- verification -------------------------------------------------------- */
 
@@ -83,14 +101,12 @@ static void find_verify(struct opts *o)
 		die("%s: %s (sfma-verify must be installed beside sfma-summary)", o->verify_prog, strerror(errno));
 }
 
-/* Run sfma-verify on ws; its status and its output (stdout and stderr
- * together, bounded) in *text. Returns the exit status, or 128 + signal. */
-static int run_verify(const struct opts *o, const char *ws, struct buf *text)
+/* Start sfma-verify on ws, its stdout and stderr together on *fd. */
+static pid_t start_verify(const struct opts *o, const char *ws, int *fd)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
-	fflush(stdout);
 	pid_t pid = fork();
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
@@ -104,17 +120,13 @@ static int run_verify(const struct opts *o, const char *ws, struct buf *text)
 		_exit(127);
 	}
 	close(p[1]);
-	char chunk[4096];
-	for (;;) {
-		ssize_t got = read(p[0], chunk, sizeof chunk);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		if (text->len < VERIFY_OUTPUT_MAX)
-			buf_add(text, chunk, (size_t)got);
-	}
-	close(p[0]);
+	*fd = p[0];
+	return pid;
+}
+
+/* The exit status of pid, or 128 + the signal that ended it. */
+static int reap(pid_t pid)
+{
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
@@ -161,10 +173,11 @@ static void word_after(const char *line, size_t len, const char *key, char *out,
 	}
 }
 
-/* Judge one workspace. A workspace with no record (or no workspace at
- * all) is never passed to sfma-verify: there is nothing to vouch for, and
- * for a batch that is a run that did not finish. */
-static void judge(const struct opts *o, struct row *r)
+/* What can be told of a workspace before sfma-verify: 1 when it has a
+ * record to verify. A workspace with no record (or no workspace at all)
+ * is never passed to sfma-verify: there is nothing to vouch for, and for
+ * a batch that is a run that did not finish. */
+static int judge_before(struct row *r)
 {
 	struct sfma_err e;
 	struct stat st;
@@ -173,12 +186,12 @@ static void judge(const struct opts *o, struct row *r)
 	if (stat(r->arg, &st) < 0) {
 		r->status = ST_NO_RECORD;
 		r->detail = xstrdup(strerror(errno));
-		return;
+		return 0;
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		r->status = ST_NO_RECORD;
 		r->detail = xstrdup("not a workspace directory");
-		return;
+		return 0;
 	}
 	char *path = xmalloc(strlen(r->arg) + sizeof "/.sfma/result.json");
 	sprintf(path, "%s/.sfma/result.json", r->arg);
@@ -186,7 +199,7 @@ static void judge(const struct opts *o, struct row *r)
 		free(path);
 		r->status = ST_NO_RECORD;
 		r->detail = xstrdup("no .sfma/result.json");
-		return;
+		return 0;
 	}
 	/* The columns come from the record as it is; whether to believe them
 	 * is what the verify column says. */
@@ -196,12 +209,15 @@ static void judge(const struct opts *o, struct row *r)
 		r->record = NULL;
 	}
 	free(path);
+	return 1;
+}
 
-	struct buf out = {0};
-	int rc = run_verify(o, r->arg, &out);
+/* The verify status from what sfma-verify said (out) and its exit rc. */
+static void judge_after(struct row *r, int rc, const struct buf *out)
+{
 	size_t len = 0;
 	const char *line;
-	if (rc == 0 && (line = line_with(&out, "AUDIT_OK", &len))) {
+	if (rc == 0 && (line = line_with(out, "AUDIT_OK", &len))) {
 		r->status = ST_VERIFIED;
 		word_after(line, len, "signature=", r->signature, sizeof r->signature);
 		word_after(line, len, "head=", r->head, sizeof r->head);
@@ -211,24 +227,94 @@ static void judge(const struct opts *o, struct row *r)
 		struct buf words = {0};
 		buf_printf(&words, "signature=%s entries=%lld", r->signature, r->entries);
 		r->detail = words.p;
-	} else if (rc == 3 && (line = line_with(&out, "AUDIT_UNSEALED: ", &len))) {
+	} else if (rc == 3 && (line = line_with(out, "AUDIT_UNSEALED: ", &len))) {
 		r->status = ST_UNSEALED;
 		r->detail = visible_dup(line + 16, len - 16, REASON_CHARS);
-	} else if ((line = line_with(&out, "AUDIT_INVALID: ", &len))) {
+	} else if ((line = line_with(out, "AUDIT_INVALID: ", &len))) {
 		r->status = ST_INVALID;
 		r->detail = visible_dup(line + 15, len - 15, REASON_CHARS);
 	} else {
 		/* sfma-verify failed in a way it does not report (a crash, a
 		 * usage error): not verified, and said as such. */
 		r->status = ST_INVALID;
-		const char *text = out.p ? out.p : "";
+		const char *text = out->p ? out->p : "";
 		struct buf why = {0};
 		buf_printf(&why, "sfma-verify %s %d: ", rc > 128 ? "died of signal" : "exited",
 		           rc > 128 ? rc - 128 : rc);
 		rv_visible(&why, text, strcspn(text, "\n"), REASON_CHARS);
 		r->detail = why.p;
 	}
-	buf_free(&out);
+}
+
+static void print_json(const struct row *r);
+
+/* One sfma-verify at work. */
+struct job {
+	pid_t pid;
+	int fd;
+	size_t row;
+	struct buf out;
+};
+
+/* Judge every row, up to o->jobs verifications at once; rows are done in
+ * any order, and with --json each goes out as soon as every row before it
+ * is done (so the output is in argument order, and a long batch can be
+ * watched while it is read). */
+static void judge_all(const struct opts *o, struct row *rows, size_t n)
+{
+	struct job *jobs = xcalloc(o->jobs, sizeof *jobs);
+	struct pollfd *fds = xcalloc(o->jobs, sizeof *fds);
+	char *done = xcalloc(n ? n : 1, 1);
+	size_t next = 0, emitted = 0, active = 0;
+	while (next < n || active) {
+		while (active < o->jobs && next < n) {
+			if (judge_before(&rows[next])) {
+				struct job *j = &jobs[active++];
+				j->pid = start_verify(o, rows[next].arg, &j->fd);
+				j->row = next;
+				j->out = (struct buf){0};
+			} else {
+				done[next] = 1;
+			}
+			next++;
+		}
+		for (; o->json && emitted < n && done[emitted]; emitted++)
+			print_json(&rows[emitted]);
+		if (!active)
+			continue;
+		for (size_t k = 0; k < active; k++)
+			fds[k] = (struct pollfd){.fd = jobs[k].fd, .events = POLLIN};
+		if (poll(fds, active, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			die("poll: %s", strerror(errno));
+		}
+		/* from the end, so that a finished job can take the last one's place */
+		for (size_t k = active; k-- > 0;) {
+			if (!fds[k].revents)
+				continue;
+			struct job *j = &jobs[k];
+			char chunk[4096];
+			ssize_t got = read(j->fd, chunk, sizeof chunk);
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got > 0) {
+				if (j->out.len < VERIFY_OUTPUT_MAX)
+					buf_add(&j->out, chunk, (size_t)got);
+				continue;
+			}
+			close(j->fd);
+			judge_after(&rows[j->row], reap(j->pid), &j->out);
+			done[j->row] = 1;
+			buf_free(&j->out);
+			jobs[k] = jobs[--active];
+		}
+	}
+	for (; o->json && emitted < n && done[emitted]; emitted++)
+		print_json(&rows[emitted]);
+	free(done);
+	free(fds);
+	free(jobs);
 }
 
 /* ---- output -------------------------------------------------------------- */
@@ -437,9 +523,11 @@ static void print_text(const struct opts *o, struct row *rows, size_t n)
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	struct opts opts = {0};
+	struct opts opts = {.jobs = cpus_allowed()};
+	unsigned long jobs;
 	static const struct option longopts[] = {
 		{"json", no_argument, NULL, 'j'},
+		{"jobs", required_argument, NULL, 'J'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -449,6 +537,11 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j': opts.json = 1; break;
+		case 'J':
+			if (cli_parse_ulong(optarg, 1, JOBS_LIMIT, &jobs) < 0)
+				cli_usage_error(usage_text, "--jobs: a whole number from 1 to %d", JOBS_LIMIT);
+			opts.jobs = jobs;
+			break;
 		case 'h': cli_help(usage_text);
 		case 'V': cli_version();
 		default: cli_bad_option(usage_text, c, argv);
@@ -462,16 +555,12 @@ int main(int argc, char **argv)
 
 	size_t n = (size_t)(argc - optind);
 	struct row *rows = xcalloc(n, sizeof *rows);
-	int failed = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		rows[i].arg = argv[optind + (int)i];
-		judge(&opts, &rows[i]);
+	judge_all(&opts, rows, n);
+	int failed = 0;
+	for (size_t i = 0; i < n; i++)
 		failed |= rows[i].status != ST_VERIFIED;
-		/* NDJSON goes out as each workspace is judged: a long batch can be
-		 * watched (and piped) while it is read. */
-		if (opts.json)
-			print_json(&rows[i]);
-	}
 	if (!opts.json)
 		print_text(&opts, rows, n);
 	for (size_t i = 0; i < n; i++) {

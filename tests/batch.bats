@@ -230,6 +230,25 @@ trace_lengths() {
 	[[ "${lines[0]}" == "-w "*" verified "* ]]
 }
 
+@test "summary: --jobs verifies several workspaces at once, and the output keeps the order of the arguments" {
+	local ws=() i
+	for i in 1 2 3 4 5 6; do run_into "w$i"; ws+=("w$i"); done
+	jq '.turns = 9' w2/.sfma/result.json >r && mv r w2/.sfma/result.json
+	mkdir w7 && ws+=(w7 missing)
+	sfma summary --jobs 1 "${ws[@]}" >one.txt && return 1
+	sfma summary --jobs 4 "${ws[@]}" >four.txt && return 1
+	diff one.txt four.txt
+	[ "$(cut -d' ' -f1 four.txt | head -n 8 | tr '\n' ' ')" = "w1 w2 w3 w4 w5 w6 w7 missing " ]
+	sfma summary --json --jobs 1 "${ws[@]}" >one.json && return 1
+	sfma summary --json --jobs 8 "${ws[@]}" >eight.json && return 1
+	diff one.json eight.json
+	[ "$(jq -r .workspace eight.json | tr '\n' ' ')" = "w1 w2 w3 w4 w5 w6 w7 missing " ]
+	[ "$(jq -r .verify eight.json | tr '\n' ' ')" = "verified invalid verified verified verified verified no-record no-record " ]
+	run sfma summary --jobs 0 w1
+	[ "$status" -eq 2 ]
+	[[ "${lines[0]}" == "sfma-summary: --jobs: a whole number from 1 to 256" ]]
+}
+
 @test "summary: without sfma-verify beside it nothing is vouched for: one error, exit 1" {
 	run_into a
 	mkdir alone
