@@ -101,14 +101,20 @@ CONF
 	export SLURM_CONF="$CLUSTER/slurm.conf"
 	start_daemon slurmctld slurmctld -D -i -f "$SLURM_CONF"
 	await scontrol ping
-	start_daemon slurmd slurmd -D -f "$SLURM_CONF"
+	start_daemon slurmd slurmd -D -N "$host" -f "$SLURM_CONF"
 	await sh -c 'sinfo -h -N -o %t | grep -qx idle'
 }
 
 teardown_file() {
 	[ -n "${CLUSTER:-}" ] || return 0
-	# jobs first, then the daemons this file started, by pid, newest first
-	SLURM_CONF="$CLUSTER/slurm.conf" scancel --quiet --user=root 2>/dev/null || true
+	# jobs first (their slurmstepd ends with them), then the daemons this
+	# file started, by pid, newest first
+	export SLURM_CONF="$CLUSTER/slurm.conf"
+	scancel --quiet --user=root 2>/dev/null || true
+	for _ in $(seq 100); do
+		[ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+		sleep 0.2
+	done
 	local name pid
 	tac "$CLUSTER/pids" | while read -r name pid; do
 		kill -TERM "$pid" 2>/dev/null || true
