@@ -340,6 +340,19 @@ trace_lengths() {
 	sfma-verify runs/alpha >/dev/null
 }
 
+@test "make summary: a manifest that names no workspace fails it, and the others are still summarised" {
+	batch_copy
+	make -j2 >/dev/null
+	echo '{"name":' >manifests/broken.json
+	run --separate-stderr make summary
+	[ "$status" -ne 0 ]
+	[[ "$stderr" == *"manifests/broken.json: names no workspace, not summarised"* ]]
+	[ "${lines[-1]}" = "total 4: verified 4, invalid 0, unsealed 0, no record 0; completed 4" ]
+	run make -j2
+	[ "$status" -ne 0 ]
+	[ ! -e stamps/broken.verified ]
+}
+
 @test "make -j: parallel runs on different workspaces never interfere" {
 	batch_copy
 	rm manifests/*.json

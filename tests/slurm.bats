@@ -172,8 +172,10 @@ batch_dir() {
 	local d
 	d=$(batch_dir failing)
 	cd "$d"
-	# one manifest is invalid: its task seals no record
+	# one manifest is invalid: its task seals no record; one is not even
+	# JSON: its task fails, and the summary must not pass it over
 	jq '.maxTurns = 0' manifests/gamma.json >m && mv m manifests/gamma.json
+	echo '{"name":' >manifests/zeta.json
 	run timeout 300 "$REPO/examples/slurm/submit.sh" --wait manifests
 	echo "$output"
 	cat logs/*.out || true
@@ -181,7 +183,9 @@ batch_dir() {
 	[ ! -e stamps/gamma.verified ]
 	grep -q 'manifests/gamma.json: the run sealed no record (exit 2)' logs/sfma-run-*.out
 	[ "$(ls stamps/*.verified | wc -l)" -eq 3 ]
+	[ "$(ls logs/sfma-run-*.out | wc -l)" -eq 5 ]
 	cat summary.txt
+	[ "$(head -n 1 summary.txt)" = "manifests/zeta.json: names no workspace, not summarised" ]
 	grep -q '^runs/gamma  *-  *NO RECORD: ' summary.txt
 	[ "$(tail -n 1 summary.txt)" = "total 4: verified 3, invalid 0, unsealed 0, no record 1; completed 3" ]
 }
