@@ -44,7 +44,7 @@ static const char usage_text[] =
 #define NAME_CHARS 60
 #define VERDICT_CHARS 24
 
-/* How a workspace's record fared: the order is how bad it is. */
+/* How a workspace's record fared; every status but ST_VERIFIED fails the batch. */
 enum status { ST_VERIFIED, ST_UNSEALED, ST_INVALID, ST_NO_RECORD };
 static const char *const status_word[] = {"verified", "unsealed", "invalid", "no-record"};
 
@@ -73,10 +73,8 @@ struct opts {
 static size_t cpus_allowed(void)
 {
 	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-		return (size_t)CPU_COUNT(&set);
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (size_t)n : 1;
+	long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > JOBS_LIMIT ? JOBS_LIMIT : (size_t)n;
 }
 
 /* ---- verification -------------------------------------------------------- */
@@ -520,9 +518,21 @@ static void print_text(const struct opts *o, struct row *rows, size_t n)
 	free(cells);
 }
 
+/* A closed standard descriptor would be the next pipe's number, and the
+ * child's dup2 onto 0..2 would then clobber it: hold them on /dev/null. */
+static void hold_std_fds(void)
+{
+	int fd;
+	while ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0 && fd <= STDERR_FILENO)
+		fcntl(fd, F_SETFD, 0);
+	if (fd > STDERR_FILENO)
+		close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
+	hold_std_fds();
 	struct opts opts = {.jobs = cpus_allowed()};
 	unsigned long jobs;
 	static const struct option longopts[] = {
