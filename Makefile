@@ -24,7 +24,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -41,7 +41,7 @@ LIBS_sfma-exec     := -lseccomp
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
                 bubblewrap util-linux valgrind python3 procps nodejs chromium \
-                libclang-rt-14-dev
+                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean

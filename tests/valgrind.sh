@@ -53,4 +53,5 @@ check sfma-verify-run "$bin/sfma-verify" ws
 check sfma-log sh -c "$vg $bin/sfma-log ws >/dev/null && $vg $bin/sfma-log --json --all $interop/multirun/ws >/dev/null"
 check sfma-replay sh -c "$vg $bin/sfma-replay ws | grep -q '^REPLAY_OK '"
 check sfma-report sh -c "$vg $bin/sfma-report -o report.html ws && grep -q AUDIT_OK report.html"
+check sfma-summary sh -c "$vg $bin/sfma-summary ws | grep -q ' verified signature=' && { $vg $bin/sfma-summary --json ws missing; [ \$? -eq 1 ]; }"
 exit $fail

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Submit a batch to Slurm: one array task per manifest of MANIFEST_DIR
+# (run, then verified on its node), and the summary as a job that depends
+# on the whole array (afterany: it runs however the tasks ended).
+#
+#   submit.sh [--wait] [MANIFEST_DIR]      (default: manifests)
+#
+# Run it from the batch directory on the shared filesystem: the jobs start
+# there (sbatch's default working directory is where it was called), and
+# the manifests' relative workspaces resolve against it. With --wait it
+# returns when the summary job has ended, with its exit status: 0 when
+# every record verifies. Extra sbatch options: SBATCH_OPTS (e.g.
+# "--partition=batch --time=30").
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+wait=
+if [ "${1:-}" = --wait ]; then wait=--wait; shift; fi
+dir=${1:-manifests}
+
+mkdir -p logs
+# The list is fixed at submission: task N runs line N+1 whatever the
+# folder holds by the time the task starts.
+list=logs/manifests.$$.list
+find "$dir" -maxdepth 1 -name '*.json' -type f | LC_ALL=C sort >"$list"
+n=$(wc -l <"$list")
+[ "$n" -gt 0 ] || { echo "submit.sh: no manifests in $dir/" >&2; exit 1; }
+
+# shellcheck disable=SC2086
+array=$(sbatch --parsable ${SBATCH_OPTS:-} --array=0-$((n - 1)) \
+	--output=logs/%x-%A_%a.out "$here/run-task.sh" "$list")
+array=${array%%;*}
+echo "array job $array: $n manifests"
+# shellcheck disable=SC2086
+summary=$(sbatch --parsable $wait ${SBATCH_OPTS:-} --dependency=afterany:"$array" \
+	--output=logs/%x-%j.out "$here/summary.sh" "$list") || status=$?
+echo "summary job ${summary%%;*}"
+exit "${status:-0}"
