@@ -282,3 +282,40 @@ print(len(json.dumps({"system": r["system"], "messages": r["messages"]}, sort_ke
 	line 7 '.error == "bad request: tools must be true or false"'
 	line 8 '.id == 8 and .ok'
 }
+
+@test "no leaks with native calls, bad native replies, retries and downs (valgrind, or the sanitizer's leak check)" {
+	item='{"type":"function_call","call_id":"c9","name":"done","arguments":"{}"}'
+	serve "{\"/v1/messages\":[{\"status\":429,\"headers\":{\"retry-after-ms\":\"5\"}},{\"json\":{\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"read\",\"input\":{\"path\":\"p\"}}],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}],
+	        \"/v1/chat/completions\":[{\"json\":{\"choices\":[{\"message\":{\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"run\",\"arguments\":\"{bad\"}}]}}]}},{\"drop\":true}],
+	        \"/v1beta/models/m-x:generateContent\":[{\"json\":{\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"done\",\"args\":{}}}]}}]}}],
+	        \"/responses\":[{\"sse\":[{\"type\":\"response.output_item.done\",\"item\":$item},{\"type\":\"response.completed\",\"response\":{\"output\":[$item],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}]}]}"
+	manifest "[$(ep a anthropic),$(ep o openai),$(ep g gemini),$(ep c codex)]"
+	export OPENAI_API_KEY=$OPENAI_KEY ANTHROPIC_API_KEY=$ANTHROPIC_KEY GEMINI_API_KEY=$GEMINI_KEY
+	export OPENAI_CODEX_TOKEN=$CODEX_TOKEN OPENAI_CODEX_ACCOUNT=acct
+	down='{"calls":0,"failures":0,"downUntil":9999999999999}'
+	{
+		native_req t1 t2
+		native_req t1 t2 | jq -c ".state = {\"a\":$down}"
+		native_req t1 t2 | jq -c ".state = {\"a\":$down,\"o\":$down}"
+		native_req t1 t2 | jq -c ".state = {\"a\":$down,\"o\":$down,\"g\":$down}"
+		native_req t1 t2 | jq -c ".state = {\"a\":$down,\"o\":$down,\"g\":$down,\"c\":$down}"
+		echo junk
+	} > requests.jsonl
+	if [ -n "${SFMA_SANITIZED:-}" ]; then
+		sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
+	else
+		require valgrind
+		valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+			--error-exitcode=97 sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt || {
+			cat err.txt >&2
+			return 1
+		}
+	fi
+	[ "$(wc -l < out.jsonl)" -eq 6 ]
+	line 1 '.ok and .endpoint == "a" and .toolCalls[0].name == "read" and [.calls[] | .status] == [429,200]'
+	line 2 '.ok and .endpoint == "g" and [.calls[] | .errorClass] == ["reply",null]'
+	line 3 '.ok and .endpoint == "g"'
+	line 4 '.ok and .endpoint == "c" and .toolCalls[0].id == "c9"'
+	line 5 '.error | startswith("all endpoints down until ")'
+	secret_free
+}
