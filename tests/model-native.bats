@@ -319,3 +319,23 @@ print(len(json.dumps({"system": r["system"], "messages": r["messages"]}, sort_ke
 	line 5 '.error | startswith("all endpoints down until ")'
 	secret_free
 }
+
+@test "gemini: a call's thoughtSignature goes back with that call in the next request of the run" {
+	serve "$(cat <<'JSON'
+{"/v1beta/models/m-x:generateContent":[
+ {"json":{"candidates":[{"content":{"role":"model","parts":[
+   {"functionCall":{"name":"read","args":{"path":"a.txt"}},"thoughtSignature":"U0lHLTE="},
+   {"functionCall":{"name":"done","args":{"summary":"x"}}}]}}]}},
+ {"expect":[
+   "b['contents'][1]['parts'][0] == {'functionCall':{'name':'read','args':{'path':'a.txt'}},'thoughtSignature':'U0lHLTE='}",
+   "b['contents'][1]['parts'][1] == {'functionCall':{'name':'done','args':{'summary':'x'}}}"],
+  "json":{"candidates":[{"content":{"role":"model","parts":[{"text":"fine"}]}}]}}]}
+JSON
+)"
+	manifest "[$(ep gem gemini)]"
+	export GEMINI_API_KEY=$GEMINI_KEY
+	{ req 1 mechanical 1 10000 '.tools = true'; native_req gemini-call-0 gemini-call-1; } > requests.jsonl
+	model
+	line 1 '.ok and [.toolCalls[] | .id] == ["gemini-call-0","gemini-call-1"]'
+	line 2 '.ok and .text == "fine"'
+}

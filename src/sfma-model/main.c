@@ -239,6 +239,7 @@ int main(int argc, char **argv)
 	serve_stdin(&g);
 
 	mock_free();
+	provider_free_all();
 	grid_free(&g);
 	secret_free_all();
 	curl_global_cleanup();

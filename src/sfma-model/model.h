@@ -132,6 +132,8 @@ int provider_native(const struct endpoint *ep, const struct model_request *rq);
 int provider_call(struct endpoint *ep, const struct model_request *rq, struct attempt *a);
 int provider_parse(const char *name, enum provider *out);
 const char *provider_name(enum provider p);
+/* Forget what the providers kept between calls (gemini's signatures). */
+void provider_free_all(void);
 
 /* ---- http.c ---- */
 struct sse;

@@ -261,6 +261,57 @@ static int gemini_given_id(json_t *id)
 	return s && strncmp(s, TOOLS_GEMINI_ID_PREFIX, strlen(TOOLS_GEMINI_ID_PREFIX)) != 0;
 }
 
+/* Gemini's thought signatures. A functionCall part may come with a
+ * "thoughtSignature" that gemini insists on getting back with that part
+ * in the history (its thinking models refuse the request without it),
+ * but the planner hands calls back as {id,name,input} only. So the stage
+ * keeps, for the length of its process (one run), the signature of each
+ * call it was given, keyed by the canonical {name,args}, and puts it back
+ * on the part it renders. Bounded: the oldest are forgotten first. */
+#define GEMINI_SIGNATURES_MAX 256
+static json_t *gemini_signatures; /* {"<canonical {args,name}>": signature} */
+static json_t *gemini_signature_order; /* keys, oldest first */
+
+static char *gemini_call_key(json_t *name, json_t *args)
+{
+	json_t *o = json_pack("{s:O,s:O}", "name", name, "args", args ? args : json_object());
+	struct buf b = {0};
+	canon_dump(o, &b, NULL);
+	json_decref(o);
+	return b.p ? b.p : xstrdup("");
+}
+
+static void gemini_remember(json_t *native)
+{
+	json_t *part;
+	size_t i;
+	json_array_foreach(native, i, part) {
+		json_t *sig = json_object_get(part, "thoughtSignature"), *fc = json_object_get(part, "functionCall");
+		if (!json_is_string(sig))
+			continue;
+		if (!gemini_signatures) {
+			gemini_signatures = json_object();
+			gemini_signature_order = json_array();
+		}
+		char *key = gemini_call_key(json_object_get(fc, "name"), json_object_get(fc, "args"));
+		if (!json_object_get(gemini_signatures, key))
+			json_array_append_new(gemini_signature_order, json_string(key));
+		json_object_set(gemini_signatures, key, sig);
+		free(key);
+		while (json_array_size(gemini_signature_order) > GEMINI_SIGNATURES_MAX) {
+			json_object_del(gemini_signatures, json_string_value(json_array_get(gemini_signature_order, 0)));
+			json_array_remove(gemini_signature_order, 0);
+		}
+	}
+}
+
+void provider_free_all(void)
+{
+	json_decref(gemini_signatures);
+	json_decref(gemini_signature_order);
+	gemini_signatures = gemini_signature_order = NULL;
+}
+
 static json_t *gemini_native_content(json_t *m)
 {
 	json_t *calls = calls_of(m), *c, *parts = json_array();
@@ -286,7 +337,15 @@ static json_t *gemini_native_content(json_t *m)
 		                       json_object_get(c, "input"));
 		if (gemini_given_id(json_object_get(c, "id")))
 			json_object_set(fc, "id", json_object_get(c, "id"));
-		json_array_append_new(parts, json_pack("{s:o}", "functionCall", fc));
+		json_t *part = json_pack("{s:o}", "functionCall", fc);
+		if (gemini_signatures) {
+			char *key = gemini_call_key(json_object_get(c, "name"), json_object_get(c, "input"));
+			json_t *sig = json_object_get(gemini_signatures, key);
+			if (sig)
+				json_object_set(part, "thoughtSignature", sig);
+			free(key);
+		}
+		json_array_append_new(parts, part);
 	}
 	return json_pack("{s:s,s:o}", "role", "model", "parts", parts);
 }
@@ -626,7 +685,11 @@ static int parse_body(struct endpoint *ep, int native, const struct http_reply *
 		return err_set(&a->e, "reply is not JSON");
 	int rc = reply_native(ep->prov, doc, &a->text, &a->native, &a->e);
 	json_decref(doc);
-	return rc < 0 ? -1 : take_calls(ep, a);
+	if (rc < 0 || take_calls(ep, a) < 0)
+		return -1;
+	if (ep->prov == PROV_GEMINI)
+		gemini_remember(a->native);
+	return 0;
 }
 
 static json_t *usage_of_body(enum provider p, const struct http_reply *r)
