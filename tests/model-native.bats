@@ -339,3 +339,23 @@ JSON
 	line 1 '.ok and [.toolCalls[] | .id] == ["gemini-call-0","gemini-call-1"]'
 	line 2 '.ok and .text == "fine"'
 }
+
+@test "a key a server echoes in a 200 answer, text or tool call, never reaches the reply" {
+	serve "{\"/v1/chat/completions\":[
+		{\"json\":{\"choices\":[{\"message\":{\"content\":\"your key is $OPENAI_KEY, ok\"}}]}},
+		{\"json\":{\"choices\":[{\"message\":{\"content\":\"k=$OPENAI_KEY\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"notify\",\"arguments\":\"{\\\"text\\\":\\\"$OPENAI_KEY\\\"}\"}}]}}]}}],
+	        \"/responses\":[{\"sse\":[{\"type\":\"response.output_text.delta\",\"delta\":\"$CODEX_TOKEN\"}]}]}"
+	manifest "[$(ep o openai),$(ep c codex)]"
+	export OPENAI_API_KEY=$OPENAI_KEY OPENAI_CODEX_TOKEN=$CODEX_TOKEN OPENAI_CODEX_ACCOUNT=acct
+	{
+		req 1 mechanical 1
+		req 2 mechanical 1 10000 '.tools = true'
+		req 3 mechanical 1 10000 '.state = {"o":{"calls":0,"failures":0,"downUntil":9999999999999}}'
+	} > requests.jsonl
+	model
+	line 1 '.ok and .text == "your key is [redacted], ok"'
+	line 2 '.ok and .text == "k=[redacted]" and .toolCalls == [{"id":"c","name":"notify","input":{"text":"[redacted]"}}]'
+	line 2 '.native[0].function.arguments == "{\"text\":\"[redacted]\"}"'
+	line 3 '.ok and .text == "[redacted]"'
+	secret_free
+}

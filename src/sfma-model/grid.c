@@ -21,7 +21,6 @@
  * the planner persists, so a later run skips it without a request. */
 #include "model.h"
 #include "ndjson.h"
-#include "tools.h"
 
 #include <errno.h>
 #include <stdarg.h>

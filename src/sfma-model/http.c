@@ -178,8 +178,9 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	SET(CURLOPT_HEADERFUNCTION, on_header);
 	SET(CURLOPT_HEADERDATA, out);
 	/* HTTP/2 where TLS offers it (ALPN), HTTP/1.1 otherwise: one
-	 * connection per endpoint, kept alive between calls either way. */
-	SET(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+	 * connection per endpoint, kept alive between calls either way. A
+	 * libcurl built without HTTP/2 refuses the option: HTTP/1.1 then. */
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
 	SET(CURLOPT_TCP_KEEPALIVE, 1L);
 	SET(CURLOPT_ERRORBUFFER, errbuf);
 

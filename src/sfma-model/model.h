@@ -89,11 +89,12 @@ struct grid {
  * that cannot be used is marked so (and warned about once on stderr). */
 void grid_init(struct grid *g, const struct manifest *m);
 /* Replace the measured state with state ({"<name>":{calls,failures,
- * latencyMsEwma}}); endpoints absent or malformed in it start unmeasured.
+ * latencyMsEwma,availability,consecutiveFailures,downUntil,outages,
+ * passRate}}); endpoints absent or malformed in it start unmeasured.
  * 0, or -1 with e filled when state is not an object. */
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
-/* Serve one request: rank, try, fail over. Returns a new reply object
- * (without "id"). */
+/* Serve one request: rank, try, retry, fail over. Returns a new reply
+ * object (without "id"). */
 json_t *grid_serve(struct grid *g, const struct model_request *rq);
 json_t *grid_state(const struct grid *g);
 void grid_free(struct grid *g);
@@ -192,6 +193,11 @@ size_t secret_at(const char *s, size_t n);
  * cap - 1 bytes. */
 void secret_scrub(char *s, size_t cap);
 void secret_free_all(void);
+/* Rule 1 alone, for what a provider answered: each copy of a known secret
+ * value becomes "[redacted]" (in b, or in every string value of v). A
+ * reply is otherwise passed on exactly as received. */
+void secret_redact_text(struct buf *b);
+void secret_redact_json(json_t *v);
 /* A JSON string from bytes that may not be valid UTF-8: invalid bytes
  * become '?'. Never NULL. */
 json_t *json_string_lossy(const char *s, size_t n);

@@ -646,11 +646,15 @@ static enum err_class status_class(long status)
 	}
 }
 
-/* The calls of a native reply checked and mapped (tools_from_native). */
+/* The calls of a native reply checked and mapped (tools_from_native).
+ * A server that echoes a key back in its answer must not put it in the
+ * trace: the text and the calls lose every known secret value first. */
 static int take_calls(struct endpoint *ep, struct attempt *a)
 {
+	secret_redact_text(&a->text);
 	if (!a->native)
 		return 0;
+	secret_redact_json(a->native);
 	a->tool_calls = tools_from_native(provider_names[ep->prov], a->native, &a->e);
 	if (!a->tool_calls) {
 		err_prefix(&a->e, "bad tool call");
@@ -676,8 +680,11 @@ static size_t mock_request_bytes(const struct model_request *rq)
 /* The 2xx body of a JSON provider: text (and calls), then usage. */
 static int parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
 {
-	if (!native)
-		return reply_text(ep->prov, r, &a->text, &a->e);
+	if (!native) {
+		int rc = reply_text(ep->prov, r, &a->text, &a->e);
+		secret_redact_text(&a->text);
+		return rc;
+	}
 	if (r->body.len == 0)
 		return err_set(&a->e, "empty reply body");
 	json_t *doc = json_parse_strict(r->body.p, r->body.len, NULL);
