@@ -120,7 +120,7 @@ JSON
 	serve "$(cat <<JSON
 {"/responses":[{"expect":[
   "[t['name'] for t in b['tools']] == $NAMES",
-  "all(t['type'] == 'function' and set(t) == {'type','name','description','parameters'} for t in b['tools'])",
+  "all(t['type'] == 'function' and t['strict'] is False and set(t) == {'type','name','description','parameters','strict'} for t in b['tools'])",
   "'max_output_tokens' not in b and b['stream'] is True and b['store'] is False and b['instructions'] == 'be brief'",
   "[i['type'] for i in b['input']] == ['message','function_call','function_call','function_call_output','function_call_output','message']",
   "b['input'][1] == {'type':'function_call','call_id':'call_a','name':'read','arguments':json.dumps({'path':'a.txt'},separators=(',',':'))}",
@@ -358,4 +358,24 @@ JSON
 	line 2 '.native[0].function.arguments == "{\"text\":\"[redacted]\"}"'
 	line 3 '.ok and .text == "[redacted]"'
 	secret_free
+}
+
+@test "one connection per endpoint, kept across calls and across a failed attempt" {
+	serve '{"/a/v1/chat/completions":[{"json":{"choices":[{"message":{"content":"a"}}]}},{"status":500,"body":"x"},{"json":{"choices":[{"message":{"content":"a"}}]}}],
+	        "/b/v1/chat/completions":[{"json":{"choices":[{"message":{"content":"b"}}]}}]}'
+	manifest "[{\"name\":\"a\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/a\"},
+	           {\"name\":\"b\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/b\",\"priors\":{\"reasoning\":0,\"mechanical\":0}}]"
+	export OPENAI_API_KEY=$OPENAI_KEY
+	{
+		req 1 mechanical 3; req 2 mechanical 3; req 3 mechanical 3
+		req 4 mechanical 3 10000 '.state = {"a":{"calls":0,"failures":0,"downUntil":9999999999999}}'
+		req 5 mechanical 3 10000 '.state = {"a":{"calls":0,"failures":0,"downUntil":9999999999999}}'
+	} > requests.jsonl
+	model
+	line 2 '.ok and [.calls[] | .status] == [500,200]'
+	line 5 '.ok and .endpoint == "b"'
+	[ "$(jq -r 'select(.path == "/a/v1/chat/completions") | .peer' log.jsonl | sort -u | wc -l)" -eq 1 ]
+	[ "$(jq -r 'select(.path == "/b/v1/chat/completions") | .peer' log.jsonl | sort -u | wc -l)" -eq 1 ]
+	[ "$(jq -r .peer log.jsonl | sort -u | wc -l)" -eq 2 ]
+	[ "$(wc -l < log.jsonl)" -eq 6 ]
 }

@@ -402,16 +402,19 @@ static json_t *body_codex(const struct endpoint *ep, const struct model_request 
 		}
 	}
 	/* No max_output_tokens: the ChatGPT codex backend refuses the
-	 * parameter ("Unsupported parameter: max_output_tokens", HTTP 400). */
+	 * parameter ("Unsupported parameter: max_output_tokens", HTTP 400).
+	 * A Responses function tool is strict unless it says not: strict
+	 * would demand a schema with every property required and
+	 * additionalProperties false, which recall's optional members are not. */
 	json_t *b = json_pack("{s:s,s:o,s:o,s:b,s:b}", "model", ep->cfg->model, "instructions",
 	                      str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1);
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();
 		json_array_foreach(defs, i, d)
-			json_array_append_new(tools, json_pack("{s:s,s:O,s:O,s:O}", "type", "function", "name",
+			json_array_append_new(tools, json_pack("{s:s,s:O,s:O,s:O,s:b}", "type", "function", "name",
 			                                       json_object_get(d, "name"), "description",
 			                                       json_object_get(d, "description"), "parameters",
-			                                       json_object_get(d, "parameters")));
+			                                       json_object_get(d, "parameters"), "strict", 0));
 		json_decref(defs);
 		json_object_set_new(b, "tools", tools);
 	}
