@@ -214,3 +214,14 @@ one() {
 	grep -q 'redacted' out.jsonl
 	secret_free
 }
+
+@test "malformed state members start unmeasured, each alone" {
+	# a 400 leaves the streak and the outages as they were read
+	serve '{"/a/v1/chat/completions":[{"status":400,"body":"no"}]}'
+	one
+	req 1 mechanical 1 10000 '.state = {"a":{"calls":5,"failures":1,"latencyMsEwma":-3,"availability":7,
+		"consecutiveFailures":-5,"outages":1.5,"downUntil":"soon","passRate":{"reasoning":"high","mechanical":0.25}}}' > requests.jsonl
+	model
+	line 1 '(.ok | not) and .endpoints.a == {"calls":6,"failures":2,"latencyMsEwma":null,"availability":1,
+		"consecutiveFailures":0,"outages":0,"downUntil":null,"passRate":{"mechanical":0.25}}'
+}

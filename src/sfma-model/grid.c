@@ -30,7 +30,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-
 static const char *key_var(enum provider p)
 {
 	switch (p) {
@@ -151,7 +150,6 @@ void grid_free(struct grid *g)
 	g->n = 0;
 }
 
-
 /* ---- the measured state ------------------------------------------------ */
 
 static int unit_number(json_t *v, double *out)
@@ -162,9 +160,14 @@ static int unit_number(json_t *v, double *out)
 	return 1;
 }
 
+/* *out set only when v is an integer >= 0. */
 static int count_of(json_t *v, long long *out)
 {
-	return json_integer_of(v, out) && *out >= 0;
+	long long n;
+	if (!json_integer_of(v, &n) || n < 0)
+		return 0;
+	*out = n;
+	return 1;
 }
 
 static void unmeasured(struct endpoint *ep)
