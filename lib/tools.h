@@ -1,10 +1,16 @@
-/* tools.h - the tools the model may call, and a provider's native tool
- * calls turned into the hard tier's call objects. */
+/* tools.h - the tools a model may call, as one table, and the mapping
+ * between each provider's native tool calls and the hard tier's call
+ * objects (sfma-formats(5), sfma-model(1)).
+ *
+ * sfma-model offers the table to providers with native tool use and turns
+ * their replies into calls; sfma replay derives the same calls from the
+ * same recorded objects with the same function, so the two can never
+ * disagree. */
 #ifndef SFMA_TOOLS_H
 #define SFMA_TOOLS_H
 
-#include <jansson.h>
 #include <stddef.h>
+#include <jansson.h>
 
 #include "err.h"
 
@@ -30,5 +36,9 @@ json_t *tools_from_native(const char *provider, json_t *native, struct sfma_err 
  * (new reference), or NULL with e filled ("input" not an object, holds a
  * "tool" member, unknown tool name). */
 json_t *tools_call_object(json_t *tool_call, struct sfma_err *e);
+
+/* The id tools_from_native gives a gemini call that came without one
+ * begins with this: such an id is never sent back to the provider. */
+#define TOOLS_GEMINI_ID_PREFIX "gemini-call-"
 
 #endif

@@ -110,7 +110,7 @@ OPENAI_OK='{"json":{"choices":[{"message":{"role":"assistant","content":"openai 
 	line 4 '.text | fromjson == {"tool":"run","cmd":"echo hello from the sandbox"}'
 	line 5 '.text | fromjson | .tool == "done"'
 	line 6 '.text | fromjson | .tool == "done"'
-	line 6 '.calls == [{"endpoint":"m","class":"mechanical","latencyMs":.calls[0].latencyMs,"ok":true}]'
+	line 6 '.calls == [{"endpoint":"m","class":"mechanical","latencyMs":.calls[0].latencyMs,"ok":true,"status":null,"waitMs":0,"requestBytes":.calls[0].requestBytes}] and .calls[0].requestBytes > 0 and .provider == "mock"'
 	line 6 '.endpoints.m.calls == 6 and .endpoints.m.failures == 0 and (.endpoints.m.latencyMsEwma | type) == "number"'
 }
 
@@ -293,8 +293,8 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 
 # ---- grid, failover, budget -------------------------------------------
 
-@test "failover: a 500 then a success are two calls, both counted" {
-	serve "{\"/a/v1/chat/completions\":[{\"status\":500,\"body\":\"{\\\"error\\\":\\\"boom\\\"}\"}],
+@test "failover: a 400 then a success are two calls, both counted" {
+	serve "{\"/a/v1/chat/completions\":[{\"status\":400,\"body\":\"{\\\"error\\\":\\\"boom\\\"}\"}],
 	        \"/b/v1/chat/completions\":[$OPENAI_OK]}"
 	manifest "[{\"name\":\"a\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/a\"},
 	           {\"name\":\"b\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/b\"}]"
@@ -302,14 +302,15 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	req 1 mechanical 5 > requests.jsonl
 	model
 	line 1 '.ok and .endpoint == "b" and .text == "openai says hi"'
-	line 1 '.calls | length == 2 and .[0].endpoint == "a" and (.[0].ok | not) and .[0].error == "a: HTTP 500: {\"error\":\"boom\"}" and .[1].endpoint == "b" and .[1].ok'
+	line 1 '.calls | length == 2 and .[0].endpoint == "a" and (.[0].ok | not) and .[0].error == "a: HTTP 400: {\"error\":\"boom\"}" and .[1].endpoint == "b" and .[1].ok'
+	line 1 '.calls[0] | .status == 400 and .errorClass == "client" and .waitMs == 0'
 	line 1 '.calls | all(has("latencyMs") and .class == "mechanical")'
-	line 1 '.endpoints == {"a":{"calls":1,"failures":1,"latencyMsEwma":null},"b":{"calls":1,"failures":0,"latencyMsEwma":.endpoints.b.latencyMsEwma}} and (.endpoints.b.latencyMsEwma | type) == "number"'
+	line 1 '.endpoints | (.a | .calls == 1 and .failures == 1 and .latencyMsEwma == null) and (.b | .calls == 1 and .failures == 0 and (.latencyMsEwma | type) == "number")'
 	secret_free
 }
 
 @test "callsLeft bounds the attempts; 0 means no call at all" {
-	serve '{"/a/v1/chat/completions":[{"status":503,"body":"busy"}],"/b/v1/chat/completions":[{"status":503,"body":"busy"}]}'
+	serve '{"/a/v1/chat/completions":[{"status":400,"body":"busy"}],"/b/v1/chat/completions":[{"status":400,"body":"busy"}]}'
 	manifest "[{\"name\":\"a\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/a\"},
 	           {\"name\":\"b\",\"provider\":\"openai\",\"model\":\"g\",\"baseUrl\":\"$BASE/b\"}]"
 	export OPENAI_API_KEY=$OPENAI_KEY
@@ -329,8 +330,8 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	{
 		req 1 reasoning 3
 		req 2 mechanical 3
-		# a measured as failing every time: b wins reasoning too.
-		req 3 reasoning 3 | jq -c '.state = {"a":{"calls":20,"failures":20,"latencyMsEwma":null},"b":{"calls":4,"failures":0,"latencyMsEwma":12.5}}'
+		# a measured as unreachable every time: b wins reasoning too.
+		req 3 reasoning 3 | jq -c '.state = {"a":{"calls":20,"failures":20,"latencyMsEwma":null,"availability":0},"b":{"calls":4,"failures":0,"latencyMsEwma":12.5}}'
 		req 4 reasoning 3 | jq -c '.state = {"a":{"calls":3,"failures":5}}'
 		req 5 reasoning 3 | jq -c '.state = []'
 	} > requests.jsonl
@@ -341,7 +342,7 @@ oauth_endpoint() { # oauth_endpoint NAME [SCOPE]
 	line 3 '.endpoints.b.latencyMsEwma >= 0 and .endpoints.b.latencyMsEwma != 12.5'
 	line 5 '.id == 5 and (.ok | not) and .error == "bad request: state must be an object of endpoint states"'
 	# A malformed entry (failures > calls) counts as unmeasured: a wins again on its prior.
-	line 4 '.id == 4 and .ok and .endpoint == "a" and .endpoints.a == {"calls":1,"failures":0,"latencyMsEwma":.endpoints.a.latencyMsEwma} and .endpoints.b.calls == 0'
+	line 4 '.id == 4 and .ok and .endpoint == "a" and (.endpoints.a | .calls == 1 and .failures == 0 and .availability == 1) and .endpoints.b.calls == 0'
 }
 
 @test "latency above tuning.targetLatencyMs lowers the score" {
@@ -494,8 +495,8 @@ print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "
 	export ANTHROPIC_API_KEY=$LONG_KEY
 	{ req 1 mechanical 1; req 2 mechanical 1; } > requests.jsonl
 	model
-	line 1 '.error == "a: HTTP 500: see https://x/[redacted]"'
-	line 2 '.error == "a: HTTP 500: bad key [redacted]"'
+	line 1 '.error == "model call budget spent (last: a: HTTP 500: see https://x/[redacted])"'
+	line 2 '.error == "model call budget spent (last: a: HTTP 500: bad key [redacted])"'
 	no_key_piece out.jsonl err.txt
 }
 

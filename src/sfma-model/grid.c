@@ -1,24 +1,34 @@
-/* grid.c - the endpoint grid: which endpoints are usable, in which order
- * they are tried for a class, failover, and the measured state.
+/* grid.c - the endpoint grid: which endpoints are usable and up, in which
+ * order they are tried for a class, retries, failover, and the measured
+ * state.
  *
- * Score of a usable endpoint for class c (reasoning or mechanical):
+ * Score of a usable endpoint for class c (reasoning or mechanical), with
+ * the weights of tuning.routing.c:
  *
- *   reliability = (W * prior_c + successes) / (W + calls)      W = 4
- *   speed       = min(1, targetLatencyMs / latencyMsEwma)       1 when either is unknown
- *   score       = reliability * speed
+ *   score = wPrior * prior_c + wPass * passRate_c + wAvail * availability
+ *         + wLat * min(1, targetLatencyMs / latencyMsEwma)
  *
- * The prior counts as W observations, so measurements overrule it after a
- * handful of calls; an endpoint slower than the target loses score in
- * proportion. Ties keep manifest order. */
+ * passRate_c is the planner's (0.5 until measured), availability an EWMA
+ * of transport success (1 until measured), and the latency term is 1 when
+ * no latency is measured or no target is set. Ties keep manifest order;
+ * with one endpoint nothing is ranked, only its health is checked.
+ *
+ * Within one request an endpoint is retried at most MODEL_MAX_RETRIES
+ * times: after a rate limit when the server's wait fits before the
+ * deadline, after a transient failure following the backoff; anything
+ * else falls through to the next endpoint at once. MODEL_DOWN_AFTER
+ * consecutive transport failures make it down until downUntil, a state
+ * the planner persists, so a later run skips it without a request. */
 #include "model.h"
 #include "ndjson.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PRIOR_WEIGHT 4.0
+#include <sys/random.h>
+#include <time.h>
 
 static const char *key_var(enum provider p)
 {
@@ -107,6 +117,8 @@ void grid_init(struct grid *g, const struct manifest *m)
 	memset(g, 0, sizeof *g);
 	g->alpha = m->tuning.ewma_alpha;
 	g->target_latency_ms = m->tuning.target_latency_ms;
+	g->weights[0] = m->tuning.routing_mechanical;
+	g->weights[1] = m->tuning.routing_reasoning;
 	g->eps = xcalloc(m->n_endpoints, sizeof *g->eps);
 	g->n = m->n_endpoints;
 	for (size_t i = 0; i < g->n; i++) {
@@ -119,6 +131,7 @@ void grid_init(struct grid *g, const struct manifest *m)
 			load_auth(ep);
 		load_credentials(ep);
 		ep->usable = ep->missing[0] == '\0';
+		ep->availability = 1;
 		if (ep->prov != PROV_MOCK && !(ep->curl = curl_easy_init()))
 			die("cannot start libcurl");
 	}
@@ -137,70 +150,146 @@ void grid_free(struct grid *g)
 	g->n = 0;
 }
 
-/* The measured state of one endpoint as persisted, or -1 if it is not one. */
-static int read_entry(const json_t *s, long long *calls, long long *failures, double *ewma,
-                      int *has_ewma)
+/* ---- the measured state ------------------------------------------------ */
+
+static int unit_number(json_t *v, double *out)
 {
+	if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+		return 0;
+	*out = json_number_value(v);
+	return 1;
+}
+
+/* *out set only when v is an integer >= 0. */
+static int count_of(json_t *v, long long *out)
+{
+	long long n;
+	if (!json_integer_of(v, &n) || n < 0)
+		return 0;
+	*out = n;
+	return 1;
+}
+
+static void unmeasured(struct endpoint *ep)
+{
+	ep->calls = ep->failures = 0;
+	ep->latency_ewma = 0;
+	ep->has_ewma = 0;
+	ep->availability = 1;
+	ep->consecutive_failures = ep->down_until = ep->outages = 0;
+	ep->has_pass[0] = ep->has_pass[1] = 0;
+}
+
+/* One endpoint's state as persisted. calls and failures make an entry (an
+ * entry without them, or with failures > calls, is not one: unmeasured);
+ * every other member is read alone and, malformed, left unmeasured. A
+ * downUntil further ahead than the longest outage is cut to it: no
+ * hand-edited memory can keep an endpoint away for longer. */
+static void read_entry(struct endpoint *ep, json_t *s)
+{
+	unmeasured(ep);
+	long long calls, failures;
+	if (!json_is_object(s) || !count_of(json_object_get(s, "calls"), &calls) ||
+	    !count_of(json_object_get(s, "failures"), &failures) || failures > calls)
+		return;
+	ep->calls = calls;
+	ep->failures = failures;
 	json_t *e = json_object_get(s, "latencyMsEwma");
-	if (!json_is_object(s) || !json_integer_of(json_object_get(s, "calls"), calls) ||
-	    !json_integer_of(json_object_get(s, "failures"), failures) || *failures < 0 ||
-	    *failures > *calls)
-		return -1;
-	*has_ewma = json_is_number(e) && json_number_value(e) >= 0;
-	*ewma = *has_ewma ? json_number_value(e) : 0;
-	return 0;
+	ep->has_ewma = json_is_number(e) && json_number_value(e) >= 0;
+	ep->latency_ewma = ep->has_ewma ? json_number_value(e) : 0;
+	unit_number(json_object_get(s, "availability"), &ep->availability);
+	count_of(json_object_get(s, "consecutiveFailures"), &ep->consecutive_failures);
+	count_of(json_object_get(s, "outages"), &ep->outages);
+	if (ep->outages > 64)
+		ep->outages = 64;
+	if (count_of(json_object_get(s, "downUntil"), &ep->down_until)) {
+		long long latest = wall_ms() + MODEL_DOWN_MAX_MS;
+		if (ep->down_until > latest)
+			ep->down_until = latest;
+	}
+	json_t *pass = json_object_get(s, "passRate");
+	ep->has_pass[0] = unit_number(json_object_get(pass, "mechanical"), &ep->pass_rate[0]);
+	ep->has_pass[1] = unit_number(json_object_get(pass, "reasoning"), &ep->pass_rate[1]);
 }
 
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e)
 {
 	if (!json_is_object(state))
 		return err_set(e, "state must be an object of endpoint states");
-	for (size_t i = 0; i < g->n; i++) {
-		struct endpoint *ep = &g->eps[i];
-		json_t *s = json_object_get(state, ep->cfg->name);
-		/* An entry that is not a measured state (hand-edited memory, an
-		 * older format) counts as unmeasured: it must not stop a run. */
-		if (!s || read_entry(s, &ep->calls, &ep->failures, &ep->latency_ewma, &ep->has_ewma) < 0) {
-			ep->calls = ep->failures = 0;
-			ep->latency_ewma = 0;
-			ep->has_ewma = 0;
-		}
-	}
+	for (size_t i = 0; i < g->n; i++)
+		read_entry(&g->eps[i], json_object_get(state, g->eps[i].cfg->name));
 	return 0;
+}
+
+static json_t *rounded(double v, double unit)
+{
+	return json_real((double)(long long)(v / unit + 0.5) * unit);
 }
 
 json_t *grid_state(const struct grid *g)
 {
 	json_t *out = json_object();
+	long long now = wall_ms();
 	for (size_t i = 0; i < g->n; i++) {
 		const struct endpoint *ep = &g->eps[i];
-		json_t *ewma = ep->has_ewma ? json_real((double)(long long)(ep->latency_ewma * 1000 + 0.5) / 1000) : json_null();
-		json_object_set_new(out, ep->cfg->name,
-		                    json_pack("{s:I,s:I,s:o}", "calls", (json_int_t)ep->calls, "failures",
-		                              (json_int_t)ep->failures, "latencyMsEwma", ewma));
+		json_t *s = json_pack("{s:I,s:I,s:o,s:o,s:I,s:o,s:I}", "calls", (json_int_t)ep->calls, "failures",
+		                      (json_int_t)ep->failures, "latencyMsEwma",
+		                      ep->has_ewma ? rounded(ep->latency_ewma, 0.001) : json_null(), "availability",
+		                      rounded(ep->availability, 1e-6), "consecutiveFailures",
+		                      (json_int_t)ep->consecutive_failures, "downUntil",
+		                      ep->down_until > now ? json_integer((json_int_t)ep->down_until) : json_null(),
+		                      "outages", (json_int_t)ep->outages);
+		if (ep->has_pass[0] || ep->has_pass[1]) {
+			json_t *pass = json_object();
+			if (ep->has_pass[1])
+				json_object_set_new(pass, "reasoning", json_real(ep->pass_rate[1]));
+			if (ep->has_pass[0])
+				json_object_set_new(pass, "mechanical", json_real(ep->pass_rate[0]));
+			json_object_set_new(s, "passRate", pass);
+		}
+		json_object_set_new(out, ep->cfg->name, s);
 	}
 	return out;
 }
 
+/* ---- ranking ----------------------------------------------------------- */
+
 static double score(const struct grid *g, const struct endpoint *ep, int reasoning)
 {
+	const struct routing_weights *w = &g->weights[reasoning];
 	double prior = reasoning ? ep->cfg->prior_reasoning : ep->cfg->prior_mechanical;
-	double successes = (double)(ep->calls - ep->failures);
-	double reliability = (PRIOR_WEIGHT * prior + successes) / (PRIOR_WEIGHT + (double)ep->calls);
-	double speed = 1;
+	double pass = ep->has_pass[reasoning] ? ep->pass_rate[reasoning] : 0.5;
+	double lat = 1;
 	if (g->target_latency_ms > 0 && ep->has_ewma && ep->latency_ewma > g->target_latency_ms)
-		speed = g->target_latency_ms / ep->latency_ewma;
-	return reliability * speed;
+		lat = g->target_latency_ms / ep->latency_ewma;
+	return w->prior * prior + w->pass * pass + w->avail * ep->availability + w->lat * lat;
 }
 
-/* Usable endpoints, best first (a stable insertion sort: ties keep manifest order). */
-static size_t rank(const struct grid *g, int reasoning, struct endpoint **order, double *scores)
+static int is_down(const struct endpoint *ep, long long now)
+{
+	return ep->down_until > now;
+}
+
+/* Usable endpoints that are up, best first (a stable insertion sort: ties
+ * keep manifest order). *n_down counts the usable ones that are down and
+ * *back_at the earliest instant one of them comes back. */
+static size_t rank(const struct grid *g, int reasoning, struct endpoint **order, double *scores,
+                   size_t *n_down, long long *back_at)
 {
 	size_t n = 0;
+	long long now = wall_ms();
+	*n_down = 0;
+	*back_at = 0;
 	for (size_t i = 0; i < g->n; i++) {
 		struct endpoint *ep = &g->eps[i];
 		if (!ep->usable)
 			continue;
+		if (is_down(ep, now)) {
+			if (!*n_down || ep->down_until < *back_at)
+				*back_at = ep->down_until;
+			++*n_down;
+			continue;
+		}
 		double s = score(g, ep, reasoning);
 		size_t at = n;
 		while (at > 0 && scores[at - 1] < s) {
@@ -215,30 +304,85 @@ static size_t rank(const struct grid *g, int reasoning, struct endpoint **order,
 	return n;
 }
 
-static json_t *call_entry(const struct endpoint *ep, int reasoning, double elapsed, const char *err)
+/* ---- attempts ---------------------------------------------------------- */
+
+static json_t *call_entry(const struct endpoint *ep, int reasoning, double elapsed, long long wait_ms,
+                          const struct attempt *a, const char *err)
 {
 	long long ms = (long long)(elapsed + 0.5);
-	json_t *c = json_pack("{s:s,s:s,s:I,s:b}", "endpoint", ep->cfg->name, "class",
-	                      reasoning ? "reasoning" : "mechanical", "latencyMs", (json_int_t)ms,
-	                      "ok", err == NULL);
-	if (err)
+	json_t *c = json_pack("{s:s,s:s,s:I,s:b,s:o,s:I,s:I}", "endpoint", ep->cfg->name, "class",
+	                      reasoning ? "reasoning" : "mechanical", "latencyMs", (json_int_t)ms, "ok",
+	                      err == NULL, "status", a->status ? json_integer(a->status) : json_null(),
+	                      "waitMs", (json_int_t)wait_ms, "requestBytes", (json_int_t)a->request_bytes);
+	if (err) {
+		json_object_set_new(c, "errorClass", json_string(err_class_name(a->cls)));
 		json_object_set_new(c, "error", json_string_lossy(err, strlen(err)));
+	}
+	if (!err && a->usage)
+		json_object_set(c, "usage", a->usage);
 	return c;
 }
 
-static void measure(const struct grid *g, struct endpoint *ep, double ms, int ok)
+static void measure(const struct grid *g, struct endpoint *ep, double ms, const struct attempt *a, int ok)
 {
 	ep->calls++;
-	if (!ok) {
-		ep->failures++;
+	int reached = ok || a->cls != EC_TRANSPORT;
+	ep->availability = g->alpha * reached + (1 - g->alpha) * ep->availability;
+	if (ok) {
+		/* Latency is learnt from successes only: a fast refusal is not speed. */
+		ep->latency_ewma = ep->has_ewma ? g->alpha * ms + (1 - g->alpha) * ep->latency_ewma : ms;
+		ep->has_ewma = 1;
+		ep->consecutive_failures = ep->outages = ep->down_until = 0;
 		return;
 	}
-	/* Latency is learnt from successes only: a fast refusal is not speed. */
-	if (ep->has_ewma)
-		ep->latency_ewma = g->alpha * ms + (1 - g->alpha) * ep->latency_ewma;
+	ep->failures++;
+	if (a->cls != EC_TRANSPORT)
+		return;
+	/* Once down, one more transport failure after it comes back is a new
+	 * outage, twice as long: the count only restarts with a success. */
+	if (++ep->consecutive_failures >= MODEL_DOWN_AFTER) {
+		long long len = MODEL_DOWN_FIRST_MS;
+		for (long long k = ++ep->outages; k > 1 && len < MODEL_DOWN_MAX_MS; k--)
+			len *= 2;
+		ep->down_until = wall_ms() + (len < MODEL_DOWN_MAX_MS ? len : MODEL_DOWN_MAX_MS);
+	}
+}
+
+/* Full jitter: uniformly in [0, min(cap, base * 2^retry)]. */
+static long long backoff_ms(int retry)
+{
+	long long ceiling = MODEL_BACKOFF_BASE_MS;
+	for (int k = 0; k < retry && ceiling < MODEL_BACKOFF_CAP_MS; k++)
+		ceiling *= 2;
+	if (ceiling > MODEL_BACKOFF_CAP_MS)
+		ceiling = MODEL_BACKOFF_CAP_MS;
+	uint32_t r;
+	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+		return ceiling / 2;
+	return (long long)((double)r / 4294967295.0 * (double)ceiling);
+}
+
+static void sleep_ms(long long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* How long to wait before retrying ep after a, or -1 to fall through. */
+static long long retry_wait(const struct endpoint *ep, const struct attempt *a, int retries, long long deadline_ms)
+{
+	long long wait;
+	if (retries >= MODEL_MAX_RETRIES || is_down(ep, wall_ms()))
+		return -1;
+	if (a->cls == EC_RATE && a->retry_after_ms >= 0)
+		wait = a->retry_after_ms;
+	else if (a->cls == EC_RATE || a->cls == EC_TRANSIENT || a->cls == EC_TRANSPORT)
+		wait = backoff_ms(retries); /* a rate limit without a hint backs off too */
 	else
-		ep->latency_ewma = ms;
-	ep->has_ewma = 1;
+		return -1;
+	/* The wait and at least a moment for the attempt must fit. */
+	return wall_ms() + wait < deadline_ms ? wait : -1;
 }
 
 static json_t *failure(json_t *calls, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -254,6 +398,24 @@ static json_t *failure(json_t *calls, const char *fmt, ...)
 	                 "calls", calls);
 }
 
+static json_t *success(const struct endpoint *ep, struct attempt *a, json_t *calls)
+{
+	json_t *r = json_pack("{s:b,s:o,s:s,s:s}", "ok", 1, "text",
+	                      json_string_lossy(a->text.p ? a->text.p : "", a->text.len), "endpoint",
+	                      ep->cfg->name, "provider", provider_name(ep->prov));
+	if (a->tool_calls) {
+		json_object_set(r, "toolCalls", a->tool_calls);
+		json_object_set(r, "native", a->native);
+	}
+	if (a->usage)
+		json_object_set(r, "usage", a->usage);
+	json_object_set_new(r, "calls", calls);
+	return r;
+}
+
+/* Why the attempts stopped before every endpoint was tried. */
+enum stop { GO_ON, STOP_BUDGET, STOP_DEADLINE };
+
 json_t *grid_serve(struct grid *g, const struct model_request *rq)
 {
 	json_t *calls = json_array();
@@ -264,44 +426,64 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq)
 	}
 	struct endpoint **order = xcalloc(g->n, sizeof *order);
 	double *scores = xcalloc(g->n, sizeof *scores);
-	size_t n = rank(g, rq->reasoning, order, scores);
+	size_t n_down;
+	long long back_at;
+	size_t n = rank(g, rq->reasoning, order, scores, &n_down, &back_at);
 	json_t *reply = NULL;
 	char last[SFMA_ERR_MAX] = "";
+	long long made = 0;
 	size_t tried = 0;
+	enum stop stop = GO_ON;
 
-	if (n == 0)
+	if (n == 0 && n_down) {
+		char when[ISO8601_LEN];
+		reply = failure(calls, "all endpoints down until %s", iso8601_utc(back_at, when));
+	} else if (n == 0) {
 		reply = failure(calls, "%s", g->no_usable);
-	for (size_t i = 0; !reply && i < n; i++) {
-		struct endpoint *ep = order[i];
-		if ((long long)tried >= rq->calls_left) {
-			reply = failure(calls, "model call budget spent (last: %s)", last);
-			break;
-		}
-		if (wall_ms() >= rq->deadline_ms) {
-			reply = tried ? failure(calls, "deadline passed (last: %s)", last)
-			              : failure(calls, "deadline passed");
-			break;
-		}
-		struct buf text = {0};
-		struct sfma_err e;
-		double t0 = mono_ms_frac();
-		int rc = provider_call(ep, rq, &text, &e);
-		double ms = mono_ms_frac() - t0;
-		tried++;
-		measure(g, ep, ms, rc == 0);
-		if (rc == 0) {
-			json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, NULL));
-			reply = json_pack("{s:b,s:o,s:s,s:o}", "ok", 1, "text",
-			                  json_string_lossy(text.p ? text.p : "", text.len), "endpoint",
-			                  ep->cfg->name, "calls", calls);
-		} else {
-			snprintf(last, sizeof last, "%.100s: %.400s", ep->cfg->name, e.text);
-			secret_scrub(last, sizeof last);
-			json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, last));
-		}
-		buf_free(&text);
 	}
-	if (!reply)
+	for (size_t i = 0; !reply && stop == GO_ON && i < n; i++) {
+		struct endpoint *ep = order[i];
+		long long wait = 0;
+		int counted = 0;
+		for (int retries = 0;; retries++) {
+			if (made >= rq->calls_left) {
+				stop = STOP_BUDGET;
+				break;
+			}
+			if (wait > 0)
+				sleep_ms(wait);
+			if (wall_ms() >= rq->deadline_ms) {
+				stop = STOP_DEADLINE;
+				break;
+			}
+			struct attempt a = {0};
+			double t0 = mono_ms_frac();
+			int rc = provider_call(ep, rq, &a);
+			double ms = mono_ms_frac() - t0;
+			made++;
+			if (!counted++)
+				tried++;
+			measure(g, ep, ms, &a, rc == 0);
+			if (rc == 0) {
+				json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, wait, &a, NULL));
+				reply = success(ep, &a, calls);
+				attempt_free(&a);
+				break;
+			}
+			snprintf(last, sizeof last, "%.100s: %.400s", ep->cfg->name, a.e.text);
+			secret_scrub(last, sizeof last);
+			json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, wait, &a, last));
+			wait = retry_wait(ep, &a, retries, rq->deadline_ms);
+			attempt_free(&a);
+			if (wait < 0)
+				break;
+		}
+	}
+	if (!reply && stop == STOP_BUDGET)
+		reply = failure(calls, "model call budget spent (last: %s)", last);
+	else if (!reply && stop == STOP_DEADLINE)
+		reply = made ? failure(calls, "deadline passed (last: %s)", last) : failure(calls, "deadline passed");
+	else if (!reply)
 		reply = tried == 1 ? failure(calls, "%s", last)
 		                   : failure(calls, "all %zu usable endpoints failed (last: %s)", tried, last);
 	free(order);

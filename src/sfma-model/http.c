@@ -10,8 +10,11 @@
 #include "model.h"
 #include "ndjson.h"
 
+#include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* What an SSE stream has told so far. */
 struct sse {
@@ -19,6 +22,9 @@ struct sse {
 	struct buf data;        /* data: lines of the current event */
 	struct buf deltas;      /* response.output_text.delta, concatenated */
 	struct buf completed;   /* output_text parts of response.completed */
+	json_t *calls_done;     /* function_call items of response.output_item.done */
+	json_t *calls_completed;/* function_call items of response.completed */
+	json_t *usage;          /* response.completed's response.usage */
 	int saw_completed, bad_events;
 	char failure[256];      /* message of a response.failed / error event */
 };
@@ -72,6 +78,60 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
+/* A wait hint of the response: retry-after-ms (milliseconds, the form
+ * OpenAI's and Anthropic's SDKs honour first) or Retry-After (RFC 9110
+ * section 10.2.3: delay-seconds or an HTTP-date). A header block of a new
+ * response (after a 1xx) starts over. */
+static void retry_hint(struct http_reply *out, const char *p, size_t n)
+{
+	if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+		out->retry_after_ms = -1;
+		out->retry_ms_seen = 0;
+		return;
+	}
+	const char *colon = memchr(p, ':', n);
+	if (!colon)
+		return;
+	size_t name_len = (size_t)(colon - p);
+	int ms = name_len == 14 && strncasecmp(p, "retry-after-ms", 14) == 0;
+	if (!ms && !(name_len == 11 && strncasecmp(p, "retry-after", 11) == 0))
+		return;
+	char value[128];
+	const char *v = colon + 1, *end = p + n;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && isspace((unsigned char)end[-1]))
+		end--;
+	if (end == v || (size_t)(end - v) >= sizeof value)
+		return;
+	memcpy(value, v, (size_t)(end - v));
+	value[end - v] = '\0';
+	char *stop;
+	double d = strtod(value, &stop);
+	long long hint = -1;
+	if (*stop == '\0' && isfinite(d) && d >= 0 && d < 1e12)
+		hint = (long long)(ms ? d : d * 1000);
+	else if (!ms) {
+		time_t at = curl_getdate(value, NULL); /* every HTTP-date form */
+		if (at != -1) {
+			long long left = (long long)at * 1000 - wall_ms();
+			hint = left > 0 ? left : 0;
+		}
+	}
+	/* retry-after-ms is the finer of the two: it wins whichever came first. */
+	if (hint >= 0 && (ms || !out->retry_ms_seen))
+		out->retry_after_ms = hint;
+	if (hint >= 0 && ms)
+		out->retry_ms_seen = 1;
+}
+
+static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
+{
+	size_t n = size * nmemb;
+	retry_hint(userdata, p, n);
+	return n;
+}
+
 #define SET(opt, val) \
 	do { \
 		if (curl_easy_setopt(c, opt, val) != CURLE_OK) \
@@ -88,6 +148,8 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	char errbuf[CURL_ERROR_SIZE] = "";
 	struct sink k = {.body = &out->body, .sse = sse};
 	out->status = 0;
+	out->retry_after_ms = -1;
+	out->retry_ms_seen = 0;
 	buf_reset(&out->body);
 
 	/* reset keeps the connection cache: consecutive calls reuse a connection. */
@@ -113,12 +175,21 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
 	SET(CURLOPT_WRITEFUNCTION, on_data);
 	SET(CURLOPT_WRITEDATA, &k);
+	SET(CURLOPT_HEADERFUNCTION, on_header);
+	SET(CURLOPT_HEADERDATA, out);
+	/* HTTP/2 where TLS offers it (ALPN), HTTP/1.1 otherwise: one
+	 * connection per endpoint, kept alive between calls either way. A
+	 * libcurl built without HTTP/2 refuses the option: HTTP/1.1 then. */
+	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+	SET(CURLOPT_TCP_KEEPALIVE, 1L);
 	SET(CURLOPT_ERRORBUFFER, errbuf);
 
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
-	if (k.too_big || rc == CURLE_FILESIZE_EXCEEDED)
-		return err_set(e, "response larger than %u bytes", MODEL_BODY_MAX);
+	if (k.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+		err_set(e, "response larger than %u bytes", MODEL_BODY_MAX);
+		return -2;
+	}
 	if (rc == CURLE_OPERATION_TIMEDOUT)
 		return err_set(e, "deadline reached (gave up after %lld ms)", left);
 	if (rc != CURLE_OK)
@@ -191,7 +262,32 @@ void sse_free(struct sse *s)
 	buf_free(&s->data);
 	buf_free(&s->deltas);
 	buf_free(&s->completed);
+	json_decref(s->calls_done);
+	json_decref(s->calls_completed);
+	json_decref(s->usage);
 	free(s);
+}
+
+/* Append item to *list when it is a function_call item. */
+static void keep_call(json_t **list, json_t *item)
+{
+	const char *type = json_string_value(json_object_get(item, "type"));
+	if (!type || strcmp(type, "function_call") != 0)
+		return;
+	if (!*list)
+		*list = json_array();
+	json_array_append(*list, item);
+}
+
+json_t *sse_calls(struct sse *s)
+{
+	json_t *c = s->calls_done ? s->calls_done : s->calls_completed;
+	return c ? json_incref(c) : NULL;
+}
+
+json_t *sse_usage(struct sse *s)
+{
+	return s->usage ? json_incref(s->usage) : NULL;
 }
 
 /* The output_text parts of a response object, concatenated. */
@@ -199,7 +295,11 @@ static void completed_text(struct sse *s, json_t *response)
 {
 	json_t *output = json_object_get(response, "output"), *item;
 	size_t i;
+	json_t *usage = json_object_get(response, "usage");
+	if (json_is_object(usage) && !s->usage)
+		s->usage = json_incref(usage);
 	json_array_foreach(output, i, item) {
+		keep_call(&s->calls_completed, item);
 		json_t *content = json_object_get(item, "content"), *part;
 		size_t j;
 		json_array_foreach(content, j, part) {
@@ -242,6 +342,8 @@ static void sse_dispatch(struct sse *s)
 			buf_add(&s->deltas, json_string_value(d), json_string_length(d));
 		else
 			s->bad_events++;
+	} else if (strcmp(type, "response.output_item.done") == 0) {
+		keep_call(&s->calls_done, json_object_get(ev, "item"));
 	} else if (strcmp(type, "response.completed") == 0) {
 		completed_text(s, json_object_get(ev, "response"));
 	} else if (strcmp(type, "response.failed") == 0 || strcmp(type, "error") == 0 ||
@@ -284,6 +386,8 @@ int sse_result(struct sse *s, struct buf *text, struct sfma_err *e)
 		buf_add(text, s->completed.p, s->completed.len);
 		return 0;
 	}
+	if (s->calls_done || s->calls_completed)
+		return 0; /* a reply that is only function calls */
 	if (s->saw_completed)
 		return err_set(e, "empty reply text");
 	if (s->bad_events)

@@ -19,6 +19,52 @@
 
 /* ---- the request ------------------------------------------------------- */
 
+static int nonempty_string(json_t *v)
+{
+	return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* toolCalls: [{"id","name","input":{}}...], non-empty. */
+static int check_tool_calls(json_t *calls, size_t i, struct sfma_err *e)
+{
+	if (!json_is_array(calls) || json_array_size(calls) == 0)
+		return err_set(e, "messages[%zu].toolCalls must be a non-empty array", i);
+	size_t j;
+	json_t *c;
+	json_array_foreach(calls, j, c)
+		if (!json_is_object(c) || !nonempty_string(json_object_get(c, "id")) ||
+		    !nonempty_string(json_object_get(c, "name")) || !json_is_object(json_object_get(c, "input")))
+			return err_set(e, "messages[%zu].toolCalls[%zu] must be {\"id\",\"name\",\"input\":{...}}", i, j);
+	return 0;
+}
+
+/* results: one {"id","name","content"} per call of the assistant message
+ * just before, in its order: every provider insists that each call gets
+ * its result. */
+static int check_results(json_t *msgs, size_t i, struct sfma_err *e)
+{
+	json_t *results = json_object_get(json_array_get(msgs, i), "results");
+	json_t *prev = i ? json_array_get(msgs, i - 1) : NULL;
+	json_t *calls = json_object_get(prev, "toolCalls");
+	if (!json_is_array(results) || json_array_size(results) == 0)
+		return err_set(e, "messages[%zu].results must be a non-empty array", i);
+	if (!calls)
+		return err_set(e, "messages[%zu]: a tool message must follow an assistant message with toolCalls", i);
+	if (json_array_size(results) != json_array_size(calls))
+		return err_set(e, "messages[%zu]: %zu results for %zu tool calls", i, json_array_size(results),
+		               json_array_size(calls));
+	size_t j;
+	json_t *r;
+	json_array_foreach(results, j, r) {
+		if (!json_is_object(r) || !nonempty_string(json_object_get(r, "id")) ||
+		    !nonempty_string(json_object_get(r, "name")) || !json_is_string(json_object_get(r, "content")))
+			return err_set(e, "messages[%zu].results[%zu] must be {\"id\",\"name\",\"content\"}", i, j);
+		if (!json_equal(json_object_get(r, "id"), json_object_get(json_array_get(calls, j), "id")))
+			return err_set(e, "messages[%zu].results[%zu].id is not the id of tool call %zu", i, j, j);
+	}
+	return 0;
+}
+
 static int parse_messages(json_t *msgs, struct sfma_err *e)
 {
 	if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -28,10 +74,20 @@ static int parse_messages(json_t *msgs, struct sfma_err *e)
 	json_array_foreach(msgs, i, m) {
 		const char *role = json_string_value(json_object_get(m, "role"));
 		if (!json_is_object(m) || !role ||
-		    (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0))
-			return err_set(e, "messages[%zu].role must be \"user\" or \"assistant\"", i);
+		    (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0 && strcmp(role, "tool") != 0))
+			return err_set(e, "messages[%zu].role must be \"user\", \"assistant\" or \"tool\"", i);
+		if (strcmp(role, "tool") == 0) {
+			if (check_results(msgs, i, e) < 0)
+				return -1;
+			continue;
+		}
 		if (!json_is_string(json_object_get(m, "content")))
 			return err_set(e, "messages[%zu].content must be a string", i);
+		json_t *calls = json_object_get(m, "toolCalls");
+		if (calls && strcmp(role, "assistant") != 0)
+			return err_set(e, "messages[%zu]: only an assistant message has toolCalls", i);
+		if (calls && check_tool_calls(calls, i, e) < 0)
+			return -1;
 	}
 	return 0;
 }
@@ -60,6 +116,10 @@ static int parse_request(json_t *doc, struct model_request *rq, struct sfma_err 
 	if (!json_integer_of(json_object_get(doc, "callsLeft"), &rq->calls_left) ||
 	    rq->calls_left < 0)
 		return err_set(e, "callsLeft must be an integer >= 0");
+	json_t *tools = json_object_get(doc, "tools");
+	if (tools && !json_is_boolean(tools))
+		return err_set(e, "tools must be true or false");
+	rq->tools = json_is_true(tools);
 	return 0;
 }
 
@@ -179,6 +239,7 @@ int main(int argc, char **argv)
 	serve_stdin(&g);
 
 	mock_free();
+	provider_free_all();
 	grid_free(&g);
 	secret_free_all();
 	curl_global_cleanup();

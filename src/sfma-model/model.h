@@ -23,8 +23,17 @@
 #define MODEL_EXCERPT_MAX 200
 /* Connecting never takes more than this, even with a far deadline. */
 #define MODEL_CONNECT_MAX_MS 30000
-/* max_tokens sent to anthropic, which requires one. */
-#define MODEL_ANTHROPIC_MAX_TOKENS 8192
+/* Retries at one endpoint within one request (rate limits and transient
+ * failures), and the backoff of a transient one: full jitter over
+ * [0, min(BACKOFF_CAP, BACKOFF_BASE * 2^k)] before the k-th retry. */
+#define MODEL_MAX_RETRIES 2
+#define MODEL_BACKOFF_BASE_MS 500
+#define MODEL_BACKOFF_CAP_MS 8000
+/* Consecutive transport failures that make an endpoint down, for how long
+ * its first outage lasts, and the longest one (each new outage doubles). */
+#define MODEL_DOWN_AFTER 3
+#define MODEL_DOWN_FIRST_MS 30000LL
+#define MODEL_DOWN_MAX_MS 600000LL
 
 enum provider { PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI, PROV_CODEX, PROV_MOCK };
 
@@ -44,17 +53,24 @@ struct endpoint {
 	const char *account;               /* codex account (environment) */
 	struct oauth *oauth;               /* NULL without auth */
 	CURL *curl;                        /* one handle per endpoint: keeps its connection */
-	/* measured state */
+	/* measured state (persisted by the planner, seeded back as "state") */
 	long long calls, failures;
 	double latency_ewma;
 	int has_ewma;
+	double availability;               /* EWMA of transport success, 1 unmeasured */
+	long long consecutive_failures;    /* transport failures since the last success */
+	long long down_until;              /* epoch ms, 0 when up */
+	long long outages;                 /* outages since the last success */
+	double pass_rate[2];               /* [mechanical, reasoning], from the planner */
+	int has_pass[2];
 };
 
 struct model_request {
 	json_t *id;                        /* borrowed */
 	const char *system;
 	size_t system_len;
-	json_t *messages;                  /* borrowed: validated [{role,content}] */
+	json_t *messages;                  /* borrowed: validated (sfma-model(1)) */
+	int tools;                         /* offer the tool table natively */
 	int reasoning;                     /* class: 1 reasoning, 0 mechanical */
 	long long deadline_ms;             /* epoch ms */
 	long long calls_left;
@@ -64,6 +80,7 @@ struct grid {
 	struct endpoint *eps;
 	size_t n;
 	double alpha, target_latency_ms;
+	struct routing_weights weights[2]; /* [mechanical, reasoning] */
 	char no_usable[SFMA_ERR_MAX];       /* the error when no endpoint is usable */
 };
 
@@ -72,27 +89,60 @@ struct grid {
  * that cannot be used is marked so (and warned about once on stderr). */
 void grid_init(struct grid *g, const struct manifest *m);
 /* Replace the measured state with state ({"<name>":{calls,failures,
- * latencyMsEwma}}); endpoints absent or malformed in it start unmeasured.
+ * latencyMsEwma,availability,consecutiveFailures,downUntil,outages,
+ * passRate}}); endpoints absent or malformed in it start unmeasured.
  * 0, or -1 with e filled when state is not an object. */
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
-/* Serve one request: rank, try, fail over. Returns a new reply object
- * (without "id"). */
+/* Serve one request: rank, try, retry, fail over. Returns a new reply
+ * object (without "id"). */
 json_t *grid_serve(struct grid *g, const struct model_request *rq);
 json_t *grid_state(const struct grid *g);
 void grid_free(struct grid *g);
 
 /* ---- providers.c ---- */
-/* One attempt at ep: the reply text in *text, or -1 with e filled (not yet
- * prefixed with the endpoint name, not yet scrubbed). */
-int provider_call(struct endpoint *ep, const struct model_request *rq, struct buf *text,
-                  struct sfma_err *e);
+/* Why an attempt failed (the "errorClass" of its call entry). */
+enum err_class {
+	EC_NONE,        /* it did not */
+	EC_RATE,        /* rate-limited: 429, 503, 529 */
+	EC_TRANSIENT,   /* 408, 500, 502, 504 */
+	EC_TRANSPORT,   /* no HTTP answer: connection error, timeout */
+	EC_CLIENT,      /* any other 4xx (and any other status) */
+	EC_REPLY,       /* a 2xx whose body cannot be used */
+	EC_AUTH,        /* 401, 403, or the token endpoint failed */
+};
+const char *err_class_name(enum err_class c);
+
+/* What one attempt did. */
+struct attempt {
+	long status;                       /* HTTP status, 0 when none came */
+	enum err_class cls;
+	long long retry_after_ms;          /* the server's wait hint, -1 when none */
+	size_t request_bytes;              /* bytes of the body sent */
+	struct buf text;                   /* the reply text */
+	json_t *native;                    /* the provider's call objects, or NULL */
+	json_t *tool_calls;                /* tools_from_native of native, or NULL */
+	json_t *usage;                     /* {inputTokens,outputTokens,cachedInputTokens?} or NULL */
+	struct sfma_err e;                 /* when it failed: not prefixed, not scrubbed */
+};
+void attempt_free(struct attempt *a);
+
+/* 1 when requests to ep carry the tool table and native messages. */
+int provider_native(const struct endpoint *ep, const struct model_request *rq);
+/* One attempt at ep, filling a (zeroed by the caller). 0 on success, -1
+ * with a->cls and a->e set. */
+int provider_call(struct endpoint *ep, const struct model_request *rq, struct attempt *a);
 int provider_parse(const char *name, enum provider *out);
+const char *provider_name(enum provider p);
+/* Forget what the providers kept between calls (gemini's signatures). */
+void provider_free_all(void);
 
 /* ---- http.c ---- */
 struct sse;
 struct http_reply {
 	long status;
 	struct buf body;                   /* whole body; with an SSE parser only its head */
+	long long retry_after_ms;          /* retry-after-ms or Retry-After, -1 when absent */
+	int retry_ms_seen;                 /* retry-after-ms was among the headers */
 };
 /* POST body to url with headers, bounded by deadline_ms (epoch) and
  * MODEL_BODY_MAX. With sse non-NULL the body is fed to it as it arrives.
@@ -108,8 +158,13 @@ void headers_wipe_free(struct curl_slist *h);
 
 struct sse *sse_new(void);
 void sse_free(struct sse *s);
-/* The reply text of a finished stream, or -1 with e filled. */
+/* The reply text of a finished stream, or -1 with e filled. A stream that
+ * made function calls succeeds with whatever text it has. */
 int sse_result(struct sse *s, struct buf *text, struct sfma_err *e);
+/* The function_call items of the stream (new reference), or NULL. */
+json_t *sse_calls(struct sse *s);
+/* response.completed's usage object (new reference), or NULL. */
+json_t *sse_usage(struct sse *s);
 
 /* ---- oauth.c ---- */
 /* A bearer token for ep (cached until 60 s before expiry). NULL with e
@@ -138,6 +193,11 @@ size_t secret_at(const char *s, size_t n);
  * cap - 1 bytes. */
 void secret_scrub(char *s, size_t cap);
 void secret_free_all(void);
+/* Rule 1 alone, for what a provider answered: each copy of a known secret
+ * value becomes "[redacted]" (in b, or in every string value of v). A
+ * reply is otherwise passed on exactly as received. */
+void secret_redact_text(struct buf *b);
+void secret_redact_json(json_t *v);
 /* A JSON string from bytes that may not be valid UTF-8: invalid bytes
  * become '?'. Never NULL. */
 json_t *json_string_lossy(const char *s, size_t n);

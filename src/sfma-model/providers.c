@@ -1,9 +1,11 @@
 /* providers.c - request shapes and reply shapes of each provider
  * (sfma-model(1)). One attempt = build the body, the URL and the
- * headers, POST, check the status, pull the text out of the reply. */
+ * headers, POST, classify the status, pull the text (and, with native
+ * tool use, the calls) and the token usage out of the reply. */
 #include "model.h"
 #include "canon.h"
 #include "ndjson.h"
+#include "tools.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,34 @@ int provider_parse(const char *name, enum provider *out)
 	return -1;
 }
 
+const char *provider_name(enum provider p)
+{
+	return provider_names[p];
+}
+
+const char *err_class_name(enum err_class c)
+{
+	static const char *const names[] = {
+		[EC_NONE] = NULL, [EC_RATE] = "rate-limited", [EC_TRANSIENT] = "transient",
+		[EC_TRANSPORT] = "transport", [EC_CLIENT] = "client", [EC_REPLY] = "reply", [EC_AUTH] = "auth",
+	};
+	return names[c];
+}
+
+void attempt_free(struct attempt *a)
+{
+	buf_free(&a->text);
+	json_decref(a->native);
+	json_decref(a->tool_calls);
+	json_decref(a->usage);
+	a->native = a->tool_calls = a->usage = NULL;
+}
+
+int provider_native(const struct endpoint *ep, const struct model_request *rq)
+{
+	return rq->tools && ep->prov != PROV_MOCK && !ep->cfg->tool_protocol_text;
+}
+
 static json_t *str(const char *s, size_t n)
 {
 	json_t *v = json_stringn(s, n);
@@ -45,12 +75,60 @@ static json_t *msg_content(json_t *m)
 	return str(json_string_value(c), json_string_length(c));
 }
 
-static int is_assistant(json_t *m)
+static const char *role_of(json_t *m)
 {
-	return strcmp(json_string_value(json_object_get(m, "role")), "assistant") == 0;
+	return json_string_value(json_object_get(m, "role"));
 }
 
-/* {role, content} as anthropic and openai both take them. */
+static int is_assistant(json_t *m)
+{
+	return strcmp(role_of(m), "assistant") == 0;
+}
+
+static int is_tool(json_t *m)
+{
+	return strcmp(role_of(m), "tool") == 0;
+}
+
+/* An assistant message's calls, or NULL when it made none. */
+static json_t *calls_of(json_t *m)
+{
+	json_t *c = json_object_get(m, "toolCalls");
+	return json_array_size(c) ? c : NULL;
+}
+
+static json_t *canon_string_of(json_t *v)
+{
+	struct buf b = {0};
+	/* Numbers in the messages came through the strict reader: finite. */
+	if (canon_dump(v, &b, NULL) < 0)
+		die("cannot serialize a tool call");
+	json_t *s = str(b.p ? b.p : "", b.len);
+	buf_free(&b);
+	return s;
+}
+
+/* The text a message is for an endpoint without native tool use: an
+ * assistant message with calls is its content, else the canonical call
+ * object of its first call; a tool message is its first result. */
+static json_t *text_of(json_t *m)
+{
+	json_t *calls = calls_of(m);
+	if (is_tool(m)) {
+		json_t *first = json_array_get(json_object_get(m, "results"), 0);
+		return msg_content(first);
+	}
+	if (!calls || json_string_length(json_object_get(m, "content")) > 0)
+		return msg_content(m);
+	json_t *c = json_array_get(calls, 0);
+	json_t *obj = json_deep_copy(json_object_get(c, "input"));
+	json_object_set(obj, "tool", json_object_get(c, "name"));
+	json_t *s = canon_string_of(obj);
+	json_decref(obj);
+	return s;
+}
+
+/* {role, content} as anthropic and openai both take them, all text. */
 static json_t *plain_messages(const struct model_request *rq, int with_system)
 {
 	json_t *out = json_array(), *m;
@@ -61,52 +139,286 @@ static json_t *plain_messages(const struct model_request *rq, int with_system)
 	json_array_foreach(rq->messages, i, m)
 		json_array_append_new(out, json_pack("{s:s,s:o}", "role",
 		                                     is_assistant(m) ? "assistant" : "user",
-		                                     "content", msg_content(m)));
+		                                     "content", text_of(m)));
 	return out;
 }
 
-static json_t *body_anthropic(const struct endpoint *ep, const struct model_request *rq)
+/* ---- anthropic ---------------------------------------------------------- */
+
+static json_t *anthropic_native_messages(const struct model_request *rq)
 {
-	json_t *b = json_pack("{s:s,s:i,s:o}", "model", ep->cfg->model, "max_tokens",
-	                      MODEL_ANTHROPIC_MAX_TOKENS, "messages", plain_messages(rq, 0));
+	json_t *out = json_array(), *m;
+	size_t i;
+	json_array_foreach(rq->messages, i, m) {
+		json_t *calls = calls_of(m), *c;
+		size_t j;
+		if (is_tool(m)) {
+			json_t *blocks = json_array();
+			json_array_foreach(json_object_get(m, "results"), j, c)
+				json_array_append_new(blocks, json_pack("{s:s,s:O,s:o}", "type", "tool_result",
+				                                        "tool_use_id", json_object_get(c, "id"),
+				                                        "content", msg_content(c)));
+			json_array_append_new(out, json_pack("{s:s,s:o}", "role", "user", "content", blocks));
+		} else if (calls) {
+			json_t *blocks = json_array();
+			if (json_string_length(json_object_get(m, "content")) > 0)
+				json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "text", "text", msg_content(m)));
+			json_array_foreach(calls, j, c)
+				json_array_append_new(blocks, json_pack("{s:s,s:O,s:O,s:O}", "type", "tool_use", "id",
+				                                        json_object_get(c, "id"), "name",
+				                                        json_object_get(c, "name"), "input",
+				                                        json_object_get(c, "input")));
+			json_array_append_new(out, json_pack("{s:s,s:o}", "role", "assistant", "content", blocks));
+		} else {
+			json_array_append_new(out, json_pack("{s:s,s:o}", "role", is_assistant(m) ? "assistant" : "user",
+			                                     "content", msg_content(m)));
+		}
+	}
+	return out;
+}
+
+static json_t *body_anthropic(const struct endpoint *ep, const struct model_request *rq, int native)
+{
+	json_t *b = json_pack("{s:s,s:I,s:o}", "model", ep->cfg->model, "max_tokens",
+	                      (json_int_t)ep->cfg->max_output_tokens, "messages",
+	                      native ? anthropic_native_messages(rq) : plain_messages(rq, 0));
 	if (rq->system_len)
 		json_object_set_new(b, "system", str(rq->system, rq->system_len));
+	if (native) {
+		json_t *defs = tools_definitions(), *d, *tools = json_array();
+		size_t i;
+		json_array_foreach(defs, i, d)
+			json_array_append_new(tools, json_pack("{s:O,s:O,s:O}", "name", json_object_get(d, "name"),
+			                                       "description", json_object_get(d, "description"),
+			                                       "input_schema", json_object_get(d, "parameters")));
+		json_decref(defs);
+		json_object_set_new(b, "tools", tools);
+	}
 	return b;
 }
 
-static json_t *body_openai(const struct endpoint *ep, const struct model_request *rq)
+/* ---- openai ------------------------------------------------------------- */
+
+static json_t *openai_native_messages(const struct model_request *rq)
 {
-	return json_pack("{s:s,s:o}", "model", ep->cfg->model, "messages", plain_messages(rq, 1));
+	json_t *out = json_array(), *m;
+	size_t i;
+	if (rq->system_len)
+		json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content",
+		                                     str(rq->system, rq->system_len)));
+	json_array_foreach(rq->messages, i, m) {
+		json_t *calls = calls_of(m), *c;
+		size_t j;
+		if (is_tool(m)) {
+			json_array_foreach(json_object_get(m, "results"), j, c)
+				json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+				                                     json_object_get(c, "id"), "content", msg_content(c)));
+		} else if (calls) {
+			json_t *tc = json_array();
+			json_array_foreach(calls, j, c)
+				json_array_append_new(tc, json_pack("{s:O,s:s,s:{s:O,s:o}}", "id", json_object_get(c, "id"),
+				                                    "type", "function", "function", "name",
+				                                    json_object_get(c, "name"), "arguments",
+				                                    canon_string_of(json_object_get(c, "input"))));
+			json_t *content = json_string_length(json_object_get(m, "content")) ? msg_content(m) : json_null();
+			json_array_append_new(out, json_pack("{s:s,s:o,s:o}", "role", "assistant", "content", content,
+			                                     "tool_calls", tc));
+		} else {
+			json_array_append_new(out, json_pack("{s:s,s:o}", "role", is_assistant(m) ? "assistant" : "user",
+			                                     "content", msg_content(m)));
+		}
+	}
+	return out;
 }
 
-static json_t *body_gemini(const struct model_request *rq)
+static json_t *body_openai(const struct endpoint *ep, const struct model_request *rq, int native)
+{
+	json_t *b = json_pack("{s:s,s:o,s:I}", "model", ep->cfg->model, "messages",
+	                      native ? openai_native_messages(rq) : plain_messages(rq, 1),
+	                      "max_completion_tokens", (json_int_t)ep->cfg->max_output_tokens);
+	if (native) {
+		json_t *defs = tools_definitions(), *d, *tools = json_array();
+		size_t i;
+		json_array_foreach(defs, i, d)
+			json_array_append_new(tools, json_pack("{s:s,s:O}", "type", "function", "function", d));
+		json_decref(defs);
+		json_object_set_new(b, "tools", tools);
+	}
+	return b;
+}
+
+/* ---- gemini ------------------------------------------------------------- */
+
+static json_t *gemini_text_part(json_t *m)
+{
+	return json_pack("{s:o}", "text", text_of(m));
+}
+
+/* A call id worth sending back: one gemini gave, not one numbered here. */
+static int gemini_given_id(json_t *id)
+{
+	const char *s = json_string_value(id);
+	return s && strncmp(s, TOOLS_GEMINI_ID_PREFIX, strlen(TOOLS_GEMINI_ID_PREFIX)) != 0;
+}
+
+/* Gemini's thought signatures. A functionCall part may come with a
+ * "thoughtSignature" that gemini insists on getting back with that part
+ * in the history (its thinking models refuse the request without it),
+ * but the planner hands calls back as {id,name,input} only. So the stage
+ * keeps, for the length of its process (one run), the signature of each
+ * call it was given, keyed by the canonical {name,args}, and puts it back
+ * on the part it renders. Bounded: the oldest are forgotten first. */
+#define GEMINI_SIGNATURES_MAX 256
+static json_t *gemini_signatures; /* {"<canonical {args,name}>": signature} */
+static json_t *gemini_signature_order; /* keys, oldest first */
+
+static char *gemini_call_key(json_t *name, json_t *args)
+{
+	json_t *o = json_pack("{s:O,s:O}", "name", name, "args", args ? args : json_object());
+	struct buf b = {0};
+	canon_dump(o, &b, NULL);
+	json_decref(o);
+	return b.p ? b.p : xstrdup("");
+}
+
+static void gemini_remember(json_t *native)
+{
+	json_t *part;
+	size_t i;
+	json_array_foreach(native, i, part) {
+		json_t *sig = json_object_get(part, "thoughtSignature"), *fc = json_object_get(part, "functionCall");
+		if (!json_is_string(sig))
+			continue;
+		if (!gemini_signatures) {
+			gemini_signatures = json_object();
+			gemini_signature_order = json_array();
+		}
+		char *key = gemini_call_key(json_object_get(fc, "name"), json_object_get(fc, "args"));
+		if (!json_object_get(gemini_signatures, key))
+			json_array_append_new(gemini_signature_order, json_string(key));
+		json_object_set(gemini_signatures, key, sig);
+		free(key);
+		while (json_array_size(gemini_signature_order) > GEMINI_SIGNATURES_MAX) {
+			json_object_del(gemini_signatures, json_string_value(json_array_get(gemini_signature_order, 0)));
+			json_array_remove(gemini_signature_order, 0);
+		}
+	}
+}
+
+void provider_free_all(void)
+{
+	json_decref(gemini_signatures);
+	json_decref(gemini_signature_order);
+	gemini_signatures = gemini_signature_order = NULL;
+}
+
+static json_t *gemini_native_content(json_t *m)
+{
+	json_t *calls = calls_of(m), *c, *parts = json_array();
+	size_t j;
+	if (is_tool(m)) {
+		json_array_foreach(json_object_get(m, "results"), j, c) {
+			json_t *fr = json_pack("{s:O,s:{s:o}}", "name", json_object_get(c, "name"), "response", "result",
+			                       msg_content(c));
+			if (gemini_given_id(json_object_get(c, "id")))
+				json_object_set(fr, "id", json_object_get(c, "id"));
+			json_array_append_new(parts, json_pack("{s:o}", "functionResponse", fr));
+		}
+		return json_pack("{s:s,s:o}", "role", "user", "parts", parts);
+	}
+	if (!calls) {
+		json_array_append_new(parts, json_pack("{s:o}", "text", msg_content(m)));
+		return json_pack("{s:s,s:o}", "role", is_assistant(m) ? "model" : "user", "parts", parts);
+	}
+	if (json_string_length(json_object_get(m, "content")) > 0)
+		json_array_append_new(parts, json_pack("{s:o}", "text", msg_content(m)));
+	json_array_foreach(calls, j, c) {
+		json_t *fc = json_pack("{s:O,s:O}", "name", json_object_get(c, "name"), "args",
+		                       json_object_get(c, "input"));
+		if (gemini_given_id(json_object_get(c, "id")))
+			json_object_set(fc, "id", json_object_get(c, "id"));
+		json_t *part = json_pack("{s:o}", "functionCall", fc);
+		if (gemini_signatures) {
+			char *key = gemini_call_key(json_object_get(c, "name"), json_object_get(c, "input"));
+			json_t *sig = json_object_get(gemini_signatures, key);
+			if (sig)
+				json_object_set(part, "thoughtSignature", sig);
+			free(key);
+		}
+		json_array_append_new(parts, part);
+	}
+	return json_pack("{s:s,s:o}", "role", "model", "parts", parts);
+}
+
+static json_t *body_gemini(const struct endpoint *ep, const struct model_request *rq, int native)
 {
 	json_t *contents = json_array(), *m;
 	size_t i;
 	json_array_foreach(rq->messages, i, m)
-		json_array_append_new(contents,
-		                      json_pack("{s:s,s:[{s:o}]}", "role", is_assistant(m) ? "model" : "user",
-		                                "parts", "text", msg_content(m)));
-	json_t *b = json_pack("{s:o}", "contents", contents);
+		json_array_append_new(contents, native ? gemini_native_content(m)
+		                                       : json_pack("{s:s,s:[o]}", "role",
+		                                                   is_assistant(m) ? "model" : "user", "parts",
+		                                                   gemini_text_part(m)));
+	json_t *b = json_pack("{s:o,s:{s:I}}", "contents", contents, "generationConfig", "maxOutputTokens",
+	                      (json_int_t)ep->cfg->max_output_tokens);
 	if (rq->system_len)
 		json_object_set_new(b, "system_instruction",
 		                    json_pack("{s:[{s:o}]}", "parts", "text", str(rq->system, rq->system_len)));
+	if (native)
+		json_object_set_new(b, "tools", json_pack("[{s:o}]", "functionDeclarations", tools_definitions()));
 	return b;
 }
 
-static json_t *body_codex(const struct endpoint *ep, const struct model_request *rq)
+/* ---- codex -------------------------------------------------------------- */
+
+static json_t *codex_message(int assistant, json_t *text)
+{
+	return json_pack("{s:s,s:s,s:[{s:s,s:o}]}", "type", "message", "role", assistant ? "assistant" : "user",
+	                 "content", "type", assistant ? "output_text" : "input_text", "text", text);
+}
+
+static json_t *body_codex(const struct endpoint *ep, const struct model_request *rq, int native)
 {
 	json_t *input = json_array(), *m;
 	size_t i;
 	json_array_foreach(rq->messages, i, m) {
-		int a = is_assistant(m);
-		json_array_append_new(input, json_pack("{s:s,s:s,s:[{s:s,s:o}]}", "type", "message", "role",
-		                                       a ? "assistant" : "user", "content", "type",
-		                                       a ? "output_text" : "input_text", "text",
-		                                       msg_content(m)));
+		json_t *calls = calls_of(m), *c;
+		size_t j;
+		if (!native || (!calls && !is_tool(m))) {
+			json_array_append_new(input, codex_message(is_assistant(m), native ? msg_content(m) : text_of(m)));
+		} else if (is_tool(m)) {
+			json_array_foreach(json_object_get(m, "results"), j, c)
+				json_array_append_new(input, json_pack("{s:s,s:O,s:o}", "type", "function_call_output",
+				                                       "call_id", json_object_get(c, "id"), "output",
+				                                       msg_content(c)));
+		} else {
+			if (json_string_length(json_object_get(m, "content")) > 0)
+				json_array_append_new(input, codex_message(1, msg_content(m)));
+			json_array_foreach(calls, j, c)
+				json_array_append_new(input, json_pack("{s:s,s:O,s:O,s:o}", "type", "function_call", "call_id",
+				                                       json_object_get(c, "id"), "name",
+				                                       json_object_get(c, "name"), "arguments",
+				                                       canon_string_of(json_object_get(c, "input"))));
+		}
 	}
-	return json_pack("{s:s,s:o,s:o,s:b,s:b}", "model", ep->cfg->model, "instructions",
-	                 str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1);
+	/* No max_output_tokens: the ChatGPT codex backend refuses the
+	 * parameter ("Unsupported parameter: max_output_tokens", HTTP 400).
+	 * A Responses function tool is strict unless it says not: strict
+	 * would demand a schema with every property required and
+	 * additionalProperties false, which recall's optional members are not. */
+	json_t *b = json_pack("{s:s,s:o,s:o,s:b,s:b}", "model", ep->cfg->model, "instructions",
+	                      str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1);
+	if (native) {
+		json_t *defs = tools_definitions(), *d, *tools = json_array();
+		json_array_foreach(defs, i, d)
+			json_array_append_new(tools, json_pack("{s:s,s:O,s:O,s:O,s:b}", "type", "function", "name",
+			                                       json_object_get(d, "name"), "description",
+			                                       json_object_get(d, "description"), "parameters",
+			                                       json_object_get(d, "parameters"), "strict", 0));
+		json_decref(defs);
+		json_object_set_new(b, "tools", tools);
+	}
+	return b;
 }
 
 /* The string at a path of object keys and array indexes, or NULL. */
@@ -200,16 +512,232 @@ static struct curl_slist *header(struct curl_slist *h, const char *fmt, const ch
 	return n;
 }
 
-int provider_call(struct endpoint *ep, const struct model_request *rq, struct buf *text,
-                  struct sfma_err *e)
+/* ---- replies with native tool use --------------------------------------- */
+
+/* Append the text members of the parts (gemini parts, anthropic blocks)
+ * that carry text, skipping a model's thoughts. */
+static void join_text(json_t *parts, const char *type_must, struct buf *text)
 {
+	json_t *p;
+	size_t i;
+	json_array_foreach(parts, i, p) {
+		const char *type = json_string_value(json_object_get(p, "type"));
+		json_t *t = json_object_get(p, "text");
+		if (type_must && (!type || strcmp(type, type_must) != 0))
+			continue;
+		if (json_is_true(json_object_get(p, "thought")) || !json_is_string(t))
+			continue;
+		buf_add(text, json_string_value(t), json_string_length(t));
+	}
+}
+
+/* The calls among the parts: a block of the type, or a part holding the
+ * member; each kept whole, exactly as received. */
+static json_t *pick_calls(json_t *parts, const char *type, const char *member)
+{
+	json_t *out = NULL, *p;
+	size_t i;
+	json_array_foreach(parts, i, p) {
+		const char *t = json_string_value(json_object_get(p, "type"));
+		int hit = type ? t && strcmp(t, type) == 0 : json_object_get(p, member) != NULL;
+		if (!hit)
+			continue;
+		if (!out)
+			out = json_array();
+		json_array_append(out, p);
+	}
+	return out;
+}
+
+/* A 2xx body of a request that offered the tools: its text (possibly
+ * empty when it made calls) and its calls, as received. */
+static int reply_native(enum provider p, json_t *doc, struct buf *text, json_t **native, struct sfma_err *e)
+{
+	*native = NULL;
+	switch (p) {
+	case PROV_ANTHROPIC: {
+		json_t *content = json_object_get(doc, "content");
+		if (!json_is_array(content))
+			return err_set(e, "reply has no content[]");
+		join_text(content, "text", text);
+		*native = pick_calls(content, "tool_use", NULL);
+		break;
+	}
+	case PROV_OPENAI: {
+		json_t *msg = json_object_get(json_array_get(json_object_get(doc, "choices"), 0), "message");
+		json_t *content = json_object_get(msg, "content"), *calls = json_object_get(msg, "tool_calls");
+		if (!json_is_object(msg))
+			return err_set(e, "reply has no choices[0].message");
+		if (json_is_string(content))
+			buf_add(text, json_string_value(content), json_string_length(content));
+		if (calls && !json_is_null(calls) && !json_is_array(calls))
+			return err_set(e, "bad tool call: tool_calls is not an array");
+		if (json_array_size(calls))
+			*native = json_incref(calls);
+		break;
+	}
+	case PROV_GEMINI: {
+		json_t *parts = json_object_get(json_object_get(json_array_get(json_object_get(doc, "candidates"), 0),
+		                                                "content"), "parts");
+		if (!json_is_array(parts))
+			return err_set(e, "reply has no candidates[0].content.parts");
+		join_text(parts, NULL, text);
+		*native = pick_calls(parts, NULL, "functionCall");
+		break;
+	}
+	case PROV_CODEX: /* streamed: sse_calls */
+	case PROV_MOCK:
+		break;
+	}
+	if (!*native && text->len == 0)
+		return err_set(e, "reply has neither text nor a tool call");
+	return 0;
+}
+
+/* ---- usage -------------------------------------------------------------- */
+
+static int count_at(json_t *o, const char *key, long long *out)
+{
+	return json_integer_of(json_object_get(o, key), out) && *out >= 0;
+}
+
+/* {inputTokens,outputTokens,cachedInputTokens?} from the provider's usage
+ * object and its member names, or NULL when it reports none. */
+static json_t *usage_from(json_t *u, const char *in, const char *out, json_t *cached_in, const char *cached)
+{
+	long long i, o, c;
+	if (!json_is_object(u) || !count_at(u, in, &i) || !count_at(u, out, &o))
+		return NULL;
+	json_t *usage = json_pack("{s:I,s:I}", "inputTokens", (json_int_t)i, "outputTokens", (json_int_t)o);
+	if (count_at(cached_in, cached, &c))
+		json_object_set_new(usage, "cachedInputTokens", json_integer((json_int_t)c));
+	return usage;
+}
+
+static json_t *usage_of(enum provider p, json_t *doc)
+{
+	json_t *u;
+	switch (p) {
+	case PROV_ANTHROPIC:
+		u = json_object_get(doc, "usage");
+		return usage_from(u, "input_tokens", "output_tokens", u, "cache_read_input_tokens");
+	case PROV_OPENAI:
+		u = json_object_get(doc, "usage");
+		return usage_from(u, "prompt_tokens", "completion_tokens", json_object_get(u, "prompt_tokens_details"),
+		                  "cached_tokens");
+	case PROV_GEMINI:
+		u = json_object_get(doc, "usageMetadata");
+		return usage_from(u, "promptTokenCount", "candidatesTokenCount", u, "cachedContentTokenCount");
+	case PROV_CODEX: /* doc is response.usage */
+		return usage_from(doc, "input_tokens", "output_tokens", json_object_get(doc, "input_tokens_details"),
+		                  "cached_tokens");
+	case PROV_MOCK:
+		break;
+	}
+	return NULL;
+}
+
+/* ---- one attempt -------------------------------------------------------- */
+
+static enum err_class status_class(long status)
+{
+	switch (status) {
+	case 429: case 503: case 529: return EC_RATE;
+	case 408: case 500: case 502: case 504: return EC_TRANSIENT;
+	case 401: case 403: return EC_AUTH;
+	default: return EC_CLIENT;
+	}
+}
+
+/* The calls of a native reply checked and mapped (tools_from_native).
+ * A server that echoes a key back in its answer must not put it in the
+ * trace: the text and the calls lose every known secret value first. */
+static int take_calls(struct endpoint *ep, struct attempt *a)
+{
+	secret_redact_text(&a->text);
+	if (!a->native)
+		return 0;
+	secret_redact_json(a->native);
+	a->tool_calls = tools_from_native(provider_names[ep->prov], a->native, &a->e);
+	if (!a->tool_calls) {
+		err_prefix(&a->e, "bad tool call");
+		return -1;
+	}
+	return 0;
+}
+
+/* What a mock request weighs: the canonical {system, messages, tools}. */
+static size_t mock_request_bytes(const struct model_request *rq)
+{
+	json_t *o = json_pack("{s:o,s:O}", "system", str(rq->system, rq->system_len), "messages", rq->messages);
+	if (rq->tools)
+		json_object_set_new(o, "tools", tools_definitions());
+	struct buf b = {0};
+	canon_dump(o, &b, NULL);
+	size_t n = b.len;
+	buf_free(&b);
+	json_decref(o);
+	return n;
+}
+
+/* The 2xx body of a JSON provider: text (and calls), then usage. */
+static int parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
+{
+	if (!native) {
+		int rc = reply_text(ep->prov, r, &a->text, &a->e);
+		secret_redact_text(&a->text);
+		return rc;
+	}
+	if (r->body.len == 0)
+		return err_set(&a->e, "empty reply body");
+	json_t *doc = json_parse_strict(r->body.p, r->body.len, NULL);
+	if (!doc)
+		return err_set(&a->e, "reply is not JSON");
+	int rc = reply_native(ep->prov, doc, &a->text, &a->native, &a->e);
+	json_decref(doc);
+	if (rc < 0 || take_calls(ep, a) < 0)
+		return -1;
+	if (ep->prov == PROV_GEMINI)
+		gemini_remember(a->native);
+	return 0;
+}
+
+static json_t *usage_of_body(enum provider p, const struct http_reply *r)
+{
+	json_t *doc = json_parse_strict(r->body.p ? r->body.p : "", r->body.len, NULL);
+	json_t *u = usage_of(p, doc);
+	json_decref(doc);
+	return u;
+}
+
+#ifdef SFMA_BENCH_FRESH_HANDLE
+/* Benchmark baseline only (tests/bench/model.sh builds it apart): a new
+ * handle, so a new connection, for every call. */
+static void fresh_handle(struct endpoint *ep)
+{
+	curl_easy_cleanup(ep->curl);
+	if (!(ep->curl = curl_easy_init()))
+		die("cannot start libcurl");
+}
+#endif
+
+int provider_call(struct endpoint *ep, const struct model_request *rq, struct attempt *a)
+{
+	a->retry_after_ms = -1;
 	if (ep->prov == PROV_MOCK) {
-		mock_reply(rq->reasoning, text);
+		a->request_bytes = mock_request_bytes(rq);
+		mock_reply(rq->reasoning, &a->text);
 		return 0;
 	}
+#ifdef SFMA_BENCH_FRESH_HANDLE
+	fresh_handle(ep);
+#endif
 	const char *bearer = NULL;
-	if (ep->oauth && !(bearer = oauth_token(ep, rq->deadline_ms, e)))
+	if (ep->oauth && !(bearer = oauth_token(ep, rq->deadline_ms, &a->e))) {
+		a->cls = EC_AUTH;
 		return -1;
+	}
+	int native = provider_native(ep, rq);
 
 	json_t *body = NULL;
 	char *url = NULL;
@@ -217,24 +745,24 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, struct bu
 	struct sse *sse = NULL;
 	switch (ep->prov) {
 	case PROV_ANTHROPIC:
-		body = body_anthropic(ep, rq);
+		body = body_anthropic(ep, rq, native);
 		url = url_of(ep, "/v1/messages");
 		h = bearer ? header(h, "Authorization: Bearer %s", bearer) : header(h, "x-api-key: %s", ep->key);
 		h = header(h, "anthropic-version: %s", "2023-06-01");
 		break;
 	case PROV_OPENAI:
-		body = body_openai(ep, rq);
+		body = body_openai(ep, rq, native);
 		url = url_of(ep, "/v1/chat/completions");
 		h = header(h, "Authorization: Bearer %s", bearer ? bearer : ep->key);
 		break;
 	case PROV_GEMINI:
-		body = body_gemini(rq);
+		body = body_gemini(ep, rq, native);
 		url = gemini_url(ep, bearer ? NULL : ep->key);
 		if (bearer)
 			h = header(h, "Authorization: Bearer %s", bearer);
 		break;
 	case PROV_CODEX:
-		body = body_codex(ep, rq);
+		body = body_codex(ep, rq, native);
 		url = url_of(ep, "/responses");
 		h = header(h, "Authorization: Bearer %s", bearer ? bearer : ep->key);
 		h = header(h, "chatgpt-account-id: %s", ep->account);
@@ -249,23 +777,47 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, struct bu
 	h = header(h, "%s", "Expect:");
 
 	struct buf payload = {0};
-	if (canon_dump(body, &payload, e) < 0)
-		die("cannot serialize a request body"); /* it holds strings only */
+	if (canon_dump(body, &payload, &a->e) < 0)
+		die("cannot serialize a request body"); /* strings, and numbers the strict reader took */
 	json_decref(body);
+	a->request_bytes = payload.len;
 
 	struct http_reply r = {0};
-	int rc = http_post(ep->curl, url, h, payload.p, payload.len, rq->deadline_ms, sse, &r, e);
+	int rc = http_post(ep->curl, url, h, payload.p, payload.len, rq->deadline_ms, sse, &r, &a->e);
 	explicit_bzero(url, strlen(url));
 	free(url);
 	headers_wipe_free(h);
 	buf_free(&payload);
-	if (rc == 0 && (r.status < 200 || r.status > 299)) {
+	a->status = rc == 0 ? r.status : 0;
+	a->retry_after_ms = r.retry_after_ms;
+	if (rc < 0) {
+		a->cls = rc == -2 ? EC_REPLY : EC_TRANSPORT;
+		rc = -1;
+	} else if (r.status < 200 || r.status > 299) {
+		a->cls = status_class(r.status);
 		/* A refused token may have been revoked early: fetch anew next time. */
-		if ((r.status == 401 || r.status == 403) && ep->oauth)
+		if (a->cls == EC_AUTH && ep->oauth)
 			oauth_forget(ep);
-		rc = http_status_error(&r, e);
-	} else if (rc == 0) {
-		rc = sse ? sse_result(sse, text, e) : reply_text(ep->prov, &r, text, e);
+		rc = http_status_error(&r, &a->e);
+	} else if (sse) {
+		rc = sse_result(sse, &a->text, &a->e);
+		if (rc == 0 && native)
+			a->native = sse_calls(sse);
+		if (rc == 0 && !a->native && a->text.len == 0)
+			rc = err_set(&a->e, "empty reply text");
+		if (rc == 0)
+			rc = take_calls(ep, a);
+		json_t *u = sse_usage(sse);
+		a->usage = usage_of(PROV_CODEX, u);
+		json_decref(u);
+		if (rc < 0)
+			a->cls = EC_REPLY;
+	} else {
+		rc = parse_body(ep, native, &r, a);
+		if (rc == 0)
+			a->usage = usage_of_body(ep->prov, &r);
+		else
+			a->cls = EC_REPLY;
 	}
 	sse_free(sse);
 	buf_free(&r.body);

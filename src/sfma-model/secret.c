@@ -97,6 +97,34 @@ static void redact_key_params(struct buf *b)
 	}
 }
 
+void secret_redact_text(struct buf *b)
+{
+	for (size_t i = 0; i < n_secrets && b->len; i++)
+		replace_all(b, secrets[i]);
+}
+
+void secret_redact_json(json_t *v)
+{
+	size_t i;
+	const char *k;
+	json_t *x;
+	if (json_is_string(v) && n_secrets) {
+		struct buf b = {0};
+		buf_add(&b, json_string_value(v), json_string_length(v));
+		size_t before = b.len;
+		secret_redact_text(&b);
+		if (b.len != before)
+			json_string_setn(v, b.p, b.len);
+		buf_free(&b);
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, x)
+			secret_redact_json(x);
+	} else if (json_is_object(v)) {
+		json_object_foreach(v, k, x)
+			secret_redact_json(x);
+	}
+}
+
 size_t secret_at(const char *s, size_t n)
 {
 	size_t best = 0;

@@ -15,7 +15,12 @@
  *       CRLF or LF line ends, comments and event: lines (bits of byte 1):
  *       the reply text is the pieces joined;
  *  5:   a failing response's body: the error is one printable line, short,
- *       and never holds a known secret. */
+ *       and never holds a known secret;
+ *  6:   a 2xx body of a request that offered the tools (provider by byte
+ *       1): reply_native and tools_from_native either fail with one line
+ *       or give exactly one {id,name,input:{}} per call object received,
+ *       and the usage, when found, holds counts;
+ *  7:   a header line: the retry hint is -1 or a wait >= 0. */
 #include "fuzz.h"
 
 #include "src/sfma-model/http.c"
@@ -41,7 +46,7 @@ static void check_one_line(const char *s, size_t max, const char *what)
 
 static void body_mode(enum provider p, const uint8_t *s, size_t n)
 {
-	struct http_reply r = {200, {0}};
+	struct http_reply r = {.status = 200, .retry_after_ms = -1};
 	buf_add(&r.body, s, n);
 	struct buf text = {0};
 	struct sfma_err e = {{0}};
@@ -160,7 +165,7 @@ static void delta_mode(const uint8_t *data, size_t size)
 
 static void status_mode(const uint8_t *s, size_t n)
 {
-	struct http_reply r = {500, {0}};
+	struct http_reply r = {.status = 500, .retry_after_ms = -1};
 	buf_add(&r.body, s, n);
 	struct sfma_err e = {{0}};
 	FUZZ_CHECK(http_status_error(&r, &e) == -1, "http_status_error did not fail");
@@ -171,17 +176,69 @@ static void status_mode(const uint8_t *s, size_t n)
 	buf_free(&r.body);
 }
 
+static void native_mode(const uint8_t *data, size_t size)
+{
+	static const enum provider provs[] = {PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI};
+	enum provider p = provs[data[1] % 3];
+	json_t *doc = json_parse_strict((const char *)data + 2, size - 2, NULL);
+	if (!doc)
+		return;
+	struct endpoint ep = {.prov = p};
+	struct attempt a = {.retry_after_ms = -1};
+	int rc = reply_native(p, doc, &a.text, &a.native, &a.e);
+	if (rc == 0)
+		rc = take_calls(&ep, &a);
+	if (rc < 0) {
+		check_one_line(a.e.text, SFMA_ERR_MAX, "native reply error");
+	} else if (a.native) {
+		FUZZ_CHECK(json_array_size(a.tool_calls) == json_array_size(a.native), "calls lost or made up");
+		size_t i;
+		json_t *c;
+		json_array_foreach(a.tool_calls, i, c) {
+			FUZZ_CHECK(json_string_length(json_object_get(c, "id")) > 0 &&
+			           json_string_length(json_object_get(c, "name")) > 0 &&
+			           json_is_object(json_object_get(c, "input")), "a call without id, name or input");
+			struct sfma_err e;
+			json_t *obj = tools_call_object(c, &e);
+			if (obj)
+				FUZZ_CHECK(json_equal(json_object_get(obj, "tool"), json_object_get(c, "name")),
+				           "call object names another tool");
+			else
+				check_one_line(e.text, SFMA_ERR_MAX, "call object error");
+			json_decref(obj);
+		}
+	} else {
+		FUZZ_CHECK(a.text.len > 0, "a native reply with neither text nor calls");
+	}
+	json_t *u = usage_of(p, doc);
+	if (u)
+		FUZZ_CHECK(json_is_integer(json_object_get(u, "inputTokens")) &&
+		           json_is_integer(json_object_get(u, "outputTokens")), "usage without counts");
+	json_decref(u);
+	attempt_free(&a);
+	json_decref(doc);
+}
+
+static void header_mode(const uint8_t *s, size_t n)
+{
+	struct http_reply r = {.retry_after_ms = -1};
+	retry_hint(&r, (const char *)s, n);
+	FUZZ_CHECK(r.retry_after_ms >= -1, "a negative wait %lld", r.retry_after_ms);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 2)
 		return 0;
-	switch (data[0] % 6) {
+	switch (data[0] % 8) {
 	case 0: body_mode(PROV_ANTHROPIC, data + 1, size - 1); break;
 	case 1: body_mode(PROV_OPENAI, data + 1, size - 1); break;
 	case 2: body_mode(PROV_GEMINI, data + 1, size - 1); break;
 	case 3: stream_mode(data, size); break;
 	case 4: delta_mode(data, size); break;
-	default: status_mode(data + 1, size - 1); break;
+	case 5: status_mode(data + 1, size - 1); break;
+	case 6: native_mode(data, size); break;
+	default: header_mode(data + 1, size - 1); break;
 	}
 	return 0;
 }

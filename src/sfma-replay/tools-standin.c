@@ -1,2 +1,0 @@
-/* tools-standin.c - the same stand-in for lib/tools.c as the planner's. */
-#include "../sfma-plan/tools-standin.c"
