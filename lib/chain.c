@@ -544,17 +544,27 @@ static void load_block(struct reader *rd, struct block *b)
 	}
 }
 
+/* Lines one worker thread must have at least: fewer are checked on the
+ * calling thread, in join_workers. A small run's trace (tens to a few
+ * hundred lines, well under a millisecond of hashing) would otherwise wait
+ * for a thread to be created and scheduled, which on a busy machine costs
+ * more than the checking. */
+#define LINES_PER_THREAD 256
+
 /* Hand the lines of b to worker threads; tiny blocks are not worth one. */
 static void start_workers(struct block *b, int threads, const EVP_MD *md, const struct chain_opts *opts)
 {
 	int t = b->n ? threads : 0;
-	if ((size_t)t > b->n / 64 + 1)
-		t = (int)(b->n / 64 + 1);
+	if ((size_t)t > b->n / LINES_PER_THREAD + 1)
+		t = (int)(b->n / LINES_PER_THREAD + 1);
 	b->threads = t;
 	b->started = 0;
-	for (int k = 0; k < t; k++) {
+	for (int k = 0; k < t; k++)
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
 		                        b->n * (size_t)(k + 1) / (size_t)t, md, opts};
+	if (b->n < LINES_PER_THREAD)
+		return; /* one share, checked by join_workers on this thread */
+	for (int k = 0; k < t; k++) {
 		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
 			break;
 		b->started = k + 1;
