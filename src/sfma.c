@@ -12,6 +12,7 @@
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
+#include "chain.h"
 #include "cli.h"
 #include "clock.h"
 #include "err.h"
@@ -335,12 +336,22 @@ fail:;
 	_exit(127);
 }
 
-/* Start path with stdin on in (-1: /dev/null) and stdout on out (-1: ours).
- * Returns the pid once execve succeeded, or -1 with errno (child reaped). */
-static pid_t spawn(const char *path, char *const argv[], char *const envp[],
-                   int in, int out, const int *keep, size_t n_keep)
+/* A started child whose execve has not been confirmed yet. */
+struct started {
+	pid_t pid;
+	int report; /* read end of the report pipe, -1 once confirmed */
+};
+
+/* Fork a child that will exec path with stdin on in (-1: /dev/null) and
+ * stdout on out (-1: ours), without waiting for the execve: the caller
+ * confirms it with spawn_confirm(), so that several children load their
+ * programs at once. Returns 0, or -1 with errno (nothing started). */
+static int spawn_start(const char *path, char *const argv[], char *const envp[], int in, int out,
+                       const int *keep, size_t n_keep, struct started *c)
 {
 	int report[2], devnull = -1, err = 0;
+	c->pid = -1;
+	c->report = -1;
 	if (in < 0 && (in = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
 	if (pipe2(report, O_CLOEXEC) < 0) {
@@ -356,19 +367,44 @@ static pid_t spawn(const char *path, char *const argv[], char *const envp[],
 	close(report[1]);
 	if (devnull >= 0)
 		close(devnull);
-	if (pid > 0) {
-		/* The report pipe closes on a successful execve: EOF means started. */
-		ssize_t r;
-		while ((r = read(report[0], &err, sizeof err)) < 0 && errno == EINTR)
-			;
-		if (r == (ssize_t)sizeof err) {
-			waitpid(pid, NULL, 0);
-			pid = -1;
-		}
+	if (pid < 0) {
+		close(report[0]);
+		errno = err;
+		return -1;
 	}
-	close(report[0]);
-	errno = err;
-	return pid;
+	c->pid = pid;
+	c->report = report[0];
+	return 0;
+}
+
+/* Wait for the child's execve. The report pipe closes on a successful
+ * execve: EOF means started. Returns the pid, or -1 with errno (the child
+ * reaped). */
+static pid_t spawn_confirm(struct started *c)
+{
+	int err = 0;
+	ssize_t r;
+	while ((r = read(c->report, &err, sizeof err)) < 0 && errno == EINTR)
+		;
+	close(c->report);
+	c->report = -1;
+	if (r == (ssize_t)sizeof err) {
+		waitpid(c->pid, NULL, 0);
+		c->pid = -1;
+		errno = err;
+		return -1;
+	}
+	return c->pid;
+}
+
+/* Start path and wait for its execve (spawn_start + spawn_confirm). */
+static pid_t spawn(const char *path, char *const argv[], char *const envp[],
+                   int in, int out, const int *keep, size_t n_keep)
+{
+	struct started c;
+	if (spawn_start(path, argv, envp, in, out, keep, n_keep, &c) < 0)
+		return -1;
+	return spawn_confirm(&c);
 }
 
 static void checked_free(struct checked *c)
@@ -537,8 +573,9 @@ static int supervise(pid_t pid[N_STAGES])
 }
 
 /* The stages' command lines (their manual pages give the interface). */
-static void stage_args(enum stage s, const char *manifest, const struct checked *c, char *argv[4])
+static void stage_args(enum stage s, const char *manifest, const struct checked *c, char *argv[6])
 {
+	static char head_cache[PATH_MAX + 32];
 	size_t k = 0;
 	argv[k++] = stage_path[s];
 	if (s == MODEL) {
@@ -548,6 +585,10 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
 			argv[k++] = "--apply";
 		argv[k++] = (char *)manifest;
 	} else if (s == CHAIN) {
+		/* The verified head, noted for the next run (sfma-chain(1)). */
+		snprintf(head_cache, sizeof head_cache, "%s/.sfma/%s", c->workspace, CHAIN_HEAD_CACHE);
+		argv[k++] = "--head-cache";
+		argv[k++] = head_cache;
 		argv[k++] = (char *)c->trace;
 	} else if (s == SEAL) {
 		/* A planner that stops before sealing has said why: its closed
@@ -591,7 +632,7 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	int to[PLAN][2], from[PLAN][2];       /* named from the planner's side */
 	int keep[2 * PLAN];
 	char fdpath[2 * PLAN][32], flag[2 * PLAN][16];
-	char *argv[8 + 4 * PLAN], *stage_argv[4];
+	char *argv[8 + 4 * PLAN], *stage_argv[6];
 	size_t n = 0;
 	pid_t pid[N_STAGES];
 
@@ -621,19 +662,40 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	}
 	argv[n] = NULL;
 
+	/* The four stages are forked first and their execs confirmed after:
+	 * they load their programs at the same time instead of one after
+	 * another. The planner starts only once all four have, so a stage that
+	 * cannot start leaves nothing behind. */
+	struct started st[PLAN];
+	int failed = -1, failed_errno = 0;
 	for (int s = 0; s < PLAN; s++) {
 		stage_args(s, manifest, c, stage_argv);
 		char **env = stage_env(s, c);
-		pid[s] = spawn(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0);
+		int rc = spawn_start(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0, &st[s]);
 		env_free(env);
-		if (pid[s] < 0) {
-			warnx("%s: %s", stage_path[s], strerror(errno));
-			for (int t = 0; t < s; t++) {
-				kill(pid[t], SIGKILL);
-				waitpid(pid[t], NULL, 0);
-			}
-			return 1;
+		if (rc < 0) {
+			failed = s;
+			failed_errno = errno;
+			break;
 		}
+	}
+	int n_started = failed < 0 ? PLAN : failed;
+	for (int s = 0; s < n_started; s++) {
+		pid[s] = spawn_confirm(&st[s]);
+		if (pid[s] < 0 && failed < 0) {
+			failed = s;
+			failed_errno = errno;
+		}
+	}
+	if (failed >= 0) {
+		warnx("%s: %s", stage_path[failed], strerror(failed_errno));
+		for (int t = 0; t < n_started; t++) {
+			if (pid[t] < 0)
+				continue;
+			kill(pid[t], SIGKILL);
+			waitpid(pid[t], NULL, 0);
+		}
+		return 1;
 	}
 	char **env = stage_env(PLAN, c);
 	pid[PLAN] = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN);
