@@ -197,6 +197,14 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 	if (have_git_dir && !S_ISDIR(sb.st_mode)) {
 		return err_set(e, ".sfma/mem/.git must be a real repository directory");
 	}
+	/* Nor a linked worktree's directory: its `commondir` file sends
+	 * objects and refs to another repository (gitrepository-layout(5)),
+	 * while rev-parse --absolute-git-dir still names this one. */
+	char commondir[PATH_MAX];
+	path_join(commondir, st->git_dir, "commondir");
+	if (have_git_dir && lstat(commondir, &sb) == 0) {
+		return err_set(e, ".sfma/mem/.git must be a real repository directory, not a linked worktree's");
+	}
 
 	if (!have_git_dir) {
 		static const char *const init[] = {"-c", "init.defaultBranch=main", "init", "-q", "--template=", ".", NULL};
@@ -760,10 +768,18 @@ static void stream_file(struct buf *s, const char *path, const char *data, size_
 	buf_addc(s, '\n');
 }
 
-/* The records in the stream: every record file (a safe name ending in
- * .json), so that one a crashed run left uncommitted is committed now. */
-static int stream_records(struct store *st, struct buf *s)
+/* The records in the stream: those written since the branch last moved
+ * (a record file is written once, before the commit that takes it, so
+ * its change time is not older than the branch's), which includes one a
+ * crashed run left uncommitted; every record when the branch has no
+ * commit yet or its time cannot be read. Committed records are not sent
+ * again: the commit builds on its parent's tree. */
+static int stream_records(struct store *st, struct buf *s, const char *ref)
 {
+	char ref_path[PATH_MAX];
+	struct stat ref_st;
+	int all = !st->parent[0] || snprintf(ref_path, sizeof ref_path, "%s/%s", st->git_dir, ref) >= (int)sizeof ref_path ||
+	          lstat(ref_path, &ref_st) < 0;
 	DIR *d = opendir(st->records_dir);
 	if (!d)
 		return -1;
@@ -776,7 +792,9 @@ static int stream_records(struct store *st, struct buf *s)
 		path_join(path, st->records_dir, de->d_name);
 		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		struct stat sb;
-		if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)(16u << 20)) {
+		if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)(16u << 20) ||
+		    (!all && (sb.st_ctim.tv_sec < ref_st.st_mtim.tv_sec ||
+		              (sb.st_ctim.tv_sec == ref_st.st_mtim.tv_sec && sb.st_ctim.tv_nsec < ref_st.st_mtim.tv_nsec)))) {
 			if (fd >= 0)
 				close(fd);
 			continue;
@@ -830,7 +848,7 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 		ok = commit_porcelain(st, subject, &out);
 	} else {
 		/* One process: the commit (the branch's previous commit as its
-		 * parent, the tree exactly memory.json and records/), the branch
+		 * parent, its tree with memory.json and the new records), the branch
 		 * moved only if it still points at that parent, and the new
 		 * commit's id printed back (get-mark). No index is written: the
 		 * history is the store, read with git log / show / grep. */
@@ -841,11 +859,15 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 		buf_printf(&s, "data %zu\n%s\n\n", msg_len, subject);
 		if (st->parent[0])
 			buf_printf(&s, "from %s\n", st->parent);
-		buf_printf(&s, "deleteall\n");
 		stream_file(&s, "memory.json", memory_json, mem_len);
-		ok = stream_records(st, &s) == 0;
+		ok = stream_records(st, &s, ref) == 0;
 		buf_printf(&s, "\nget-mark :1\ndone\n");
-		static const char *const import[] = {"fast-import", "--quiet", NULL};
+		/* A handful of objects: fast-import writes a pack and explodes it
+		 * into loose objects (fastimport.unpackLimit), so the pack's own
+		 * fsync bought nothing; loose objects are as durable as a `git
+		 * commit` leaves them. */
+		static const char *const import[] = {"-c", "core.fsync=-pack,-pack-metadata", "fast-import", "--quiet",
+		                                     NULL};
 		ok = ok && git_io(st, 1, import, s.p, s.len, &out) == 0;
 		buf_free(&s);
 	}
