@@ -659,6 +659,7 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 		}
 		if (li->seq > s->max_seq)
 			s->max_seq = li->seq;
+		s->last_seq = li->seq;
 		if (li->is_anchor && li->id_len)
 			snprintf(s->anchor, sizeof s->anchor, "%.*s", (int)li->id_len, li->id);
 		s->entries = no;
@@ -707,17 +708,26 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	strcpy(out->anchor, "unanchored");
 	if (opts->resume) {
 		const struct chain_summary *r = opts->resume;
-		if (r->entries <= r->legacy || opts->mark_set || opts->trusted_count || opts->evidence)
-			return err_set(e, "resume: only a chained prefix, without mark, trusted head or evidence");
+		if (r->entries <= r->legacy || opts->trusted_count || opts->evidence ||
+		    (opts->mark_set && opts->mark_count < r->entries))
+			return err_set(e, "resume: only a chained prefix, without trusted head or evidence, "
+			                  "and no mark inside it");
 		out->entries = r->entries;
 		out->legacy = r->legacy;
 		memcpy(out->head, r->head, sizeof out->head);
 		out->max_seq = r->max_seq;
+		out->last_seq = r->last_seq;
+		if (opts->mark_set && opts->mark_count == r->entries) {
+			memcpy(out->mark_head, r->head, sizeof out->mark_head);
+			out->mark_seq = r->last_seq;
+			out->mark_offset = r->size;
+			out->mark_found = 1;
+		}
 		memcpy(out->anchor, r->anchor, sizeof out->anchor);
 		out->size = r->size;
 		out->last_offset = r->last_offset;
 	}
-	if (opts->mark_set && opts->mark_count == 0) {
+	if (opts->mark_set && opts->mark_count == 0 && !opts->resume) {
 		strcpy(out->mark_head, CHAIN_ZERO_HASH);
 		out->mark_found = 1;
 	}
@@ -889,9 +899,9 @@ static int digest_range(struct chain_digest *dg, int fd, uint64_t from, uint64_t
 static void cache_check(const char prefix_hex[65], const struct chain_summary *s, char out[65])
 {
 	struct buf b = {0};
-	buf_printf(&b, "sfma-chain-head-v1\n%s\n%llu %llu %llu %llu\n%s\n%.17g\n%s\n", prefix_hex,
+	buf_printf(&b, "sfma-chain-head-v1\n%s\n%llu %llu %llu %llu\n%s\n%.17g %.17g\n%s\n", prefix_hex,
 	           (unsigned long long)s->size, (unsigned long long)s->entries, (unsigned long long)s->legacy,
-	           (unsigned long long)s->last_offset, s->head, s->max_seq, s->anchor);
+	           (unsigned long long)s->last_offset, s->head, s->max_seq, s->last_seq, s->anchor);
 	sha256_hex(b.p, b.len, out);
 	buf_free(&b);
 }
@@ -934,27 +944,34 @@ static int cache_read(const char *path, struct chain_summary *s, char check[65])
 {
 	struct sfma_err e;
 	json_t *doc = path ? json_load_strict_at(AT_FDCWD, path, 1, CACHE_MAX, &e) : NULL;
-	json_t *seq = json_object_get(doc, "maxSeq"), *anchor = json_object_get(doc, "anchor");
+	json_t *seq = json_object_get(doc, "maxSeq"), *last = json_object_get(doc, "lastSeq");
+	json_t *anchor = json_object_get(doc, "anchor");
 	long long version;
 	memset(s, 0, sizeof *s);
 	int ok = json_is_object(doc) && json_integer_of(json_object_get(doc, "version"), &version) && version == 1 &&
 	         get_u64(doc, "size", &s->size) && get_u64(doc, "entries", &s->entries) &&
 	         get_u64(doc, "legacy", &s->legacy) && get_u64(doc, "lastOffset", &s->last_offset) &&
 	         get_hex64(doc, "head", s->head) && get_hex64(doc, "check", check) && json_is_number(seq) &&
+	         json_is_number(last) &&
 	         json_is_string(anchor) && json_string_length(anchor) < CHAIN_ID_MAX &&
 	         strlen(json_string_value(anchor)) == json_string_length(anchor) && s->entries > s->legacy &&
 	         s->last_offset < s->size;
 	if (ok) {
 		s->max_seq = json_number_value(seq);
+		s->last_seq = json_number_value(last);
 		snprintf(s->anchor, sizeof s->anchor, "%s", json_string_value(anchor));
 	}
 	json_decref(doc);
 	return ok;
 }
 
-int chain_verify_cached(int fd, const char *cache_path, struct chain_summary *out, int *used,
-                        struct chain_digest **dgp, struct sfma_err *e)
+int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts *opts,
+                        struct chain_summary *out, int *used, struct chain_digest **dgp,
+                        struct sfma_err *e)
 {
+	struct chain_opts none = {0};
+	if (!opts)
+		opts = &none;
 	struct chain_summary noted;
 	char check[65], prefix_hex[65], want[65];
 	struct stat st;
@@ -965,14 +982,15 @@ int chain_verify_cached(int fd, const char *cache_path, struct chain_summary *ou
 	if (!dg)
 		return err_set(e, "SHA-256 is not available");
 	int rc;
-	if (cache_read(cache_path, &noted, check) && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= noted.size &&
+	if (cache_read(cache_path, &noted, check) && (!opts->mark_set || opts->mark_count >= noted.entries) &&
+	    fstat(fd, &st) == 0 && (uint64_t)st.st_size >= noted.size &&
 	    digest_range(dg, fd, 0, noted.size) == 0 && digest_hex(dg, prefix_hex) == 0 &&
 	    (cache_check(prefix_hex, &noted, want), strcmp(want, check) == 0) &&
 	    lseek(fd, (off_t)noted.size, SEEK_SET) == (off_t)noted.size) {
 		/* The prefix is the one the note's writer verified: the rest only. */
-		struct chain_opts opts = {.resume = &noted};
+		struct chain_opts resumed = {.resume = &noted, .mark_set = opts->mark_set, .mark_count = opts->mark_count};
 		*used = 1;
-		rc = chain_verify_fd(fd, &opts, out, e);
+		rc = chain_verify_fd(fd, &resumed, out, e);
 		if (rc == 0 && digest_range(dg, fd, noted.size, out->size) < 0)
 			rc = err_set(e, "read: %s", strerror(errno ? errno : EIO));
 	} else {
@@ -984,7 +1002,7 @@ int chain_verify_cached(int fd, const char *cache_path, struct chain_summary *ou
 		if (lseek(fd, 0, SEEK_SET) < 0)
 			rc = err_set(e, "seek: %s", strerror(errno));
 		else
-			rc = chain_verify_fd(fd, NULL, out, e);
+			rc = chain_verify_fd(fd, opts, out, e);
 		if (rc == 0 && dgp && digest_range(dg, fd, 0, out->size) < 0)
 			rc = err_set(e, "read: %s", strerror(errno ? errno : EIO));
 	}
@@ -1004,10 +1022,11 @@ int chain_head_cache_write(const char *cache_path, const struct chain_summary *s
 	if (!dg || digest_hex(dg, prefix_hex) < 0)
 		return err_set(e, "SHA-256 is not available");
 	cache_check(prefix_hex, sum, check);
-	json_t *doc = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s, s:f, s:s, s:s}", "version", 1, "size",
+	json_t *doc = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s, s:f, s:f, s:s, s:s}", "version", 1, "size",
 	                        (json_int_t)sum->size, "entries", (json_int_t)sum->entries, "legacy",
 	                        (json_int_t)sum->legacy, "lastOffset", (json_int_t)sum->last_offset, "head",
-	                        sum->head, "maxSeq", sum->max_seq, "anchor", sum->anchor, "check", check);
+	                        sum->head, "maxSeq", sum->max_seq, "lastSeq", sum->last_seq, "anchor", sum->anchor,
+	                        "check", check);
 	struct buf b = {0};
 	int rc = doc && canon_dump(doc, &b, e) == 0 ? 0 : -1;
 	json_decref(doc);

@@ -38,8 +38,8 @@ struct chain_opts {
 	/* Optional: the trace's first resume->size bytes are already known to
 	 * verify with this summary (chain_verify_cached); fd is positioned
 	 * there and only the rest is checked, linked to resume->head. Only
-	 * for a prefix with a chained entry, and not with mark, trusted head
-	 * or evidence. */
+	 * for a prefix with a chained entry, not with trusted head or
+	 * evidence, and with a mark only at or after the prefix's end. */
 	const struct chain_summary *resume;
 };
 
@@ -49,6 +49,7 @@ struct chain_summary {
 	char head[65];             /* hash of the last chained entry; with none: the
 	                              legacy digest, or 64 zeros for an empty trace */
 	double max_seq;            /* largest seq seen (0 if none) */
+	double last_seq;           /* seq of the last entry (0 if none) */
 	char anchor[CHAIN_ID_MAX]; /* id of the latest clock-anchor entry, or "unanchored" */
 	uint64_t torn_offset;      /* when verification failed on a torn final line */
 	int torn;                  /* 1 if so: the file ends inside a line */
@@ -94,11 +95,14 @@ struct chain_digest; /* a running SHA-256 over the trace's bytes */
 
 /* chain_verify_fd of the whole trace on fd (read from offset 0), using the
  * note at cache_path when it matches (cache_path NULL or unreadable: no
- * note). *used tells whether it did. With dg, *dg receives the running
- * digest of every byte of the verified trace (the caller extends it with
- * what it appends and frees it); on failure *dg is NULL. */
-int chain_verify_cached(int fd, const char *cache_path, struct chain_summary *out, int *used,
-                        struct chain_digest **dg, struct sfma_err *e);
+ * note). opts may be NULL or ask for a mark only (a mark before the
+ * note's end means a verification from the start). *used tells whether
+ * the note was used. With dg, *dg receives the running digest of every
+ * byte of the verified trace (the caller extends it with what it appends
+ * and frees it); on failure *dg is NULL. */
+int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts *opts,
+                        struct chain_summary *out, int *used, struct chain_digest **dg,
+                        struct sfma_err *e);
 void chain_digest_add(struct chain_digest *dg, const void *data, size_t n);
 void chain_digest_free(struct chain_digest *dg);
 /* Write the note for the trace sum describes, whose bytes dg has hashed:

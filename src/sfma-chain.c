@@ -75,7 +75,7 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	 * mismatch verifies the whole file. */
 	int used_cache = 0, rc;
 	if (t->head_cache && !allow_torn) {
-		rc = chain_verify_cached(t->fd, t->head_cache, sum, &used_cache, &t->digest, &e);
+		rc = chain_verify_cached(t->fd, t->head_cache, NULL, sum, &used_cache, &t->digest, &e);
 	} else {
 		if (lseek(t->fd, 0, SEEK_SET) < 0)
 			die("%s: seek: %s", t->path, strerror(errno));
@@ -224,6 +224,7 @@ static void append_line(struct trace *t, const struct buf *line)
 	t->sum.size = (uint64_t)t->size;
 	t->sum.entries++;
 	t->sum.max_seq = t->seq;
+	t->sum.last_seq = t->seq;
 	memcpy(t->sum.head, t->head, sizeof t->sum.head);
 	memcpy(t->sum.anchor, t->anchor, sizeof t->sum.anchor);
 }

@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 	int used_cache;
 	if (snprintf(cache, sizeof cache, "%s/.sfma/%s", ws, CHAIN_HEAD_CACHE) >= (int)sizeof cache)
 		die("%s: path too long", ws);
-	if (chain_verify_cached(fd, cache, &sum, &used_cache, NULL, &e) < 0)
+	if (chain_verify_cached(fd, cache, NULL, &sum, &used_cache, NULL, &e) < 0)
 		die("%s: failed hash-chain verification: %s", path, e.text);
 	close(fd);
 

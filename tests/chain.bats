@@ -434,7 +434,7 @@ three_noted() {
 	prefix=$(sha256sum "$T" | cut -d' ' -f1)
 	head=$(jq -r .head "$C")
 	last=$(jq -r .lastOffset "$C")
-	check=$(printf 'sfma-chain-head-v1\n%s\n%s 3 0 %s\n%s\n3\nclock-anchor-3\n' "$prefix" "$size" "$last" "$head" | sha256sum | cut -d' ' -f1)
+	check=$(printf 'sfma-chain-head-v1\n%s\n%s 3 0 %s\n%s\n3 3\nclock-anchor-3\n' "$prefix" "$size" "$last" "$head" | sha256sum | cut -d' ' -f1)
 	jq -c --arg c "$check" '.check = $c' "$C" > forged && mv forged "$C"
 	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
 	[ "$status" -eq 0 ]
@@ -442,4 +442,26 @@ three_noted() {
 	run sfma-verify ws
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"trace line 2: hash mismatch"* ]]
+}
+
+@test "a run over a trace altered below the noted head fails verification and appends nothing" {
+	cat > m.json <<'JSON'
+{"name":"n","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":4,"dryRunDefault":false}
+JSON
+	cand='{"mission":"m","successCriteria":[],"loopRoles":[{"name":"r","duty":"d"}],"firstTasks":[],"schedule":[]}'
+	mock "$cand" '{"tool":"done","summary":"one"}'
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ -f "$C" ]
+	jq -e --argjson n "$(wc -l < "$T")" '.entries == $n' "$C"
+	# same length, below the note: only the bytes' digest can tell
+	sed -i '2s/"to":"probation"/"to":"probatiox"/' "$T"
+	grep -q probatiox "$T"
+	cp "$T" before
+	mock "$cand" '{"tool":"done","summary":"two"}'
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification: line 2: hash mismatch"* ]]
+	cmp before "$T"
 }
