@@ -161,6 +161,65 @@ static void chomp(struct buf *b)
 		b->p[--b->len] = '\0';
 }
 
+/* What `git init --template=` makes (gitrepository-layout(5)), made here:
+ * a git process, the slowest step of a first run, for two files and seven
+ * directories. The branch is main; the object format is git's default
+ * (repositoryformatversion 0: SHA-1). The guard that follows asks git
+ * whether it takes this directory as the store's repository. */
+static const char *const repo_dirs[] = {"", "/objects", "/objects/info", "/objects/pack", "/refs", "/refs/heads",
+                                        "/refs/tags", NULL};
+static const char *const repo_files[][2] = {
+	{"/HEAD", "ref: refs/heads/main\n"},
+	{"/config", "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+	            "\tlogallrefupdates = true\n"},
+};
+
+/* Undo init_repository: git turned out to be absent, and a store without
+ * git has no .git (sfma-plan(1)). Only what it made, nothing else. */
+static void remove_repository(struct store *st)
+{
+	char path[PATH_MAX + 32];
+	for (size_t i = 0; i < sizeof repo_files / sizeof *repo_files; i++) {
+		snprintf(path, sizeof path, "%s%s", st->git_dir, repo_files[i][0]);
+		unlink(path);
+	}
+	int n = 0;
+	while (repo_dirs[n])
+		n++;
+	while (n-- > 0) {
+		snprintf(path, sizeof path, "%s%s", st->git_dir, repo_dirs[n]);
+		rmdir(path);
+	}
+}
+
+static int init_repository(struct store *st)
+{
+	char path[PATH_MAX + 32];
+	for (int i = 0; repo_dirs[i]; i++) {
+		snprintf(path, sizeof path, "%s%s", st->git_dir, repo_dirs[i]);
+		if (mkdir(path, 0755) < 0) {
+			int err = errno;
+			remove_repository(st);
+			errno = err;
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < sizeof repo_files / sizeof *repo_files; i++) {
+		snprintf(path, sizeof path, "%s%s", st->git_dir, repo_files[i][0]);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		if (fd < 0 || write_all(fd, repo_files[i][1], strlen(repo_files[i][1])) < 0) {
+			int err = errno;
+			if (fd >= 0)
+				close(fd);
+			remove_repository(st);
+			errno = err;
+			return -1;
+		}
+		close(fd);
+	}
+	return 0;
+}
+
 int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 {
 	struct stat sb;
@@ -206,14 +265,14 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 		return err_set(e, ".sfma/mem/.git must be a real repository directory, not a linked worktree's");
 	}
 
+	int created = 0;
 	if (!have_git_dir) {
-		static const char *const init[] = {"-c", "init.defaultBranch=main", "init", "-q", "--template=", ".", NULL};
-		int rc = git(st, 0, init, NULL);
-		if (rc != 0) {
-			snprintf(st->git_unavailable_why, sizeof st->git_unavailable_why,
-			         rc == GIT_NOT_STARTED ? "git not found on PATH" : "git init failed");
+		if (init_repository(st) < 0) {
+			snprintf(st->git_unavailable_why, sizeof st->git_unavailable_why, "git init failed: %s",
+			         strerror(errno));
 			return 0;
 		}
+		created = 1;
 	}
 	/* Guard 3: the repository git itself resolves from inside the store
 	 * must be the store's own. The same call says whether the branch has
@@ -227,6 +286,9 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 	st->latency_git = elapsed_ms(t0);
 	if (rc == GIT_NOT_STARTED) {
 		free(real);
+		buf_free(&out);
+		if (created)
+			remove_repository(st);
 		snprintf(st->git_unavailable_why, sizeof st->git_unavailable_why, "git not found on PATH");
 		return 0;
 	}
