@@ -30,6 +30,13 @@
 #define RECALL_MAX_TEXT 8192
 #define GIT_MAX_OUTPUT (256u << 10)
 
+/* A handful of objects a run: fast-import writes a pack and explodes it
+ * into loose objects (fastimport.unpackLimit), so the pack's own fsync
+ * buys nothing; the loose objects are as durable as `git commit` leaves
+ * them. */
+static const char *const fast_import_args[] = {"-c", "core.fsync=-pack,-pack-metadata", "fast-import", "--quiet",
+                                               NULL};
+
 /* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
 static double elapsed_ms(double t0)
 {
@@ -39,18 +46,20 @@ static double elapsed_ms(double t0)
 /* git() when the program could not be started at all (not on PATH). */
 #define GIT_NOT_STARTED (-1)
 
-/* Run git with fixed arguments; stdin fed from in (n_in bytes) when given,
- * else /dev/null; stdout captured (bounded) into out when given.
- * explicit_repo names the store with --git-dir/--work-tree. Returns the
- * exit status, or GIT_NOT_STARTED when no git could be executed (told
- * apart from any status git itself exits with by a close-on-exec pipe:
- * it reads end of file exactly when execve succeeded). */
-static int git_io(struct store *st, int explicit_repo, const char *const *args, const char *in, size_t n_in,
-                  struct buf *out)
+/* Start git with fixed arguments; its stdin a pipe kept in c->in when
+ * with_stdin, else /dev/null; its stdout a pipe in c->out. explicit_repo
+ * names the store with --git-dir/--work-tree. Returns 0, or
+ * GIT_NOT_STARTED when no git could be executed: told apart from any
+ * status git itself exits with by a close-on-exec pipe, which reads end
+ * of file exactly when execve succeeded. */
+static int git_start(struct store *st, int explicit_repo, const char *const *args, int with_stdin,
+                     struct git_child *c)
 {
 	const char *argv[48];
 	char gd[PATH_MAX + 16], wt[PATH_MAX + 16]; /* the store paths fit: see path_join */
 	int n = 0;
+	c->pid = -1;
+	c->in = c->out = -1;
 	argv[n++] = "git";
 	if (explicit_repo) {
 		snprintf(gd, sizeof gd, "--git-dir=%s", st->git_dir);
@@ -83,7 +92,7 @@ static int git_io(struct store *st, int explicit_repo, const char *const *args, 
 	                "GIT_NO_REPLACE_OBJECTS=1", "GIT_PAGER=cat", NULL};
 
 	int pfd[2] = {-1, -1}, ifd[2] = {-1, -1}, report[2] = {-1, -1};
-	if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(report, O_CLOEXEC) < 0 || (in && pipe2(ifd, O_CLOEXEC) < 0)) {
+	if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(report, O_CLOEXEC) < 0 || (with_stdin && pipe2(ifd, O_CLOEXEC) < 0)) {
 		int fds[] = {pfd[0], pfd[1], report[0], report[1]};
 		for (int i = 0; i < 4; i++)
 			if (fds[i] >= 0)
@@ -96,7 +105,7 @@ static int git_io(struct store *st, int explicit_repo, const char *const *args, 
 		int devnull = open("/dev/null", O_RDWR);
 		if (devnull < 0 || chdir(st->mem_dir) < 0)
 			_exit(127);
-		dup2(in ? ifd[0] : devnull, 0);
+		dup2(with_stdin ? ifd[0] : devnull, 0);
 		dup2(pfd[1], 1);
 		dup2(devnull, 2);
 		execvpe("git", (char *const *)argv, envp);
@@ -107,27 +116,47 @@ static int git_io(struct store *st, int explicit_repo, const char *const *args, 
 	}
 	close(pfd[1]);
 	close(report[1]);
-	if (in)
+	if (with_stdin)
 		close(ifd[0]);
 	buf_free(&path_env);
-	if (pid < 0) {
+	int exec_errno = 0;
+	ssize_t r = -1;
+	if (pid > 0)
+		while ((r = read(report[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR)
+			;
+	close(report[0]);
+	if (pid < 0 || r == (ssize_t)sizeof exec_errno) {
 		close(pfd[0]);
-		close(report[0]);
-		if (in)
+		if (with_stdin)
 			close(ifd[1]);
+		if (pid > 0)
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
 		return GIT_NOT_STARTED;
 	}
-	/* The whole input first, then the output: what git prints while it
-	 * reads (fast-import's one commit id) fits in the pipe's buffer. A git
-	 * that exits early makes the write fail with EPIPE (SIGPIPE is ignored
-	 * in the planner), and its status says why. */
-	if (in) {
-		write_all(ifd[1], in, n_in);
-		close(ifd[1]);
+	c->pid = pid;
+	c->in = with_stdin ? ifd[1] : -1;
+	c->out = pfd[0];
+	return 0;
+}
+
+/* Feed a started git its whole input (in, n_in; none: NULL), collect its
+ * stdout (bounded) into out when given, and reap it. The input goes
+ * first: what git prints while it reads (fast-import's one commit id)
+ * fits in the pipe's buffer. A git that exits early makes the write fail
+ * with EPIPE (SIGPIPE is ignored in the planner), and its status says
+ * why. Returns git's exit status. */
+static int git_finish(struct git_child *c, const char *in, size_t n_in, struct buf *out)
+{
+	if (c->in >= 0) {
+		if (in)
+			write_all(c->in, in, n_in);
+		close(c->in);
+		c->in = -1;
 	}
 	char chunk[8192];
 	ssize_t got;
-	while ((got = read(pfd[0], chunk, sizeof chunk)) != 0) {
+	while ((got = read(c->out, chunk, sizeof chunk)) != 0) {
 		if (got < 0) {
 			if (errno == EINTR)
 				continue;
@@ -136,23 +165,21 @@ static int git_io(struct store *st, int explicit_repo, const char *const *args, 
 		if (out && out->len + (size_t)got <= GIT_MAX_OUTPUT)
 			buf_add(out, chunk, (size_t)got);
 	}
-	close(pfd[0]);
-	int exec_errno = 0;
-	ssize_t r;
-	while ((r = read(report[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR)
-		;
-	close(report[0]);
+	close(c->out);
+	c->out = -1;
 	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR)
 		;
-	if (r == (ssize_t)sizeof exec_errno)
-		return GIT_NOT_STARTED;
+	c->pid = -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+/* Run git to its end; see git_start and git_finish. */
 static int git(struct store *st, int explicit_repo, const char *const *args, struct buf *out)
 {
-	return git_io(st, explicit_repo, args, NULL, 0, out);
+	struct git_child c;
+	int rc = git_start(st, explicit_repo, args, 0, &c);
+	return rc == GIT_NOT_STARTED ? rc : git_finish(&c, NULL, 0, out);
 }
 
 static void chomp(struct buf *b)
@@ -224,6 +251,7 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 {
 	struct stat sb;
 	memset(st, 0, sizeof *st);
+	st->importer = (struct git_child){.pid = -1, .in = -1, .out = -1};
 	st->inproc = json_object();
 	path_join(st->mem_dir, sfma_dir, "mem");
 	path_join(st->records_dir, st->mem_dir, "records");
@@ -319,6 +347,14 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 		memcpy(st->parent, head, hl + 1);
 	buf_free(&out);
 	st->git_available = 1;
+	/* The commit's fast-import is started now, past every guard, and
+	 * waits on its input for the run's end: its start is paid while the
+	 * run works, not after. An input closed before anything was sent (a
+	 * run that ends without committing, or a planner that dies) makes it
+	 * exit having written nothing; one cut short after `feature done` is
+	 * refused whole. */
+	if (git_start(st, 1, fast_import_args, 1, &st->importer) != 0)
+		st->importer.pid = -1;
 	return 0;
 }
 
@@ -788,6 +824,14 @@ char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_e
 	return b.p;
 }
 
+/* An importer that was not given a commit: its input closed empty, it
+ * exits having written nothing. */
+static void stop_importer(struct store *st)
+{
+	if (st->importer.pid > 0)
+		git_finish(&st->importer, NULL, 0, NULL);
+}
+
 /* The branch HEAD names ("refs/heads/<name>"), read from the store's own
  * repository directory (guard 2 made it a real one); NULL when HEAD is
  * detached or names anything stranger than a plain branch. */
@@ -907,6 +951,7 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 	char ref[256];
 	int ok;
 	if (!head_branch(st, ref)) {
+		stop_importer(st);
 		ok = commit_porcelain(st, subject, &out);
 	} else {
 		/* One process: the commit (the branch's previous commit as its
@@ -924,13 +969,9 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 		stream_file(&s, "memory.json", memory_json, mem_len);
 		ok = stream_records(st, &s, ref) == 0;
 		buf_printf(&s, "\nget-mark :1\ndone\n");
-		/* A handful of objects: fast-import writes a pack and explodes it
-		 * into loose objects (fastimport.unpackLimit), so the pack's own
-		 * fsync bought nothing; loose objects are as durable as a `git
-		 * commit` leaves them. */
-		static const char *const import[] = {"-c", "core.fsync=-pack,-pack-metadata", "fast-import", "--quiet",
-		                                     NULL};
-		ok = ok && git_io(st, 1, import, s.p, s.len, &out) == 0;
+		if (st->importer.pid < 0 && git_start(st, 1, fast_import_args, 1, &st->importer) != 0)
+			st->importer.pid = -1;
+		ok = ok && st->importer.pid > 0 && git_finish(&st->importer, s.p, s.len, &out) == 0;
 		buf_free(&s);
 	}
 	chomp(&out);
@@ -948,6 +989,7 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 
 void store_close(struct store *st)
 {
+	stop_importer(st);
 	json_decref(st->inproc);
 	st->inproc = NULL;
 }

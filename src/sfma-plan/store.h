@@ -9,8 +9,15 @@
 #include <jansson.h>
 #include <string.h>
 #include <limits.h>
+#include <sys/types.h>
 
 #include "err.h"
+
+/* A git process the planner talks to over pipes. */
+struct git_child {
+	pid_t pid;  /* -1: none */
+	int in, out;
+};
 
 struct store {
 	char mem_dir[PATH_MAX];     /* <ws>/.sfma/mem */
@@ -23,6 +30,7 @@ struct store {
 	double latency_inproc, latency_file, latency_git;
 	const char *fast, *medium, *longer; /* store names by tier */
 	json_t *inproc;            /* id -> pointer ("file:<id>" / "git:<sha>") */
+	struct git_child importer; /* the commit's fast-import, started by store_open */
 };
 
 /* Set up the stores for the workspace's .sfma directory, running the
