@@ -94,10 +94,10 @@ def breakdown(who):
     shutil.rmtree(os.path.join(d, "ws"), ignore_errors=True)
     once(who, True)  # the breakdown is of a second run: an existing store and chain
     log = os.path.join(tmp, who + ".strace")
-    subprocess.run(["strace", "-f", "-ttt", "-qq", "-o", log, "-e", "trace=execve,exit_group,fsync,fdatasync",
+    subprocess.run(["strace", "-f", "-ttt", "-qq", "-o", log, "-e", "trace=execve,exit_group,fsync,fdatasync,clone,clone3,fork,vfork",
                     bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    prog, started, ended = {}, {}, {}
+    prog, started, ended, pending = {}, {}, {}, {}
     procs, syncs = collections.Counter(), collections.Counter()
     for line in open(log):
         f = line.split(None, 2)
@@ -105,15 +105,22 @@ def breakdown(who):
             continue
         pid, ts, rest = f[0], float(f[1]), f[2]
         m = re.match(r'execve\("([^"]+)"', rest)
-        if m and " = 0" in rest:
-            name = os.path.basename(m.group(1))
+        if m:
+            pending[pid] = os.path.basename(m.group(1))
+        # an execve that succeeded, on its own line or resumed on another
+        if (m or rest.startswith("<... execve resumed>")) and re.search(r"\) = 0$", rest.strip()) and pid in pending:
+            name = pending.pop(pid)
             prog[pid] = name
             started[pid] = ts
             procs[name] += 1
         elif rest.startswith("exit_group") or "+++ exited" in rest:
             ended.setdefault(pid, ts)
-        elif rest.startswith(("fsync", "fdatasync")):
+        elif rest.startswith(("fsync(", "fdatasync(")):
             syncs[prog.get(pid, "?")] += 1
+        # a forked child is its parent's program until it execs
+        c = re.match(r"(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.*= (\d+)$", rest.strip())
+        if c and pid in prog:
+            prog.setdefault(c.group(1), prog[pid])
     git_ms = sum((ended[p] - started[p]) * 1000 for p in started if prog[p] == "git" and p in ended)
     print("  %s: processes %s; git processes %d (%.1f ms under strace); fsync+fdatasync %s" % (
         base_name if who == "base" else "under test",
