@@ -874,12 +874,12 @@ static void stream_file(struct buf *s, const char *path, const char *data, size_
 	buf_addc(s, '\n');
 }
 
-/* The records in the stream: those written since the branch last moved
- * (a record file is written once, before the commit that takes it, so
- * its change time is not older than the branch's), which includes one a
- * crashed run left uncommitted; every record when the branch has no
- * commit yet or its time cannot be read. Committed records are not sent
- * again: the commit builds on its parent's tree. */
+/* The records in the stream: this run's, and those written since the
+ * branch last moved (a record file is written once, before the commit
+ * that takes it, so its change time is not older than the branch's),
+ * which includes one a crashed run left uncommitted; every record when
+ * the branch has no commit yet or its time cannot be read. Committed
+ * records are not sent again: the commit builds on its parent's tree. */
 static int stream_records(struct store *st, struct buf *s, const char *ref)
 {
 	char ref_path[PATH_MAX];
@@ -894,13 +894,17 @@ static int stream_records(struct store *st, struct buf *s, const char *ref)
 		size_t n = strlen(de->d_name);
 		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0 || !safe_id(de->d_name))
 			continue;
-		char path[PATH_MAX], rel[300];
+		char path[PATH_MAX], rel[300], id[200];
 		path_join(path, st->records_dir, de->d_name);
+		/* This run's own records go in whatever the clock did since. */
+		snprintf(id, sizeof id, "%.*s", (int)(n - 5), de->d_name);
+		int mine = json_object_get(st->inproc, id) != NULL;
 		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		struct stat sb;
 		if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)(16u << 20) ||
-		    (!all && (sb.st_ctim.tv_sec < ref_st.st_mtim.tv_sec ||
-		              (sb.st_ctim.tv_sec == ref_st.st_mtim.tv_sec && sb.st_ctim.tv_nsec < ref_st.st_mtim.tv_nsec)))) {
+		    (!all && !mine && (sb.st_ctim.tv_sec < ref_st.st_mtim.tv_sec ||
+		                       (sb.st_ctim.tv_sec == ref_st.st_mtim.tv_sec &&
+		                        sb.st_ctim.tv_nsec < ref_st.st_mtim.tv_nsec)))) {
 			if (fd >= 0)
 				close(fd);
 			continue;
