@@ -324,6 +324,10 @@ int main(int argc, char **argv)
 	char *text;
 	size_t len;
 	int rc;
+	/* libcrypto loads its configuration and providers at the first
+	 * digest: done before the first event arrives, not after. */
+	char warm[65];
+	sha256_hex("", 0, warm);
 	lr_init(&r, 0, max_line);
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
 		long long no = (long long)r.line_no;

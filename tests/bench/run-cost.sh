@@ -8,7 +8,7 @@
 # holding PRIOR earlier runs (a longer trace to verify, a longer history).
 # Then, when strace(1) is present, where one run of each goes: processes
 # started by program (git counted apart), fsync/fdatasync calls by
-# program, and the git processes' wall time (under strace, so inflated).
+# program, and a timeline of milestones (under strace, so inflated).
 #
 #   BASE=COMMIT   the base (default: the merge-base of HEAD and main;
 #                 HEAD itself when there is no main)
@@ -98,6 +98,7 @@ def breakdown(who):
                     bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     prog, started, ended, pending = {}, {}, {}, {}
+    events, first_plan = [], [None]
     procs, syncs = collections.Counter(), collections.Counter()
     for line in open(log):
         f = line.split(None, 2)
@@ -113,19 +114,40 @@ def breakdown(who):
             prog[pid] = name
             started[pid] = ts
             procs[name] += 1
+            events.append((pid, ts, "exec"))
+            if name == "sfma-plan" and first_plan[0] is None:
+                first_plan[0] = pid  # the --check
         elif rest.startswith("exit_group") or "+++ exited" in rest:
             ended.setdefault(pid, ts)
+            events.append((pid, ts, "exit"))
         elif rest.startswith(("fsync(", "fdatasync(")):
             syncs[prog.get(pid, "?")] += 1
+            events.append((pid, ts, "sync"))
         # a forked child is its parent's program until it execs
         c = re.match(r"(?:<\.\.\. )?(?:clone3?|fork|vfork)\b.*= (\d+)$", rest.strip())
         if c and pid in prog:
             prog.setdefault(c.group(1), prog[pid])
-    git_ms = sum((ended[p] - started[p]) * 1000 for p in started if prog[p] == "git" and p in ended)
-    print("  %s: processes %s; git processes %d (%.1f ms under strace); fsync+fdatasync %s" % (
+    # Milestones, in ms from sfma's start (under strace: inflated, but in
+    # proportion): the planner's exec, the first entry made durable, the
+    # sandboxed echo, the last git exit, the record's fsync, the end.
+    t0 = min(started.values())
+    def first(pred):
+        ts = [t for (p, t, what) in events if pred(p, what)]
+        return "%.0f" % ((min(ts) - t0) * 1000) if ts else "-"
+    def last(pred):
+        ts = [t for (p, t, what) in events if pred(p, what)]
+        return "%.0f" % ((max(ts) - t0) * 1000) if ts else "-"
+    marks = [("planner", first(lambda p, w: w == "exec" and prog.get(p) == "sfma-plan" and p != first_plan[0])),
+             ("first entry", first(lambda p, w: w == "sync" and prog.get(p) == "sfma-chain")),
+             ("echo", first(lambda p, w: w == "exec" and prog.get(p) == "echo")),
+             ("last git", last(lambda p, w: w == "exit" and prog.get(p) == "git")),
+             ("record", last(lambda p, w: w == "sync" and prog.get(p) == "sfma-seal")),
+             ("end", last(lambda p, w: w == "exit"))]
+    print("  %s: processes %s; fsync+fdatasync %s" % (
         base_name if who == "base" else "under test",
-        ", ".join("%s %d" % kv for kv in sorted(procs.items())), procs["git"], git_ms,
+        ", ".join("%s %d" % kv for kv in sorted(procs.items())),
         ", ".join("%s %d" % kv for kv in sorted(syncs.items()))))
+    print("    timeline under strace (ms): " + ", ".join("%s %s" % m for m in marks))
 
 print("run cost breakdown (one run in a workspace with one run before it):")
 for who in ("base", "test"):
