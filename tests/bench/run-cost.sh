@@ -5,7 +5,8 @@
 # programs built from a base commit, side by side in one run (interleaved,
 # so that the machine's other load falls on both alike). Wall time, best
 # of ROUNDS, in two workspaces: a fresh one (created by the run) and one
-# holding PRIOR earlier runs (a longer trace to verify, a longer history).
+# holding PRIOR earlier runs (a longer trace to verify, a longer history);
+# then the latter again with a signing key (when openssl(1) is present).
 # Then, when strace(1) is present, where one run of each goes: processes
 # started by program (git counted apart), fsync/fdatasync calls by
 # program, and a timeline of milestones (under strace, so inflated).
@@ -49,12 +50,15 @@ tmp, base_bin, test_bin, rounds, prior, base_name = sys.argv[1:7]
 rounds, prior = int(rounds), int(prior)
 bins = {"base": base_bin, "test": test_bin}
 
+env = dict(os.environ)
+env.pop("SFMA_AUDIT_PRIVATE_KEY", None)
+
 def once(who, fresh):
     d = os.path.join(tmp, who)
     if fresh:
         shutil.rmtree(os.path.join(d, "ws"), ignore_errors=True)
     t = time.perf_counter()
-    r = subprocess.run([bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d,
+    r = subprocess.run([bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d, env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = (time.perf_counter() - t) * 1000
     if r.returncode != 0:
@@ -68,8 +72,15 @@ def verify(who):
         sys.exit("run-cost bench: the %s record does not verify: %s" % (who, r.stderr.decode(errors="replace")))
 
 best = {}
-for fresh, label in ((True, "fresh workspace"), (False, "after %d runs" % prior)):
-    if not fresh:
+scenarios = [(True, "fresh workspace"), (False, "after %d runs" % prior)]
+key = shutil.which("openssl") and subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519"],
+                                                 capture_output=True, text=True).stdout
+if key:
+    scenarios.append((None, "signed, after %d runs" % prior))
+for fresh, label in scenarios:
+    if fresh is None:  # the same workspaces, now with a signing key
+        env["SFMA_AUDIT_PRIVATE_KEY"] = key
+    elif not fresh:
         for who in bins:
             shutil.rmtree(os.path.join(tmp, who, "ws"), ignore_errors=True)
             for _ in range(prior):
@@ -77,7 +88,7 @@ for fresh, label in ((True, "fresh workspace"), (False, "after %d runs" % prior)
     t = {"base": [], "test": []}
     for _ in range(rounds):
         for who in ("base", "test"):
-            t[who].append(once(who, fresh))
+            t[who].append(once(who, bool(fresh)))
     for who in bins:
         verify(who)
     b, n = min(t["base"]), min(t["test"])
@@ -85,6 +96,7 @@ for fresh, label in ((True, "fresh workspace"), (False, "after %d runs" % prior)
     print("run cost, hello (4 turns), %s: base %s %.1f ms, under test %.1f ms (best of %d): %.2fx"
           % (label, base_name, b, n, rounds, n / b))
 
+env.pop("SFMA_AUDIT_PRIVATE_KEY", None)
 if not shutil.which("strace"):
     print("run cost: strace missing, no breakdown")
     sys.exit(0)
@@ -95,7 +107,7 @@ def breakdown(who):
     once(who, True)  # the breakdown is of a second run: an existing store and chain
     log = os.path.join(tmp, who + ".strace")
     subprocess.run(["strace", "-f", "-ttt", "-qq", "-o", log, "-e", "trace=execve,exit_group,fsync,fdatasync,clone,clone3,fork,vfork",
-                    bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d,
+                    bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     prog, started, ended, pending = {}, {}, {}, {}
     events, first_plan = [], [None]
