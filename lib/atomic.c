@@ -16,7 +16,16 @@ int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
 	return atomic_replace_at(dirfd, name, data, n, mode, 1, NULL, e);
 }
 
+static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,
+                      int sync_dir, struct stat *st, struct sfma_err *e);
+
 int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                      int sync_dir, struct stat *st, struct sfma_err *e)
+{
+	return replace_at(dirfd, name, data, n, mode, 1, sync_dir, st, e);
+}
+
+static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,
                       int sync_dir, struct stat *st, struct sfma_err *e)
 {
 	char tmp[512];
@@ -38,7 +47,7 @@ int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, m
 	if (write_all(fd, data, n) < 0)
 		goto fail;
 	step = "fsync";
-	if (fsync(fd) < 0 || (st && fstat(fd, st) < 0))
+	if ((sync_file && fsync(fd) < 0) || (st && fstat(fd, st) < 0))
 		goto fail;
 	step = "close";
 	if (close(fd) < 0) {
@@ -63,8 +72,23 @@ fail: {
 }
 }
 
+static int write_path(const char *path, const void *data, size_t n, mode_t mode, int sync,
+                      struct sfma_err *e);
+
 int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
                  struct sfma_err *e)
+{
+	return write_path(path, data, n, mode, 1, e);
+}
+
+int atomic_write_volatile(const char *path, const void *data, size_t n, mode_t mode,
+                          struct sfma_err *e)
+{
+	return write_path(path, data, n, mode, 0, e);
+}
+
+static int write_path(const char *path, const void *data, size_t n, mode_t mode, int sync,
+                      struct sfma_err *e)
 {
 	char dir[4096];
 	const char *slash = strrchr(path, '/');
@@ -83,7 +107,7 @@ int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return err_set(e, "%s: %s", dir, strerror(errno));
-	int rc = atomic_write_at(dirfd, name, data, n, mode, e);
+	int rc = replace_at(dirfd, name, data, n, mode, sync, sync, NULL, e);
 	close(dirfd);
 	if (rc < 0)
 		return err_prefix(e, "%s", dir);

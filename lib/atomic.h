@@ -29,4 +29,11 @@ int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, m
 int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
                  struct sfma_err *e);
 
+/* A file a crash may take back, never tear: temporary file and rename as
+ * atomic_write, without either fsync. After a crash the path may hold the
+ * old content, the new, or (on some file systems) be empty; for caches
+ * whose loss costs only a recomputation. */
+int atomic_write_volatile(const char *path, const void *data, size_t n, mode_t mode,
+                          struct sfma_err *e);
+
 #endif

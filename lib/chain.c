@@ -8,6 +8,7 @@
  * two blocks, their line tables and the longest allowed line, whatever the
  * length of the trace or of its lines. */
 #include "chain.h"
+#include "atomic.h"
 #include "buf.h"
 #include "canon.h"
 #include "evidence.h"
@@ -15,6 +16,7 @@
 #include "sha.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Both can be set at build time: the fuzz harness (tests/fuzz) uses tiny
@@ -544,17 +547,27 @@ static void load_block(struct reader *rd, struct block *b)
 	}
 }
 
+/* Lines one worker thread must have at least: fewer are checked on the
+ * calling thread, in join_workers. A small run's trace (tens to a few
+ * hundred lines, well under a millisecond of hashing) would otherwise wait
+ * for a thread to be created and scheduled, which on a busy machine costs
+ * more than the checking. */
+#define LINES_PER_THREAD 256
+
 /* Hand the lines of b to worker threads; tiny blocks are not worth one. */
 static void start_workers(struct block *b, int threads, const EVP_MD *md, const struct chain_opts *opts)
 {
 	int t = b->n ? threads : 0;
-	if ((size_t)t > b->n / 64 + 1)
-		t = (int)(b->n / 64 + 1);
+	if ((size_t)t > b->n / LINES_PER_THREAD + 1)
+		t = (int)(b->n / LINES_PER_THREAD + 1);
 	b->threads = t;
 	b->started = 0;
-	for (int k = 0; k < t; k++) {
+	for (int k = 0; k < t; k++)
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
 		                        b->n * (size_t)(k + 1) / (size_t)t, md, opts};
+	if (b->n < LINES_PER_THREAD)
+		return; /* one share, checked by join_workers on this thread */
+	for (int k = 0; k < t; k++) {
 		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
 			break;
 		b->started = k + 1;
@@ -646,6 +659,7 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 		}
 		if (li->seq > s->max_seq)
 			s->max_seq = li->seq;
+		s->last_seq = li->seq;
 		if (li->is_anchor && li->id_len)
 			snprintf(s->anchor, sizeof s->anchor, "%.*s", (int)li->id_len, li->id);
 		s->entries = no;
@@ -692,7 +706,28 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	memset(out, 0, sizeof *out);
 	strcpy(out->head, CHAIN_ZERO_HASH);
 	strcpy(out->anchor, "unanchored");
-	if (opts->mark_set && opts->mark_count == 0) {
+	if (opts->resume) {
+		const struct chain_summary *r = opts->resume;
+		if (r->entries <= r->legacy || opts->trusted_count || opts->evidence ||
+		    (opts->mark_set && opts->mark_count < r->entries))
+			return err_set(e, "resume: only a chained prefix, without trusted head or evidence, "
+			                  "and no mark inside it");
+		out->entries = r->entries;
+		out->legacy = r->legacy;
+		memcpy(out->head, r->head, sizeof out->head);
+		out->max_seq = r->max_seq;
+		out->last_seq = r->last_seq;
+		if (opts->mark_set && opts->mark_count == r->entries) {
+			memcpy(out->mark_head, r->head, sizeof out->mark_head);
+			out->mark_seq = r->last_seq;
+			out->mark_offset = r->size;
+			out->mark_found = 1;
+		}
+		memcpy(out->anchor, r->anchor, sizeof out->anchor);
+		out->size = r->size;
+		out->last_offset = r->last_offset;
+	}
+	if (opts->mark_set && opts->mark_count == 0 && !opts->resume) {
 		strcpy(out->mark_head, CHAIN_ZERO_HASH);
 		out->mark_found = 1;
 	}
@@ -707,7 +742,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	/* Fetched once: the implicit fetch behind EVP_sha256() takes a lock on
 	 * every EVP_DigestInit_ex, which showed in profiles. */
 	EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
-	struct verifier v = {opts, out, EVP_MD_CTX_new(), 0};
+	struct verifier v = {opts, out, EVP_MD_CTX_new(), opts->resume != NULL};
 	if (!md || !v.legacy) {
 		EVP_MD_free(md);
 		EVP_MD_CTX_free(v.legacy);
@@ -807,4 +842,198 @@ json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_e
 		return err_set(e, "line at byte %llu: not a JSON object", (unsigned long long)offset), NULL;
 	}
 	return v;
+}
+
+/* ---- the verified-head cache ------------------------------------------------ */
+
+struct chain_digest {
+	EVP_MD_CTX *ctx;
+};
+
+#define CACHE_MAX 4096
+
+void chain_digest_add(struct chain_digest *dg, const void *data, size_t n)
+{
+	if (dg && dg->ctx)
+		EVP_DigestUpdate(dg->ctx, data, n);
+}
+
+void chain_digest_free(struct chain_digest *dg)
+{
+	if (!dg)
+		return;
+	EVP_MD_CTX_free(dg->ctx);
+	free(dg);
+}
+
+static struct chain_digest *digest_new(void)
+{
+	struct chain_digest *dg = xcalloc(1, sizeof *dg);
+	dg->ctx = EVP_MD_CTX_new();
+	if (!dg->ctx || !EVP_DigestInit_ex(dg->ctx, EVP_sha256(), NULL)) {
+		chain_digest_free(dg);
+		return NULL;
+	}
+	return dg;
+}
+
+/* Hash bytes [from, to) of fd into dg. 0, or -1 (short file, read error). */
+static int digest_range(struct chain_digest *dg, int fd, uint64_t from, uint64_t to)
+{
+	char buf[1 << 16];
+	while (from < to) {
+		size_t want = to - from < sizeof buf ? (size_t)(to - from) : sizeof buf;
+		ssize_t got = pread(fd, buf, want, (off_t)from);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -1;
+		EVP_DigestUpdate(dg->ctx, buf, (size_t)got);
+		from += (uint64_t)got;
+	}
+	return 0;
+}
+
+/* The note's check: SHA-256 of the prefix digest and the summary, as
+ * text. Whatever the summary says is bound to the bytes. */
+static void cache_check(const char prefix_hex[65], const struct chain_summary *s, char out[65])
+{
+	struct buf b = {0};
+	buf_printf(&b, "sfma-chain-head-v1\n%s\n%llu %llu %llu %llu\n%s\n%.17g %.17g\n%s\n", prefix_hex,
+	           (unsigned long long)s->size, (unsigned long long)s->entries, (unsigned long long)s->legacy,
+	           (unsigned long long)s->last_offset, s->head, s->max_seq, s->last_seq, s->anchor);
+	sha256_hex(b.p, b.len, out);
+	buf_free(&b);
+}
+
+/* The digest so far, as hex, leaving dg running. */
+static int digest_hex(const struct chain_digest *dg, char out[65])
+{
+	EVP_MD_CTX *copy = EVP_MD_CTX_new();
+	unsigned char md[32];
+	unsigned int mdlen;
+	if (!copy || !EVP_MD_CTX_copy_ex(copy, dg->ctx) || !EVP_DigestFinal_ex(copy, md, &mdlen)) {
+		EVP_MD_CTX_free(copy);
+		return -1;
+	}
+	EVP_MD_CTX_free(copy);
+	hex_encode(md, 32, out);
+	return 0;
+}
+
+static int get_u64(json_t *doc, const char *key, uint64_t *v)
+{
+	long long n;
+	if (!json_integer_of(json_object_get(doc, key), &n) || n < 0)
+		return 0;
+	*v = (uint64_t)n;
+	return 1;
+}
+
+static int get_hex64(json_t *doc, const char *key, char out[65])
+{
+	json_t *v = json_object_get(doc, key);
+	if (!json_is_string(v) || !is_sha256_hex(json_string_value(v), json_string_length(v)))
+		return 0;
+	memcpy(out, json_string_value(v), 65);
+	return 1;
+}
+
+/* The note at path, when it is well formed: its summary and check. */
+static int cache_read(const char *path, struct chain_summary *s, char check[65])
+{
+	struct sfma_err e;
+	json_t *doc = path ? json_load_strict_at(AT_FDCWD, path, 1, CACHE_MAX, &e) : NULL;
+	json_t *seq = json_object_get(doc, "maxSeq"), *last = json_object_get(doc, "lastSeq");
+	json_t *anchor = json_object_get(doc, "anchor");
+	long long version;
+	memset(s, 0, sizeof *s);
+	int ok = json_is_object(doc) && json_integer_of(json_object_get(doc, "version"), &version) && version == 1 &&
+	         get_u64(doc, "size", &s->size) && get_u64(doc, "entries", &s->entries) &&
+	         get_u64(doc, "legacy", &s->legacy) && get_u64(doc, "lastOffset", &s->last_offset) &&
+	         get_hex64(doc, "head", s->head) && get_hex64(doc, "check", check) && json_is_number(seq) &&
+	         json_is_number(last) &&
+	         json_is_string(anchor) && json_string_length(anchor) < CHAIN_ID_MAX &&
+	         strlen(json_string_value(anchor)) == json_string_length(anchor) && s->entries > s->legacy &&
+	         s->last_offset < s->size;
+	if (ok) {
+		s->max_seq = json_number_value(seq);
+		s->last_seq = json_number_value(last);
+		snprintf(s->anchor, sizeof s->anchor, "%s", json_string_value(anchor));
+	}
+	json_decref(doc);
+	return ok;
+}
+
+int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts *opts,
+                        struct chain_summary *out, int *used, struct chain_digest **dgp,
+                        struct sfma_err *e)
+{
+	struct chain_opts none = {0};
+	if (!opts)
+		opts = &none;
+	struct chain_summary noted;
+	char check[65], prefix_hex[65], want[65];
+	struct stat st;
+	struct chain_digest *dg = digest_new();
+	*used = 0;
+	if (dgp)
+		*dgp = NULL;
+	if (!dg)
+		return err_set(e, "SHA-256 is not available");
+	int rc;
+	if (cache_read(cache_path, &noted, check) && (!opts->mark_set || opts->mark_count >= noted.entries) &&
+	    fstat(fd, &st) == 0 && (uint64_t)st.st_size >= noted.size &&
+	    digest_range(dg, fd, 0, noted.size) == 0 && digest_hex(dg, prefix_hex) == 0 &&
+	    (cache_check(prefix_hex, &noted, want), strcmp(want, check) == 0) &&
+	    lseek(fd, (off_t)noted.size, SEEK_SET) == (off_t)noted.size) {
+		/* The prefix is the one the note's writer verified: the rest only. */
+		struct chain_opts resumed = {.resume = &noted, .mark_set = opts->mark_set, .mark_count = opts->mark_count};
+		*used = 1;
+		rc = chain_verify_fd(fd, &resumed, out, e);
+		if (rc == 0 && digest_range(dg, fd, noted.size, out->size) < 0)
+			rc = err_set(e, "read: %s", strerror(errno ? errno : EIO));
+	} else {
+		/* No note, or not this trace's: from the first line. */
+		chain_digest_free(dg);
+		dg = digest_new();
+		if (!dg)
+			return err_set(e, "SHA-256 is not available");
+		if (lseek(fd, 0, SEEK_SET) < 0)
+			rc = err_set(e, "seek: %s", strerror(errno));
+		else
+			rc = chain_verify_fd(fd, opts, out, e);
+		if (rc == 0 && dgp && digest_range(dg, fd, 0, out->size) < 0)
+			rc = err_set(e, "read: %s", strerror(errno ? errno : EIO));
+	}
+	if (rc < 0 || !dgp)
+		chain_digest_free(dg);
+	else
+		*dgp = dg;
+	return rc;
+}
+
+int chain_head_cache_write(const char *cache_path, const struct chain_summary *sum,
+                           const struct chain_digest *dg, struct sfma_err *e)
+{
+	char prefix_hex[65], check[65];
+	if (sum->entries <= sum->legacy)
+		return 0; /* nothing chained yet: a note could not be resumed from */
+	if (!dg || digest_hex(dg, prefix_hex) < 0)
+		return err_set(e, "SHA-256 is not available");
+	cache_check(prefix_hex, sum, check);
+	json_t *doc = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s, s:f, s:f, s:s, s:s}", "version", 1, "size",
+	                        (json_int_t)sum->size, "entries", (json_int_t)sum->entries, "legacy",
+	                        (json_int_t)sum->legacy, "lastOffset", (json_int_t)sum->last_offset, "head",
+	                        sum->head, "maxSeq", sum->max_seq, "lastSeq", sum->last_seq, "anchor", sum->anchor,
+	                        "check", check);
+	struct buf b = {0};
+	int rc = doc && canon_dump(doc, &b, e) == 0 ? 0 : -1;
+	json_decref(doc);
+	if (rc == 0) {
+		buf_addc(&b, '\n');
+		rc = atomic_write_volatile(cache_path, b.p, b.len, 0644, e);
+	}
+	buf_free(&b);
+	return rc;
 }

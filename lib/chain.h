@@ -35,6 +35,12 @@ struct chain_opts {
 	 * is counted in pruned instead of failing (an altered one still fails). */
 	struct evidence_store *evidence;
 	int allow_pruned;
+	/* Optional: the trace's first resume->size bytes are already known to
+	 * verify with this summary (chain_verify_cached); fd is positioned
+	 * there and only the rest is checked, linked to resume->head. Only
+	 * for a prefix with a chained entry, not with trusted head or
+	 * evidence, and with a mark only at or after the prefix's end. */
+	const struct chain_summary *resume;
 };
 
 struct chain_summary {
@@ -43,6 +49,7 @@ struct chain_summary {
 	char head[65];             /* hash of the last chained entry; with none: the
 	                              legacy digest, or 64 zeros for an empty trace */
 	double max_seq;            /* largest seq seen (0 if none) */
+	double last_seq;           /* seq of the last entry (0 if none) */
 	char anchor[CHAIN_ID_MAX]; /* id of the latest clock-anchor entry, or "unanchored" */
 	uint64_t torn_offset;      /* when verification failed on a torn final line */
 	int torn;                  /* 1 if so: the file ends inside a line */
@@ -66,6 +73,43 @@ struct chain_summary {
  * evidence failure in trace order; out->torn tells a torn final line apart. */
 int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary *out,
                     struct sfma_err *e);
+
+/* ---- the verified-head cache ------------------------------------------------
+ *
+ * A writer that verified and extended a trace may leave a note of what it
+ * verified: the summary of the first `size` bytes and a digest binding that
+ * summary to those exact bytes (SHA-256 of the raw bytes, then of that
+ * digest with the summary). The next verification hashes the prefix bytes
+ * again - plain SHA-256, several times cheaper than checking every entry -
+ * and when the note matches it checks only the lines after it. Any change
+ * to a byte below the noted size, a shorter file, or a note altered, torn
+ * or of another trace, fails the match, and the whole trace is verified
+ * from its first line as without a note. A note cannot make a changed
+ * prefix pass: only a forged note that matches the changed bytes can,
+ * and whoever can write one can rewrite the chain itself with valid
+ * hashes, which no verification without a trusted head or a signature
+ * detects. sfma-verify never reads the note. */
+#define CHAIN_HEAD_CACHE "chain-head.json" /* in the workspace's .sfma/ */
+
+struct chain_digest; /* a running SHA-256 over the trace's bytes */
+
+/* chain_verify_fd of the whole trace on fd (read from offset 0), using the
+ * note at cache_path when it matches (cache_path NULL or unreadable: no
+ * note). opts may be NULL or ask for a mark only (a mark before the
+ * note's end means a verification from the start). *used tells whether
+ * the note was used. With dg, *dg receives the running digest of every
+ * byte of the verified trace (the caller extends it with what it appends
+ * and frees it); on failure *dg is NULL. */
+int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts *opts,
+                        struct chain_summary *out, int *used, struct chain_digest **dg,
+                        struct sfma_err *e);
+void chain_digest_add(struct chain_digest *dg, const void *data, size_t n);
+void chain_digest_free(struct chain_digest *dg);
+/* Write the note for the trace sum describes, whose bytes dg has hashed:
+ * replaced atomically (never torn), not fsynced (a note lost in a crash
+ * costs one full verification). 0, or -1 with e filled. */
+int chain_head_cache_write(const char *cache_path, const struct chain_summary *sum,
+                           const struct chain_digest *dg, struct sfma_err *e);
 
 /* The entry on the line that begins at offset of fd (a JSON object, new
  * reference; the file offset is not moved), or NULL with e filled. Reads at

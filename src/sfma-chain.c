@@ -1,6 +1,6 @@
 /* sfma-chain - append events to a hash-chained trace (sha256-chain-v1).
  *
- *   sfma-chain [--no-wait] TRACE            < events > entries
+ *   sfma-chain [--no-wait] [--head-cache FILE] TRACE   < events > entries
  *   sfma-chain --recover-torn TRACE
  *
  * Each stdin line is an event {"kind":K,"data":{...}} with optional "loop",
@@ -10,7 +10,9 @@
  *
  * Before the first append the whole existing file is verified (legacy
  * prefix included) under an exclusive lock held until exit: a broken chain
- * refuses everything. The file is opened lazily, at the first event, so a
+ * refuses everything. With --head-cache FILE the verified head is noted
+ * there at exit, and the next writer checks only the lines after it when
+ * the bytes before it still match the note (chain.h). The file is opened lazily, at the first event, so a
  * pipeline that never sends one leaves nothing on disk.
  *
  * Exit: 0 at end of input, 1 on any error (nothing more is appended), 2 on
@@ -42,11 +44,14 @@ static const char *const kinds[] = {
 
 struct trace {
 	const char *path;
+	const char *head_cache;     /* --head-cache FILE, or NULL */
 	int fd;
 	double seq;                 /* last seq used or seen */
 	char head[65];              /* hash of the last entry */
 	char anchor[CHAIN_ID_MAX];  /* the anchor of the next entry */
 	off_t size;                 /* bytes of verified, complete lines */
+	struct chain_summary sum;   /* the file as verified and extended */
+	struct chain_digest *digest; /* of every byte of it (with head_cache) */
 };
 
 /* Open, lock and verify the trace. A second writer waits for the lock, or
@@ -65,9 +70,18 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 			die("%s: locked by another writer (--no-wait)", t->path);
 		die("%s: lock: %s", t->path, strerror(errno));
 	}
-	if (lseek(t->fd, 0, SEEK_SET) < 0)
-		die("%s: seek: %s", t->path, strerror(errno));
-	if (chain_verify_fd(t->fd, NULL, sum, &e) < 0) {
+	/* With a head cache, a prefix whose bytes still match the note is not
+	 * checked entry by entry again (chain.h: the verified-head cache); any
+	 * mismatch verifies the whole file. */
+	int used_cache = 0, rc;
+	if (t->head_cache && !allow_torn) {
+		rc = chain_verify_cached(t->fd, t->head_cache, NULL, sum, &used_cache, &t->digest, &e);
+	} else {
+		if (lseek(t->fd, 0, SEEK_SET) < 0)
+			die("%s: seek: %s", t->path, strerror(errno));
+		rc = chain_verify_fd(t->fd, NULL, sum, &e);
+	}
+	if (rc < 0) {
 		if (!(allow_torn && sum->torn))
 			die("%s: failed hash-chain verification: %s%s", t->path, e.text,
 			    sum->torn ? " (see RECOVERY in sfma-chain(1): sfma-chain --recover-torn)" : "");
@@ -78,6 +92,20 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	memcpy(t->head, sum->head, sizeof t->head);
 	snprintf(t->anchor, sizeof t->anchor, "%s", sum->anchor);
 	t->size = (off_t)sum->size;
+	t->sum = *sum;
+	/* Appends go to the end whatever the offset (O_APPEND). */
+}
+
+/* Leave the note of what this writer verified and appended, for the next
+ * one (still under the lock). A note that cannot be written only costs
+ * the next writer a full verification. */
+static void note_head(struct trace *t)
+{
+	struct sfma_err e;
+	if (t->head_cache && t->digest)
+		chain_head_cache_write(t->head_cache, &t->sum, t->digest, &e);
+	chain_digest_free(t->digest);
+	t->digest = NULL;
 }
 
 static int any_ref(void *arg, const char *name, const struct evidence_ref *ref)
@@ -190,7 +218,15 @@ static void append_line(struct trace *t, const struct buf *line)
 	/* The trace is evidence: each entry is on disk before it is reported. */
 	if (fdatasync(t->fd) < 0)
 		die("%s: fdatasync: %s", t->path, strerror(errno));
+	chain_digest_add(t->digest, line->p, line->len);
+	t->sum.last_offset = (uint64_t)t->size;
 	t->size += (off_t)line->len;
+	t->sum.size = (uint64_t)t->size;
+	t->sum.entries++;
+	t->sum.max_seq = t->seq;
+	t->sum.last_seq = t->seq;
+	memcpy(t->sum.head, t->head, sizeof t->sum.head);
+	memcpy(t->sum.anchor, t->anchor, sizeof t->sum.anchor);
 }
 
 /* --recover-torn: keep the torn bytes aside, cut them off, and append a
@@ -239,7 +275,7 @@ static int recover_torn(struct trace *t)
 #define MAX_LINE_LIMIT (1ul << 30)
 
 static const char usage_text[] =
-	"usage: sfma-chain [--no-wait] [--max-line BYTES] TRACE < events\n"
+	"usage: sfma-chain [--no-wait] [--max-line BYTES] [--head-cache FILE] TRACE < events\n"
 	"       sfma-chain --recover-torn TRACE\n"
 	"       sfma-chain --version | --help\n";
 
@@ -247,11 +283,13 @@ int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
 	int no_wait = 0, recover = 0;
+	const char *head_cache = NULL;
 	unsigned long max_line = NDJSON_DEFAULT_MAX;
 	static const struct option longopts[] = {
 		{"no-wait", no_argument, NULL, 'n'},
 		{"recover-torn", no_argument, NULL, 'r'},
 		{"max-line", required_argument, NULL, 'm'},
+		{"head-cache", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -262,6 +300,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'n': no_wait = 1; break;
 		case 'r': recover = 1; break;
+		case 'c': head_cache = optarg; break;
 		case 'm':
 			if (cli_parse_ulong(optarg, 1, MAX_LINE_LIMIT, &max_line) < 0)
 				cli_usage_error(usage_text, "--max-line: a number of bytes, 1 to %lu", MAX_LINE_LIMIT);
@@ -275,7 +314,7 @@ int main(int argc, char **argv)
 		cli_usage_error(usage_text, "a TRACE is required");
 	if (optind != argc - 1)
 		cli_usage_error(usage_text, "one TRACE only (unexpected %s)", argv[optind + 1]);
-	struct trace t = {.path = argv[optind], .fd = -1};
+	struct trace t = {.path = argv[optind], .head_cache = head_cache, .fd = -1};
 	if (recover)
 		return recover_torn(&t);
 
@@ -285,6 +324,10 @@ int main(int argc, char **argv)
 	char *text;
 	size_t len;
 	int rc;
+	/* libcrypto loads its configuration and providers at the first
+	 * digest: done before the first event arrives, not after. */
+	char warm[65];
+	sha256_hex("", 0, warm);
 	lr_init(&r, 0, max_line);
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
 		long long no = (long long)r.line_no;
@@ -305,7 +348,9 @@ int main(int argc, char **argv)
 		die("stdin: %s", e.text);
 	lr_free(&r);
 	buf_free(&line);
-	if (t.fd >= 0)
+	if (t.fd >= 0) {
+		note_head(&t);
 		close(t.fd);
+	}
 	return 0;
 }

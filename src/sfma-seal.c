@@ -1,6 +1,6 @@
 /* sfma-seal - commit a run's result record to its trace, and sign it.
  *
- *   sfma-seal [--allow-empty] WORKSPACE < result-body.json
+ *   sfma-seal [--allow-empty] [--key-ready-fd FD] WORKSPACE < result-body.json
  *   sfma-seal --check-key
  *
  * Reads the result body (sfma-formats(5), without `integrity`),
@@ -10,9 +10,10 @@
  * WORKSPACE/.sfma/result.json atomically. Prints the integrity object as
  * one canonical line. This is the only stage that sees the signing key;
  * the key is wiped from memory and the environment once loaded, and never
- * printed. `--check-key` only loads the key: the orchestrator runs it
- * before any stage starts, so a bad key is one message and nothing on
- * disk. Exit 0 when sealed (or the key is usable), 1 on any error (nothing
+ * printed. `--key-ready-fd FD` writes one byte to FD once the key is
+ * loaded: the orchestrator starts this stage first and the others only
+ * then, so a bad key is one message and nothing on disk. `--check-key`
+ * only loads the key. Exit 0 when sealed (or the key is usable), 1 on any error (nothing
  * written), 2 on usage errors. */
 #include "atomic.h"
 #include "buf.h"
@@ -22,6 +23,7 @@
 #include "err.h"
 #include "ndjson.h"
 #include "record.h"
+#include "sha.h"
 #include "sign.h"
 
 #include <errno.h>
@@ -71,24 +73,26 @@ static json_t *sign_integrity(EVP_PKEY *key, json_t *integrity)
 }
 
 static const char usage_text[] =
-	"usage: sfma-seal [--allow-empty] WORKSPACE < result-body.json\n"
+	"usage: sfma-seal [--allow-empty] [--key-ready-fd FD] WORKSPACE < result-body.json\n"
 	"       sfma-seal --check-key\n"
 	"       sfma-seal --version | --help\n";
 
 struct options {
 	int check_key, allow_empty;
+	int key_ready_fd; /* -1: none */
 	const char *workspace;
 };
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_CHECK_KEY = 0x100, OPT_ALLOW_EMPTY, OPT_VERSION };
+	enum { OPT_CHECK_KEY = 0x100, OPT_ALLOW_EMPTY, OPT_KEY_READY_FD, OPT_VERSION };
 	static const struct option longopts[] = {
 		{"check-key", no_argument, NULL, OPT_CHECK_KEY}, {"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+		{"key-ready-fd", required_argument, NULL, OPT_KEY_READY_FD},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
 	};
-	*o = (struct options){0};
+	*o = (struct options){.key_ready_fd = -1};
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -96,6 +100,12 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->check_key = 1;
 		else if (c == OPT_ALLOW_EMPTY)
 			o->allow_empty = 1;
+		else if (c == OPT_KEY_READY_FD) {
+			unsigned long fd;
+			if (cli_parse_ulong(optarg, 3, INT_MAX, &fd) < 0 || fcntl((int)fd, F_GETFD) < 0)
+				cli_usage_error(usage_text, "--key-ready-fd: an open descriptor, 3 or more");
+			o->key_ready_fd = (int)fd;
+		}
 		else if (c == 'h')
 			cli_help(usage_text);
 		else if (c == OPT_VERSION)
@@ -104,7 +114,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			cli_bad_option(usage_text, c, argv);
 	}
 	if (o->check_key) {
-		if (optind != argc || o->allow_empty)
+		if (optind != argc || o->allow_empty || o->key_ready_fd >= 0)
 			cli_usage_error(usage_text, "--check-key takes no other argument");
 		return;
 	}
@@ -126,6 +136,20 @@ int main(int argc, char **argv)
 		EVP_PKEY_free(key);
 		return 0;
 	}
+	/* The key is usable (or there is none): say so to whoever waits
+	 * before starting the rest of the run. */
+	if (o.key_ready_fd >= 0) {
+		ssize_t w;
+		while ((w = write(o.key_ready_fd, "k", 1)) < 0 && errno == EINTR)
+			;
+		close(o.key_ready_fd);
+	}
+
+	/* libcrypto loads its configuration and providers at the first
+	 * digest; done now, while the run works, not after its body arrives
+	 * (the seal is the last step before a run's end). */
+	char warm[SHA256_HEX_LEN + 1];
+	sha256_hex("", 0, warm);
 
 	/* 1. The body. */
 	struct sfma_err e;
@@ -162,8 +186,14 @@ int main(int argc, char **argv)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
 	if (fd < 0)
 		die("%s: %s", path, strerror(errno));
+	/* The writer's note of the head it verified spares checking that
+	 * prefix entry by entry again when its bytes still match (chain.h). */
+	char cache[PATH_MAX];
 	struct chain_summary sum;
-	if (chain_verify_fd(fd, NULL, &sum, &e) < 0)
+	int used_cache;
+	if (snprintf(cache, sizeof cache, "%s/.sfma/%s", ws, CHAIN_HEAD_CACHE) >= (int)sizeof cache)
+		die("%s: path too long", ws);
+	if (chain_verify_cached(fd, cache, NULL, &sum, &used_cache, NULL, &e) < 0)
 		die("%s: failed hash-chain verification: %s", path, e.text);
 	close(fd);
 

@@ -12,6 +12,7 @@
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
+#include "chain.h"
 #include "cli.h"
 #include "clock.h"
 #include "err.h"
@@ -289,7 +290,7 @@ static void env_free(char **env)
 /* The child's half of spawn(); never returns. Async-signal-safe calls only
  * from here to execve, apart from the error report. */
 static _Noreturn void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
-                                 int in, int out, const int *keep, size_t n_keep, int report)
+                                 int in, int out, const int *keep, size_t n_keep, bool planner, int report)
 {
 	/* Its own process group: a terminal's ^C reaches sfma only, which
 	 * forwards it to the planner alone, so the other stages stay up for
@@ -315,13 +316,13 @@ static _Noreturn void child_exec(pid_t parent, const char *path, char *const arg
 	const int reset[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD };
 	for (size_t i = 0; i < sizeof reset / sizeof *reset; i++)
 		signal(reset[i], SIG_DFL);
-	/* The planner (the one child given extra descriptors) starts with the
-	 * halt signals blocked and unblocks them once its handler is in place:
-	 * a signal that arrives in between is held, not fatal, and the run is
-	 * still sealed. Every other stage starts with an empty mask. */
+	/* The planner starts with the halt signals blocked and unblocks them
+	 * once its handler is in place: a signal that arrives in between is
+	 * held, not fatal, and the run is still sealed. Every other stage
+	 * starts with an empty mask. */
 	sigset_t mask;
 	sigemptyset(&mask);
-	if (n_keep > 0) {
+	if (planner) {
 		sigaddset(&mask, SIGINT);
 		sigaddset(&mask, SIGTERM);
 		sigaddset(&mask, SIGHUP);
@@ -335,12 +336,22 @@ fail:;
 	_exit(127);
 }
 
-/* Start path with stdin on in (-1: /dev/null) and stdout on out (-1: ours).
- * Returns the pid once execve succeeded, or -1 with errno (child reaped). */
-static pid_t spawn(const char *path, char *const argv[], char *const envp[],
-                   int in, int out, const int *keep, size_t n_keep)
+/* A started child whose execve has not been confirmed yet. */
+struct started {
+	pid_t pid;
+	int report; /* read end of the report pipe, -1 once confirmed */
+};
+
+/* Fork a child that will exec path with stdin on in (-1: /dev/null) and
+ * stdout on out (-1: ours), without waiting for the execve: the caller
+ * confirms it with spawn_confirm(), so that several children load their
+ * programs at once. Returns 0, or -1 with errno (nothing started). */
+static int spawn_start(const char *path, char *const argv[], char *const envp[], int in, int out,
+                       const int *keep, size_t n_keep, bool planner, struct started *c)
 {
 	int report[2], devnull = -1, err = 0;
+	c->pid = -1;
+	c->report = -1;
 	if (in < 0 && (in = devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
 	if (pipe2(report, O_CLOEXEC) < 0) {
@@ -351,24 +362,49 @@ static pid_t spawn(const char *path, char *const argv[], char *const envp[],
 	}
 	pid_t parent = getpid(), pid = fork();
 	if (pid == 0)
-		child_exec(parent, path, argv, envp, in, out, keep, n_keep, report[1]);
+		child_exec(parent, path, argv, envp, in, out, keep, n_keep, planner, report[1]);
 	err = errno;
 	close(report[1]);
 	if (devnull >= 0)
 		close(devnull);
-	if (pid > 0) {
-		/* The report pipe closes on a successful execve: EOF means started. */
-		ssize_t r;
-		while ((r = read(report[0], &err, sizeof err)) < 0 && errno == EINTR)
-			;
-		if (r == (ssize_t)sizeof err) {
-			waitpid(pid, NULL, 0);
-			pid = -1;
-		}
+	if (pid < 0) {
+		close(report[0]);
+		errno = err;
+		return -1;
 	}
-	close(report[0]);
-	errno = err;
-	return pid;
+	c->pid = pid;
+	c->report = report[0];
+	return 0;
+}
+
+/* Wait for the child's execve. The report pipe closes on a successful
+ * execve: EOF means started. Returns the pid, or -1 with errno (the child
+ * reaped). */
+static pid_t spawn_confirm(struct started *c)
+{
+	int err = 0;
+	ssize_t r;
+	while ((r = read(c->report, &err, sizeof err)) < 0 && errno == EINTR)
+		;
+	close(c->report);
+	c->report = -1;
+	if (r == (ssize_t)sizeof err) {
+		waitpid(c->pid, NULL, 0);
+		c->pid = -1;
+		errno = err;
+		return -1;
+	}
+	return c->pid;
+}
+
+/* Start path and wait for its execve (spawn_start + spawn_confirm). */
+static pid_t spawn(const char *path, char *const argv[], char *const envp[],
+                   int in, int out, const int *keep, size_t n_keep, bool planner)
+{
+	struct started c;
+	if (spawn_start(path, argv, envp, in, out, keep, n_keep, planner, &c) < 0)
+		return -1;
+	return spawn_confirm(&c);
 }
 
 static void checked_free(struct checked *c)
@@ -388,7 +424,7 @@ static int check_manifest(const struct opts *o, const char *manifest, struct che
 	if (pipe2(out, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
 	char **env = stage_env(PLAN, c);
-	pid_t pid = spawn(stage_path[PLAN], argv, env, -1, out[1], NULL, 0);
+	pid_t pid = spawn(stage_path[PLAN], argv, env, -1, out[1], NULL, 0, false);
 	env_free(env);
 	if (pid < 0)
 		die("%s: %s", stage_path[PLAN], strerror(errno));
@@ -537,8 +573,10 @@ static int supervise(pid_t pid[N_STAGES])
 }
 
 /* The stages' command lines (their manual pages give the interface). */
-static void stage_args(enum stage s, const char *manifest, const struct checked *c, char *argv[4])
+static void stage_args(enum stage s, const char *manifest, const struct checked *c, int key_ready,
+                       char *argv[6])
 {
+	static char head_cache[PATH_MAX + 32], ready[16];
 	size_t k = 0;
 	argv[k++] = stage_path[s];
 	if (s == MODEL) {
@@ -548,50 +586,83 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
 			argv[k++] = "--apply";
 		argv[k++] = (char *)manifest;
 	} else if (s == CHAIN) {
+		/* The verified head, noted for the next run (sfma-chain(1)). */
+		snprintf(head_cache, sizeof head_cache, "%s/.sfma/%s", c->workspace, CHAIN_HEAD_CACHE);
+		argv[k++] = "--head-cache";
+		argv[k++] = head_cache;
 		argv[k++] = (char *)c->trace;
 	} else if (s == SEAL) {
 		/* A planner that stops before sealing has said why: its closed
 		 * pipe is no second error. */
 		argv[k++] = "--allow-empty";
+		if (key_ready >= 0) {
+			snprintf(ready, sizeof ready, "%d", key_ready);
+			argv[k++] = "--key-ready-fd";
+			argv[k++] = ready;
+		}
 		argv[k++] = (char *)c->workspace;
 	}
 	argv[k] = NULL;
 }
 
-/* The signing key is checked before any stage starts, so that a bad key is
- * one message (sfma-seal's), the same every time, and nothing on disk.
- * sfma never parses the key: sfma-seal --check-key does, in the
- * environment the seal stage gets. 0, or -1 when the key is unusable. */
-static int check_signing_key(const struct checked *c)
+/* The signing key is checked before any other stage starts, so that a bad
+ * key is one message (sfma-seal's), the same every time, and nothing on
+ * disk. sfma never parses the key: the seal stage itself is started first
+ * and says on its --key-ready-fd that it loaded the key (it exits with its
+ * message when it cannot), so no process is started only to check it.
+ * Returns 0 with the seal started (pid in *seal), or -1. */
+static int start_seal_first(const char *manifest, const struct checked *c, int in, int out, pid_t *seal)
 {
-	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
-	if (!key || !*key)
-		return 0; /* unsigned records: nothing to check */
-	char *argv[] = { stage_path[SEAL], "--check-key", NULL };
+	int ready[2];
+	char *argv[6];
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		die("pipe: %s", strerror(errno));
+	stage_args(SEAL, manifest, c, ready[1], argv);
 	char **env = stage_env(SEAL, c);
-	pid_t pid = spawn(stage_path[SEAL], argv, env, -1, -1, NULL, 0);
+	*seal = spawn(stage_path[SEAL], argv, env, in, out, &ready[1], 1, false);
 	env_free(env);
-	if (pid < 0) {
+	close(ready[1]);
+	if (*seal < 0) {
 		warnx("%s: %s", stage_path[SEAL], strerror(errno));
+		close(ready[0]);
 		return -1;
 	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+	char byte;
+	ssize_t r;
+	while ((r = read(ready[0], &byte, 1)) < 0 && errno == EINTR)
 		;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+	close(ready[0]);
+	if (r == 1)
 		return 0;
+	/* It ended before it had a key: it has said why. */
+	int st;
+	while (waitpid(*seal, &st, 0) < 0 && errno == EINTR)
+		;
 	if (WIFSIGNALED(st))
-		warnx("sfma-seal --check-key killed by signal %d", WTERMSIG(st));
+		warnx("stage sfma-seal killed by signal %d", WTERMSIG(st));
+	*seal = -1;
 	return -1;
 }
 
-/* One run on an already checked manifest: eight pipes, five processes. */
-static int run_checked(const struct opts *o, const char *manifest, const struct checked *c)
+static void close_pipes(int to[PLAN][2], int from[PLAN][2])
+{
+	for (int s = 0; s < PLAN; s++) {
+		close(to[s][0]), close(to[s][1]);
+		close(from[s][0]), close(from[s][1]);
+	}
+}
+
+/* One run on an already checked manifest: eight pipes, five processes.
+ * announce (or NULL) is said once the signing key is known to be usable.
+ * Returns the run's exit status, or -1 when the signing key is unusable
+ * (nothing was started). */
+static int run_checked(const struct opts *o, const char *manifest, const struct checked *c,
+                       const char *announce)
 {
 	int to[PLAN][2], from[PLAN][2];       /* named from the planner's side */
 	int keep[2 * PLAN];
 	char fdpath[2 * PLAN][32], flag[2 * PLAN][16];
-	char *argv[8 + 4 * PLAN], *stage_argv[4];
+	char *argv[8 + 4 * PLAN], *stage_argv[6];
 	size_t n = 0;
 	pid_t pid[N_STAGES];
 
@@ -621,29 +692,64 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	}
 	argv[n] = NULL;
 
-	for (int s = 0; s < PLAN; s++) {
-		stage_args(s, manifest, c, stage_argv);
+	/* With a signing key the seal stage starts first and loads it; the
+	 * other stages then start only with a usable key. */
+	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
+	bool seal_first = key && *key;
+	for (int s = 0; s < N_STAGES; s++)
+		pid[s] = -1;
+	if (seal_first && start_seal_first(manifest, c, to[SEAL][0], from[SEAL][1], &pid[SEAL]) < 0) {
+		close_pipes(to, from);
+		return -1;
+	}
+	if (announce)
+		warnx("%s", announce);
+	/* The other stages are forked first and their execs confirmed after:
+	 * they load their programs at the same time instead of one after
+	 * another. The planner starts only once all have, so a stage that
+	 * cannot start leaves nothing behind. */
+	struct started st[PLAN];
+	int failed = -1, failed_errno = 0, n_forked = 0;
+	for (int s = 0; s < PLAN; s++, n_forked++) {
+		st[s] = (struct started){.pid = -1, .report = -1};
+		if (s == SEAL && seal_first)
+			continue;
+		stage_args(s, manifest, c, -1, stage_argv);
 		char **env = stage_env(s, c);
-		pid[s] = spawn(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0);
+		int rc = spawn_start(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0, false, &st[s]);
 		env_free(env);
-		if (pid[s] < 0) {
-			warnx("%s: %s", stage_path[s], strerror(errno));
-			for (int t = 0; t < s; t++) {
-				kill(pid[t], SIGKILL);
-				waitpid(pid[t], NULL, 0);
-			}
-			return 1;
+		if (rc < 0) {
+			failed = s;
+			failed_errno = errno;
+			break;
 		}
 	}
+	for (int s = 0; s < n_forked; s++) {
+		if (st[s].report < 0)
+			continue;
+		pid[s] = spawn_confirm(&st[s]);
+		if (pid[s] < 0 && failed < 0) {
+			failed = s;
+			failed_errno = errno;
+		}
+	}
+	if (failed >= 0) {
+		warnx("%s: %s", stage_path[failed], strerror(failed_errno));
+		for (int t = 0; t < PLAN; t++) {
+			if (pid[t] < 0)
+				continue;
+			kill(pid[t], SIGKILL);
+			waitpid(pid[t], NULL, 0);
+		}
+		close_pipes(to, from);
+		return 1;
+	}
 	char **env = stage_env(PLAN, c);
-	pid[PLAN] = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN);
+	pid[PLAN] = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN, true);
 	int err = errno;
 	env_free(env);
 	/* Only the stages hold pipe ends now: EOF travels as each one exits. */
-	for (int s = 0; s < PLAN; s++) {
-		close(to[s][0]), close(to[s][1]);
-		close(from[s][0]), close(from[s][1]);
-	}
+	close_pipes(to, from);
 	if (pid[PLAN] < 0) {
 		warnx("%s: %s", stage_path[PLAN], strerror(err));
 		for (int s = 0; s < PLAN; s++)
@@ -664,9 +770,9 @@ static int cmd_run(const struct opts *o)
 		checked_free(&c);
 		return 1;
 	}
-	status = check_signing_key(&c) < 0 ? 1 : run_checked(o, o->manifest, &c);
+	status = run_checked(o, o->manifest, &c, NULL);
 	checked_free(&c);
-	return status;
+	return status < 0 ? 1 : status;
 }
 
 static bool halt_requested(const char *workspace)
@@ -701,14 +807,13 @@ static int cmd_relay(const struct opts *o)
 			checked_free(&c);
 			break;
 		}
-		/* A bad key fails every run alike: the relay ends here. */
-		if (check_signing_key(&c) < 0) {
-			checked_free(&c);
-			return 1;
-		}
-		warnx("relay: run %ld/%s", i, bound);
-		status = run_checked(o, o->manifest, &c);
+		char announce[80];
+		snprintf(announce, sizeof announce, "relay: run %ld/%s", i, bound);
+		status = run_checked(o, o->manifest, &c, announce);
 		checked_free(&c);
+		/* A bad key fails every run alike: the relay ends here. */
+		if (status < 0)
+			return 1;
 		if (interrupted || (o->max_runs > 0 && i == o->max_runs))
 			break;
 		double until = started + o->every;

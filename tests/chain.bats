@@ -335,3 +335,133 @@ trace_at_seq() {
 	# nothing was created by any of them
 	[ ! -e "$T" ]
 }
+
+# The verified-head note (--head-cache, sfma-chain(1)).
+C=ws/.sfma/chain-head.json
+
+three_noted() {
+	sfma-chain --head-cache "$C" "$T" < <(events '{"kind":"task","data":{"n":1}}' '{"kind":"task","data":{"n":2}}' \
+		'{"kind":"clock-anchor","data":{"wallMs":1,"source":"system-wall"}}') > /dev/null
+	[ -f "$C" ]
+}
+
+@test "--head-cache: the note names what was verified; the next writer continues the chain after it" {
+	three_noted
+	jq -e --arg head "$(tail -1 "$T" | jq -r .hash)" --argjson size "$(stat -c %s "$T")" \
+		'.entries == 3 and .legacy == 0 and .head == $head and .size == $size and .anchor == "clock-anchor-3" and .maxSeq == 3' "$C"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
+	[ "$status" -eq 0 ]
+	jq -e --arg prev "$(sed -n 3p "$T" | jq -r .hash)" '.seq == 4 and .anchor == "clock-anchor-3" and .prevHash == $prev' <<<"$output"
+	jq -e '.entries == 4' "$C"
+	seal_and_verify
+}
+
+@test "--head-cache: a line altered below the noted head is still caught, by sfma-chain and sfma-seal" {
+	three_noted
+	sed -i '2s/"n":2/"n":7/' "$T" # same length: only the digest of the bytes can tell
+	cp "$T" before
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
+	[ "$status" -eq 1 ]
+	[[ "$output" == "sfma-chain: $T: failed hash-chain verification: line 2: hash mismatch"* ]]
+	cmp before "$T"
+	run sfma-seal ws <<<'{"manifest":{"name":"t"},"verdict":"completed"}'
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification: line 2: hash mismatch"* ]]
+	[ ! -e ws/.sfma/result.json ]
+}
+
+@test "--head-cache: a deleted, a torn or a truncated prefix is verified from the first line" {
+	three_noted
+	cp "$T" orig
+	cp "$C" note
+	# a line deleted below the note
+	sed -i 2d "$T"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification: line 2: prevHash does not match"* ]]
+	# a torn final line after the noted prefix is reported as torn
+	cp orig "$T"; cp note "$C"
+	printf '{"seq":4' >> "$T"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"line 4: torn final line"*"--recover-torn"* ]]
+	# cut back to two whole lines: still a valid chain, and the stale note
+	# (of three) must not be resumed from
+	cp orig "$T"; cp note "$C"
+	head -n 2 orig > "$T"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":9}}'
+	[ "$status" -eq 0 ]
+	jq -e --arg prev "$(sed -n 2p orig | jq -r .hash)" '.seq == 3 and .prevHash == $prev and .anchor == "unanchored"' <<<"$output"
+	seal_and_verify
+}
+
+@test "--head-cache: a note altered, garbage, of another trace, or a link is never trusted" {
+	three_noted
+	cp "$C" note
+	# a note whose head was altered (its check no longer matches): the
+	# append links to the real head
+	jq -c '.head = "'"$ZERO"'"' note > "$C"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
+	[ "$status" -eq 0 ]
+	jq -e --arg prev "$(sed -n 3p "$T" | jq -r .hash)" '.prevHash == $prev' <<<"$output"
+	for junk in '' 'not json' '{"version":1}' '[]' "$(head -c 5000 /dev/zero | tr '\0' x)"; do
+		printf '%s' "$junk" > "$C"
+		run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{}}'
+		[ "$status" -eq 0 ] || { echo "junk note: $output"; return 1; }
+	done
+	# another trace's note (a valid one) over this trace
+	sfma-chain --head-cache other.note ws/.sfma/other < <(events '{"kind":"task","data":{"m":1}}' '{"kind":"task","data":{"m":2}}') > /dev/null
+	cp other.note "$C"
+	sed -i '1s/"n":1/"n":8/' "$T"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification: line 1: hash mismatch"* ]]
+	# a note that is a symlink is not followed
+	sed -i '1s/"n":8/"n":1/' "$T"
+	rm "$C"; ln -s "$PWD/note" "$C"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 0 ]
+	seal_and_verify
+}
+
+@test "--head-cache: the note binds only bytes; a note forged to match a broken prefix fools no verifier" {
+	# The boundary of the design, pinned down: whoever can write a note
+	# that matches altered bytes could as well rewrite the chain with
+	# valid hashes. sfma-verify never reads the note.
+	three_noted
+	sed -i '2s/"n":2/"n":7/' "$T"
+	size=$(stat -c %s "$T")
+	prefix=$(sha256sum "$T" | cut -d' ' -f1)
+	head=$(jq -r .head "$C")
+	last=$(jq -r .lastOffset "$C")
+	check=$(printf 'sfma-chain-head-v1\n%s\n%s 3 0 %s\n%s\n3 3\nclock-anchor-3\n' "$prefix" "$size" "$last" "$head" | sha256sum | cut -d' ' -f1)
+	jq -c --arg c "$check" '.check = $c' "$C" > forged && mv forged "$C"
+	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
+	[ "$status" -eq 0 ]
+	run sfma-seal ws <<<'{"manifest":{"name":"t"},"verdict":"completed"}'
+	run sfma-verify ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"trace line 2: hash mismatch"* ]]
+}
+
+@test "a run over a trace altered below the noted head fails verification and appends nothing" {
+	cat > m.json <<'JSON'
+{"name":"n","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":4,"dryRunDefault":false}
+JSON
+	cand='{"mission":"m","successCriteria":[],"loopRoles":[{"name":"r","duty":"d"}],"firstTasks":[],"schedule":[]}'
+	mock "$cand" '{"tool":"done","summary":"one"}'
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ -f "$C" ]
+	jq -e --argjson n "$(wc -l < "$T")" '.entries == $n' "$C"
+	# same length, below the note: only the bytes' digest can tell
+	sed -i '2s/"to":"probation"/"to":"probatiox"/' "$T"
+	grep -q probatiox "$T"
+	cp "$T" before
+	mock "$cand" '{"tool":"done","summary":"two"}'
+	run sfma run m.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"failed hash-chain verification: line 2: hash mismatch"* ]]
+	cmp before "$T"
+}

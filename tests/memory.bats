@@ -144,6 +144,24 @@ run_a() {
 	[ "$status" -eq 0 ]
 }
 
+@test "guard: a .git directory with a commondir into an enclosing repository; not one object lands there" {
+	git init -q outer
+	git -C outer -c user.name=t -c user.email=t@t commit -q --allow-empty -m base
+	before=$(find outer/.git/objects -type f | wc -l)
+	refs=$(git -C outer for-each-ref | wc -l)
+	git init -q outer/ws/.sfma/mem
+	echo "$PWD/outer/.git" > outer/ws/.sfma/mem/.git/commondir
+	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
+	export SFMA_MOCK="[$(cand x),$finish,$done_]"
+	run sfma run outer.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"must be a real repository directory"* ]]
+	[ "$(find outer/.git/objects -type f | wc -l)" -eq "$before" ]
+	[ "$(git -C outer for-each-ref | wc -l)" -eq "$refs" ]
+	run sfma-verify outer/ws
+	[ "$status" -eq 0 ]
+}
+
 @test "guard: a store git does not resolve to itself is an enclosing repository" {
 	git init -q outer
 	mkdir -p outer/ws/.sfma/mem/.git  # an empty .git: git would look further up
@@ -168,5 +186,53 @@ run_a() {
 	trace_has '.kind=="store" and .data.kind=="git" and .data.available==false'
 	trace_has '.kind=="store" and .data.op=="recall" and .data.mode=="lexical" and .data.available==false'
 	jq -e '.memory.store.available == false' ws/.sfma/result.json
+	verified
+}
+
+@test "one commit per run builds on the last: a record a killed run left behind is committed by the next" {
+	run_a
+	# a record written after the last commit, as by a run killed before it committed
+	echo '{"left":"behind-9q2"}' > ws/.sfma/mem/records/candidate-9999.json
+	export SFMA_MOCK="[$(cand second-run),$finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(git -C ws/.sfma/mem rev-list --count HEAD)" -eq 2 ]
+	git -C ws/.sfma/mem show HEAD:records/candidate-9999.json | grep -q behind-9q2
+	# the first run's record is still in the tree, and no record twice in the history's objects
+	[ "$(git -C ws/.sfma/mem ls-tree --name-only HEAD records/ | wc -l)" -eq 3 ]
+	[ "$(git -C ws/.sfma/mem rev-parse HEAD^)" = "$(jq -r 'select(.kind=="store" and .data.stage=="commit") | .data.sha' ws/.sfma/trace.jsonl | head -1)" ]
+	git -C ws/.sfma/mem fsck --strict 2>&1
+	verified
+}
+
+@test "a store whose HEAD is detached still gets its commit, on that HEAD" {
+	run_a
+	first=$(git -C ws/.sfma/mem rev-parse HEAD)
+	# (the store's index is not kept: -f over the work tree's files)
+	git -C ws/.sfma/mem checkout -q -f --detach
+	export SFMA_MOCK="[$(cand second-run),$finish,$done_]"
+	run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(git -C ws/.sfma/mem rev-parse HEAD^)" = "$first" ]
+	git -C ws/.sfma/mem log -1 --format=%s | grep -qx 'run mem completed turns=3 calls=3'
+	jq -e '.memory.store.commit == "'"$(git -C ws/.sfma/mem rev-parse HEAD)"'"' ws/.sfma/result.json
+	verified
+}
+
+@test "a run starts three git processes or fewer, and none runs a hook, a pager or maintenance" {
+	mkdir -p wrap
+	real=$(command -v git)
+	printf '#!/bin/sh\necho "$*" >> %s/git.log\nexec %s "$@"\n' "$PWD" "$real" > wrap/git
+	chmod +x wrap/git
+	run_a
+	PATH="$PWD/wrap:$PATH" run_a
+	# The second run: the guard's rev-parse, the hash-object of the record
+	# over fastTierMaxBytes, one fast-import (which starts unpack-objects
+	# itself, not through PATH).
+	[ "$(grep -c . git.log)" -le 3 ] || { cat git.log; return 1; }
+	grep -q ' rev-parse --absolute-git-dir' git.log
+	grep -q ' fast-import' git.log
+	run grep -E ' (add|commit|config|maintenance|--version)( |$)' git.log
+	[ "$status" -eq 1 ] || { cat git.log; return 1; }
 	verified
 }

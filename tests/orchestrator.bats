@@ -123,6 +123,27 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	sfma-verify ws
 }
 
+@test "run: a signed run starts sfma-seal once, first, and the other stages only after it has the key" {
+	require openssl
+	mkdir wrapped
+	cp "$SFMA_BINDIR/sfma" wrapped/
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal; do
+		printf '#!/bin/sh\necho "%s $*" >> %s/started\nexec %s/%s "$@"\n' "$s" "$PWD" "$SFMA_BINDIR" "$s" > "wrapped/$s"
+		chmod +x "wrapped/$s"
+	done
+	key=$(openssl genpkey -algorithm ed25519)
+	SFMA_MOCK=$QUICK SFMA_AUDIT_PRIVATE_KEY=$key run wrapped/sfma run manifest.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(grep -c '^sfma-seal ' started)" -eq 1 ] || { cat started; return 1; }
+	run grep -e '--check-key' started
+	[ "$status" -eq 1 ]
+	# the seal came after the planner's --check and before every other stage
+	[ "$(sed -n 2p started | cut -d' ' -f1)" = sfma-seal ]
+	grep -q '^sfma-seal --allow-empty --key-ready-fd [0-9]* ' started
+	jq -e '.integrity.signature.algorithm == "ed25519"' ws/.sfma/result.json
+	sfma-verify ws
+}
+
 @test "run: a missing stage program is a clear runtime error and nothing is created" {
 	mkdir lone
 	cp "$SFMA_BINDIR/sfma" lone/

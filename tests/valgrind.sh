@@ -25,6 +25,10 @@ printf '%s\n' '{"kind":"clock-anchor","data":{"wallMs":1,"source":"system-wall"}
 	'{"kind":"call","class":"reasoning","loop":1,"data":{"endpoint":"mock","latencyMs":0.5,"ok":true}}' \
 	'{"kind":"task","refs":["call-2"],"data":{"call":{"tool":"read","path":"a"}}}' >events
 check sfma-chain sh -c "$vg $bin/sfma-chain ws/.sfma/trace.jsonl <events"
+# twice with the verified-head note: the second resumes from it (and
+# sfma-seal, next, reads it)
+check sfma-chain-noted sh -c "$vg $bin/sfma-chain --head-cache ws/.sfma/chain-head.json ws/.sfma/trace.jsonl <events &&
+	test -s ws/.sfma/chain-head.json && $vg $bin/sfma-chain --head-cache ws/.sfma/chain-head.json ws/.sfma/trace.jsonl <events"
 check sfma-seal sh -c "jq -c '{manifest:., verdict:\"completed\"}' m.json | $vg $bin/sfma-seal ws"
 check sfma-verify sh -c "$vg $bin/sfma-verify ws && $vg $bin/sfma-verify $interop/unicode/ws && $vg $bin/sfma-verify $interop/legacy/ws"
 check sfma-verify-invalid sh -c "echo '{' > ws/.sfma/result.json; $vg $bin/sfma-verify ws; test \$? -eq 1"

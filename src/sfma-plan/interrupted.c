@@ -79,7 +79,10 @@ void record_interrupted_run(struct run *r)
 	}
 	struct chain_opts opts = {.mark_set = 1, .mark_count = sealed};
 	struct chain_summary sum;
-	if (chain_verify_fd(fd, &opts, &sum, &e) < 0) {
+	char note[4200];
+	int noted;
+	snprintf(note, sizeof note, "%s/%s", r->sfma_dir, CHAIN_HEAD_CACHE);
+	if (chain_verify_cached(fd, note, &opts, &sum, &noted, NULL, &e) < 0) {
 		/* sfma-chain refuses to extend a torn line too; say here what the
 		 * operator must do. Any other break is reported by sfma-chain as
 		 * it refuses the first append. */

@@ -9,8 +9,15 @@
 #include <jansson.h>
 #include <string.h>
 #include <limits.h>
+#include <sys/types.h>
 
 #include "err.h"
+
+/* A git process the planner talks to over pipes. */
+struct git_child {
+	pid_t pid;  /* -1: none */
+	int in, out;
+};
 
 struct store {
 	char mem_dir[PATH_MAX];     /* <ws>/.sfma/mem */
@@ -18,10 +25,12 @@ struct store {
 	char git_dir[PATH_MAX];     /* <ws>/.sfma/mem/.git (real path once checked) */
 	char trace_path[PATH_MAX];
 	int git_available;
+	char parent[65];           /* the branch's commit when the run began, "" if none yet */
 	char git_unavailable_why[200];
 	double latency_inproc, latency_file, latency_git;
 	const char *fast, *medium, *longer; /* store names by tier */
 	json_t *inproc;            /* id -> pointer ("file:<id>" / "git:<sha>") */
+	struct git_child importer; /* the commit's fast-import, started by store_open */
 };
 
 /* Set up the stores for the workspace's .sfma directory, running the
@@ -53,7 +62,9 @@ static inline int recall_mode_known(const char *mode)
  * hard tier refuses the call, the reason in refusal. */
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal);
 
-/* Commit memory.json and the records: one commit per run. Returns the
+/* Commit memory.json and the records: one commit per run, made by one
+ * `git fast-import` (a repository whose HEAD is not a branch: add and
+ * commit). Returns the
  * `store` entry data (stage "commit"), or NULL without git. *sha receives
  * the commit id (static buffer) or NULL. */
 json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha);
