@@ -489,6 +489,8 @@ int main(int argc, char **argv)
 	 * grows it from any non-zero capacity. */
 	lr.cap = 64u << 10;
 	lr.buf = xmalloc(lr.cap);
+	/* The first sandbox is prepared while the planner starts up. */
+	sandbox_prepare(&c);
 	for (;;) {
 		char *line;
 		size_t len;
@@ -508,6 +510,8 @@ int main(int argc, char **argv)
 				die("workspace %s: %s", m->workspace_path, strerror(errno));
 		}
 		handle(&c, line, len);
+		/* The reply is out: the next sandbox is made while the model thinks. */
+		sandbox_prepare(&c);
 	}
 	lr_free(&lr);
 	if (c.ws_fd >= 0)
