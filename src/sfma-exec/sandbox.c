@@ -961,6 +961,19 @@ static int sandbox_await_ready(struct sandbox *s)
 	return sandbox_failed(s, "sandbox init");
 }
 
+/* 1 if init has not exited (a ready report may still wait in the socket
+ * of an init killed since). Reaps it otherwise. */
+static int sandbox_alive(struct sandbox *s)
+{
+	pid_t r;
+	while ((r = waitpid(s->pid, NULL, WNOHANG)) < 0 && errno == EINTR)
+		;
+	if (r == 0)
+		return 1;
+	s->pid = -1;
+	return 0;
+}
+
 /* Send init the command: the CPU limit and the arguments. */
 static int send_request(struct sandbox *s, char **argv, long cpu_s)
 {
@@ -1098,7 +1111,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	struct sandbox *s = &running;
 	*s = ready;
 	sandbox_clear(&ready);
-	if (s->pid <= 0 || sandbox_await_ready(s) < 0) {
+	if (s->pid <= 0 || sandbox_await_ready(s) < 0 || !sandbox_alive(s)) {
 		sandbox_discard(s);
 		if (sandbox_start(c, s) < 0 || sandbox_await_ready(s) < 0) {
 			if (s->cgroup)
