@@ -15,8 +15,13 @@
  * model thinks - when the stage starts and right after each command's
  * reply - and the command pays only for the staging copy, its own last
  * steps, exec and the copy back. A network namespace alone costs half a
- * millisecond to make (and more to take down). Each sandbox serves one
- * command and is never reused; one that is never used is killed at exit.
+ * millisecond to make (and more to take down), and moving a process into
+ * a cgroup v1 hierarchy waits for an RCU grace period, milliseconds after
+ * an idle moment: the writer of cgroup.procs takes cgroup_threadgroup_rwsem,
+ * a percpu_rw_semaphore, for writing, and its rcu_sync_enter waits for one
+ * (kernel/cgroup/cgroup.c cgroup_attach_lock, kernel/rcu/sync.c). Each
+ * sandbox serves one command and is never reused; one that is never used
+ * is killed at exit.
  *
  * Nothing of a command lives in the host's file system. init mounts, in
  * its own mount namespace, the tmpfs that becomes the new root and the
