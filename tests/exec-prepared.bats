@@ -159,14 +159,34 @@ nothing_left() {
 @test "no sandbox is prepared in a dry run or without allowed commands" {
 	local read='req:{"tool":"read","path":"src/a.txt"}'
 	# the check sees one where one is due: applied, with allowed commands
-	harness "$read" "$read" sandboxes eof
+	harness idle "$read" idle sandboxes eof
 	[ "$(event sandboxes | jq -r '.pids | length')" = 1 ] || { cat "$W/events"; return 1; }
 	manifest '["true"]' '["src"]' '[]' true
-	harness --dry "$read" "$read" sandboxes eof
-	[ "$(event reply 2 | jq -r .reply.result)" = hello ]
+	harness --dry idle "$read" idle sandboxes eof
+	[ "$(event reply | jq -r .reply.result)" = hello ]
 	[ "$(event sandboxes | jq -c .pids)" = '[]' ] || { cat "$W/events"; return 1; }
 	manifest '[]' '["src"]' '[]' false
-	harness "$read" "$read" sandboxes eof
+	harness idle "$read" idle sandboxes eof
 	[ "$(event sandboxes | jq -c .pids)" = '[]' ] || { cat "$W/events"; return 1; }
 	[ "$(event ended | jq -c .namespaces_held)" = '[]' ]
+}
+
+@test "a request already waiting is served at once; the sandbox is made for it then" {
+	# all requests and the end of input at once: nothing is prepared ahead
+	# that nobody waits for, and every command still runs in its own sandbox
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sh mark.sh"}}' \
+		'{"id":2,"call":{"tool":"run","cmd":"sh look.sh"}}' >"$W/req"
+	require strace
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 \
+		strace -f -qq -e trace=clone -o "$W/clones" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
+	local spid=$!
+	wait "$spid"
+	# two commands, two sandboxes: none made ahead for a third
+	[ "$(grep -c 'CLONE_NEWUSER' "$W/clones")" = 2 ] || { cat "$W/clones"; return 1; }
+	spid=$(grep -m1 'CLONE_NEWUSER' "$W/clones" | cut -d' ' -f1)
+	[ "$(sed -n 1p "$W/out" | jq -r .result)" = $'exit=0\nstdout:marked\n\nstderr:' ]
+	[[ "$(sed -n 2p "$W/out" | jq -r .result)" == *"absent /tmp/mark"*"absent /mark"*"absent /workspace/left"* ]]
+	[[ "$(sed -n 2p "$W/out" | jq -r '.run.limits.cgroup | .pidsPath // .path')" == */sfma-exec-$spid-2 ]]
+	[ -z "$(find /sys/fs/cgroup -maxdepth 8 -type d -name "sfma-exec-$spid-*" 2>/dev/null)" ]
+	if pgrep -f 'sleep 3174'; then echo "a command's daemon survived"; return 1; fi
 }
