@@ -189,7 +189,9 @@ await_cgroups() {
 	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -ff -qq -o "$W/trace" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out"
 	[ "$(field 1 .run.exit)" = 0 ] || { reply 1; return 1; }
 	local cmd init seccomp_line exec_line vfork_line call
-	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l 'pivot_root(' "$W"/trace.*) ||
+	# init: the one that forked the command (the stage prepares another
+	# sandbox after the reply, and kills it unused at the end of input)
+	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l '^vfork(' "$W"/trace.*) ||
 		{ echo "command or init not traced"; return 1; }
 	seccomp_line=$(grep -n -m1 'prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, .* = 0$' "$cmd" | cut -d: -f1)
 	exec_line=$(grep -n -m1 'execve("/usr/bin/true"' "$cmd" | cut -d: -f1)
@@ -199,10 +201,12 @@ await_cgroups() {
 	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_AS'; do
 		head -n "$seccomp_line" "$cmd" | grep -qF "$call" || { echo "no $call before the filter"; cat "$cmd"; return 1; }
 	done
-	# and in init, before it forked the command, the calls the filter refuses succeeded
+	# and in init, before it forked the command, the calls the filter refuses
+	# succeeded, and init dropped the bounding set and its capabilities
 	vfork_line=$(grep -n -m1 '^vfork(' "$init" | cut -d: -f1)
 	[ -n "$vfork_line" ] || { cat "$init"; return 1; }
-	for call in 'pivot_root(".", ".")' 'umount2(".", MNT_DETACH)' 'mount("tmpfs", "/tmp"'; do
+	for call in 'pivot_root(".", ".")' 'umount2(".", MNT_DETACH)' 'mount("tmpfs", "/tmp"' \
+		'prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN)' 'capset('; do
 		head -n "$vfork_line" "$init" | grep -F "$call" | grep -q ' = 0$' ||
 			{ echo "no successful $call before the command"; cat "$init"; return 1; }
 	done

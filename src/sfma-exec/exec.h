@@ -139,13 +139,19 @@ struct run_outcome {
 	json_t *limits;         /* object */
 };
 
-/* Run argv in a fresh sandbox over a staging copy of the declared inputs,
- * then copy declared outputs back. timeout_ms > 0. Nothing of the staging
- * copy outlives the call. The outcome is filled in all cases; free it with
- * run_outcome_free. */
+/* Run argv in a fresh sandbox (the prepared one, else one made now) over
+ * a staging copy of the declared inputs, then copy declared outputs back.
+ * timeout_ms > 0. Nothing of the staging copy outlives the call. The
+ * outcome is filled in all cases; free it with run_outcome_free. */
 void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
                  struct run_outcome *o);
 void run_outcome_free(struct run_outcome *o);
+/* Between requests: let the last command's sandbox go and, with ahead set
+ * (no request waiting) and when c may run commands (applied,
+ * allowedCommands not empty), start preparing the next one unless one is
+ * ready. Never fails: a sandbox that cannot be prepared is made again, and
+ * its failure reported, by the next sandbox_run. */
+void sandbox_prepare(const struct exec_ctx *c, int ahead);
 /* Release what the sandbox keeps between commands (at exit). */
 void sandbox_shutdown(void);
 void sandbox_shutdown_signal(void); /* async-signal-safe */

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,6 +425,14 @@ static void handle(const struct exec_ctx *c, const char *line, size_t len)
 	json_decref(req);
 }
 
+/* 1 if the reader holds input not yet returned, or more can be read at
+ * once (the end of input included): no time to prepare a sandbox in. */
+static int input_pending(const struct line_reader *lr)
+{
+	struct pollfd pf = {.fd = lr->fd, .events = POLLIN};
+	return lr->eof || lr->end > lr->start || poll(&pf, 1, 0) > 0;
+}
+
 static void on_signal(int sig)
 {
 	sandbox_shutdown_signal();
@@ -514,6 +523,8 @@ int main(int argc, char **argv)
 	 * grows it from any non-zero capacity. */
 	lr.cap = 64u << 10;
 	lr.buf = xmalloc(lr.cap);
+	/* The first sandbox is prepared while the planner starts up. */
+	sandbox_prepare(&c, !input_pending(&lr));
 	for (;;) {
 		char *line;
 		size_t len;
@@ -533,6 +544,9 @@ int main(int argc, char **argv)
 				die("workspace %s: %s", m->workspace_path, strerror(errno));
 		}
 		handle(&c, line, len);
+		/* The reply is out: the next sandbox is made while the model
+		 * thinks, unless the next request (or the end) is already here. */
+		sandbox_prepare(&c, !input_pending(&lr));
 	}
 	lr_free(&lr);
 	if (c.ws_fd >= 0)

@@ -9,6 +9,20 @@
  * so "kill init" is how a timeout ends daemonized grandchildren too (setsid
  * escapes a process group, never a PID namespace).
  *
+ * A sandbox is prepared ahead of its command: everything that does not
+ * depend on the command (namespaces, id maps, cgroup, the new root and its
+ * mounts, pivot_root, dropping init's capabilities) is done while the
+ * model thinks - when the stage starts and right after each command's
+ * reply - and the command pays only for the staging copy, its own last
+ * steps, exec and the copy back. A network namespace alone costs half a
+ * millisecond to make (and more to take down), and moving a process into
+ * a cgroup v1 hierarchy waits for an RCU grace period, milliseconds after
+ * an idle moment: the writer of cgroup.procs takes cgroup_threadgroup_rwsem,
+ * a percpu_rw_semaphore, for writing, and its rcu_sync_enter waits for one
+ * (kernel/cgroup/cgroup.c cgroup_attach_lock, kernel/rcu/sync.c). Each
+ * sandbox serves one command and is never reused; one that is never used
+ * is killed at exit.
+ *
  * Nothing of a command lives in the host's file system. init mounts, in
  * its own mount namespace, the tmpfs that becomes the new root and the
  * staging tmpfs that becomes /workspace, and hands this stage a directory
@@ -24,10 +38,11 @@
  * Order, as STYLE and bubblewrap fix it: no-new-privileges (main) ->
  * validate everything (seccomp filters compiled, groups shed) -> clone ->
  * setgroups deny and id maps, cgroup placement (by the stage) -> make /
- * private -> tmpfs root and staging tmpfs (filled by the stage) -> binds,
- * every runtime mount read-only -> pivot_root, detach the old root ->
- * [vfork] -> drop capabilities -> death signal (again after each fork and
- * credential change) -> close stray fds -> rlimits -> seccomp -> execve. */
+ * private -> tmpfs root and staging tmpfs -> binds, every runtime mount
+ * read-only -> pivot_root, detach the old root -> drop capabilities ->
+ * [ready: wait for the command; the stage fills the staging copy] ->
+ * [vfork] -> death signal (again after each fork and credential change)
+ * -> close stray fds -> rlimits -> seccomp -> execve. */
 #include "exec.h"
 #include "staging.h"
 
@@ -52,6 +67,7 @@
 
 #include "clock.h"
 #include "err.h"
+#include "ndjson.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -73,6 +89,14 @@
 struct step_report {
 	char step[48];
 	int err;
+};
+
+/* What the stage sends a ready init for its command, on the go pipe: the
+ * CPU seconds, then argc NUL-terminated arguments, bytes long in all. */
+struct run_request {
+	long cpu_s;
+	uint32_t argc;
+	uint32_t bytes;
 };
 
 /* Where init mounts the new root, in its own mount namespace only: any
@@ -288,33 +312,22 @@ static void build_root(int report)
 }
 
 /* The command's last steps. Runs in the child init forked; never returns. */
+/* The command's last steps. Runs in the child init forked; never returns.
+ * Signal dispositions and the signal mask come from init, which reset
+ * them all while preparing. */
 static _Noreturn void exec_command(char **argv, int out, int err, int report, long cpu_s,
                                    int refuse_shm)
 {
 	/* A new session: no controlling terminal, so no TIOCSTI target. */
 	if (setsid() < 0)
 		fail_step(report, "setsid");
-	sigset_t all;
-	sigemptyset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	for (int s = 1; s < NSIG; s++)
-		signal(s, SIG_DFL); /* ignored signals survive execve otherwise */
 	if (chdir("/workspace") < 0)
 		fail_step(report, "chdir /workspace");
 
-	/* Drop capabilities. The command is uid 0 of its user namespace: lock
-	 * root's special treatment away (SECBIT_NOROOT: execve grants no
-	 * capabilities to uid 0, capabilities(7) "The securebits flags"), empty
-	 * the bounding set, the ambient and the current sets. */
-	if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-	          SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-	          SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
-		fail_step(report, "securebits");
-	for (int cap = 0; cap < 64; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			fail_step(report, "drop capability bounding set");
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
-		fail_step(report, "clear ambient capabilities");
+	/* init dropped every capability before this fork, and fork copies
+	 * credentials, securebits and the bounding set (capabilities(7)). The
+	 * current sets are emptied once more in this process, which needs no
+	 * privilege, so that whatever init held, nothing reaches execve. */
 	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
 	struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
 	if (syscall(SYS_capset, &hdr, none) < 0)
@@ -382,7 +395,38 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	_exit(saved == ENOENT ? 127 : 126);
 }
 
-/* Hand the stage the staging directory (SCM_RIGHTS, unix(7)). */
+/* Drop every capability of init, and with it of the command it forks.
+ * The command is uid 0 of its user namespace: lock root's special
+ * treatment away (SECBIT_NOROOT: execve grants no capabilities to uid 0,
+ * capabilities(7) "The securebits flags"), empty the bounding set, the
+ * ambient and the current sets. init needs none afterwards: it forks,
+ * waits and signals only processes of its own uid (kill(2)). */
+static void drop_capabilities(int report)
+{
+	if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+	          SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+	          SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+		fail_step(report, "securebits");
+	/* Capabilities are numbered densely from 0 to CAP_LAST_CAP
+	 * (capabilities(7), /proc/sys/kernel/cap_last_cap): the first one the
+	 * kernel does not know (EINVAL) ends the set. */
+	for (int cap = 0; cap < 64; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		if (errno == EINVAL && cap > 0)
+			break;
+		fail_step(report, "drop capability bounding set");
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		fail_step(report, "clear ambient capabilities");
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
+	if (syscall(SYS_capset, &hdr, none) < 0)
+		fail_step(report, "drop capabilities");
+}
+
+/* Hand the stage the staging directory (SCM_RIGHTS, unix(7)): the sandbox
+ * is ready for a command. */
 static int send_staging(int report, int fd)
 {
 	struct step_report r = {.step = "staging"};
@@ -402,32 +446,95 @@ static int send_staging(int report, int fd)
 	return sendmsg(report, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
 }
 
+static int read_full(int fd, void *p, size_t n)
+{
+	char *at = p;
+	while (n > 0) {
+		ssize_t got = read(fd, at, n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -1;
+		at += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
 /* Wait for the stage's next go byte; its end of the pipe closing means it
  * gave up (or died), and so does the sandbox. */
 static char await_go(int go)
 {
 	char byte;
-	ssize_t n;
-	do
-		n = read(go, &byte, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1)
+	if (read_full(go, &byte, 1) < 0)
 		_exit(127);
 	return byte;
 }
 
-/* PID 1 of the sandbox. */
-static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int report,
-                                   long cpu_s)
+/* Wait for the command (struct run_request, then its arguments). The
+ * stage closing the pipe instead means no command comes: the prepared
+ * sandbox ends unused, and so does anything malformed. */
+static char **await_request(int go, long *cpu_s)
 {
-	/* The stage's handlers were copied by clone: drop them. Without a
-	 * handler, PID 1 of a namespace gets no signal from the ancestor
-	 * namespace but SIGKILL and SIGSTOP (pid_namespaces(7)), so a ^C to
-	 * the stage's process group ends the stage alone, and the death
-	 * signal below the rest. */
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
+	struct run_request rq;
+	if (read_full(go, &rq, sizeof rq) < 0 || rq.argc == 0 || rq.argc > rq.bytes ||
+	    rq.bytes > NDJSON_DEFAULT_MAX || rq.cpu_s < 1)
+		_exit(0);
+	char *text = malloc(rq.bytes);
+	char **argv = malloc(((size_t)rq.argc + 1) * sizeof *argv);
+	if (!text || !argv || read_full(go, text, rq.bytes) < 0 || text[rq.bytes - 1] != '\0')
+		_exit(127);
+	size_t k = 0;
+	char *p = text;
+	for (; p < text + rq.bytes && k < rq.argc; p += strlen(p) + 1)
+		argv[k++] = p;
+	if (k != rq.argc || p != text + rq.bytes)
+		_exit(127);
+	argv[k] = NULL;
+	*cpu_s = rq.cpu_s;
+	return argv; /* init's until it exits */
+}
+
+/* init was cloned from the stage, descriptor table and all (clone(2)
+ * without CLONE_FILES copies it): it would keep the host workspace and the
+ * stage's stdin and stdout open for as long as it waits for a command.
+ * Keep only its four channels, as descriptors 3..6; stdin and stdout
+ * become /dev/null, stderr stays (the sanitizers report there). */
+static void keep_channels(int *go, int *out, int *err, int *report)
+{
+	int *keep[4] = {go, out, err, report}, high[4];
+	for (int i = 0; i < 4; i++)
+		if ((high[i] = fcntl(*keep[i], F_DUPFD_CLOEXEC, 7)) < 0)
+			fail_step(*report, "keep descriptors");
+	for (int i = 0; i < 4; i++) {
+		if (dup3(high[i], 3 + i, O_CLOEXEC) < 0)
+			fail_step(high[3], "keep descriptors");
+		*keep[i] = 3 + i;
+	}
+	if (syscall(SYS_close_range, 7u, ~0u, 0u) < 0)
+		fail_step(*report, "close stray descriptors");
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
+		fail_step(*report, "keep descriptors");
+	close(null);
+}
+
+/* PID 1 of the sandbox. It prepares everything that does not depend on
+ * the command, reports ready, and only then waits for one. */
+static _Noreturn void sandbox_init(int go, int out, int err, int report)
+{
+	keep_channels(&go, &out, &err, &report);
+	/* The stage's handlers and ignored signals were copied by clone: back
+	 * to the defaults, for init and the command it forks (an ignored
+	 * signal survives execve, signal(7)). Without a handler, PID 1 of a
+	 * namespace gets no signal from the ancestor namespace but SIGKILL
+	 * and SIGSTOP (pid_namespaces(7)), so a ^C to the stage's process
+	 * group ends the stage alone, and the death signal below the rest. */
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
 	/* Die with the stage. Set before waiting for the id maps... */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		fail_step(report, "death signal");
@@ -471,13 +578,6 @@ static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int re
 	if (mkdir("workspace", 0755) < 0 ||
 	    mount("tmpfs", "workspace", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		fail_step(report, "mount staging tmpfs");
-	int ws = open("workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (ws < 0 || send_staging(report, ws) < 0)
-		fail_step(report, "pass the staging directory");
-	close(ws);
-	/* The second go: the staging copy is complete. */
-	await_go(go);
-	close(go);
 
 	build_root(report);
 	/* pivot_root(".", "."): the old root is stacked under the new one and
@@ -494,14 +594,25 @@ static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int re
 	/* The new network namespace holds only a loopback that stays down: no
 	 * route anywhere, not even to the host's 127.0.0.1
 	 * (network_namespaces(7)). */
+	drop_capabilities(report);
+
+	/* Ready: the stage gets the staging directory and fills it once a
+	 * command comes; nothing of that command is known before. */
+	int ws = open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (ws < 0 || send_staging(report, ws) < 0)
+		fail_step(report, "pass the staging directory");
+	close(ws);
+	long cpu_s = 0;
+	char **argv = await_request(go, &cpu_s);
 
 	/* vfork: the command shares init's memory until its execve, so no
 	 * page table is copied and it runs at once, on this CPU, while init
 	 * sleeps (vfork(2)). Sound here: the child only enters exec_command,
-	 * which never returns, and what it changes is its own (signal
-	 * dispositions, rlimits, credentials, securebits and seccomp are per
-	 * process or per task); of the shared memory it writes only its stack
-	 * below init's frame and errno, which init does not read afterwards. */
+	 * which never returns, and what it changes is its own (the session,
+	 * working directory, credentials, death signal, descriptors, rlimits
+	 * and seccomp are per process or per task); of the shared memory it
+	 * writes only its stack below init's frame and errno, which init
+	 * does not read afterwards. */
 	pid_t cmd = vfork();
 	if (cmd < 0)
 		fail_step(report, "fork command");
@@ -526,10 +637,16 @@ static _Noreturn void sandbox_init(char **argv, int go, int out, int err, int re
 	}
 	/* Tell the stage the outcome now that no process but this one is
 	 * left: nothing changes the staging copy any more, so it can copy
-	 * back and answer while the kernel takes the namespaces down. */
-	struct step_report done = {.step = "", .err = code};
-	ssize_t w = write(report, &done, sizeof done);
+	 * back and answer. */
+	struct step_report outcome = {.step = "", .err = code};
+	ssize_t w = write(report, &outcome, sizeof outcome);
 	(void)w;
+	/* The namespaces go when init exits, and taking them down is work for
+	 * the kernel (a network namespace above all): the stage lets init go
+	 * (closes the go pipe) once its reply is out. */
+	char byte;
+	while (read(go, &byte, 1) < 0 && errno == EINTR)
+		;
 	_exit(code < 0 ? 127 : code);
 }
 
@@ -618,9 +735,48 @@ static json_t *limits_json(long long timeout_ms, long cpu_s)
 	                 "cgroup", "cgroupReason", "sandbox not started");
 }
 
-/* Sandbox inits that reported their outcome and are still exiting: reaped
- * later, so that namespace teardown overlaps with the reply. Their cgroups
- * go once they are reaped (a cgroup with a task in it cannot be removed). */
+/* One sandbox, from its clone to its release. Each serves exactly one
+ * command: prepared ahead (ready), then running it, then done (the
+ * command and all it started are gone; init waits to be let go). */
+struct sandbox {
+	pid_t pid;              /* its init, or -1 */
+	int pidfd;              /* -1: none (kernel < 5.3, valgrind) */
+	int go;                 /* go bytes, then the request; its closing ends init */
+	int out, err;           /* the command's stdout and stderr */
+	int rep;                /* init's reports */
+	int staging;            /* the staging directory, once init is ready */
+	struct cgroup_box *cg;
+	json_t *cgroup, *cgroup_reason; /* the ceilings in force, for limits */
+	int refuse_shm;
+	const char *step;       /* the step that failed, if one did */
+	int step_err;
+	char step_buf[48];      /* a step init reported */
+};
+
+#define SANDBOX_NONE {.pid = -1, .pidfd = -1, .go = -1, .out = -1, .err = -1, .rep = -1, \
+                      .staging = -1}
+
+/* The signal handler reads their pids. */
+static struct sandbox ready = SANDBOX_NONE, running = SANDBOX_NONE, done = SANDBOX_NONE;
+
+static void sandbox_clear(struct sandbox *s)
+{
+	*s = (struct sandbox)SANDBOX_NONE;
+}
+
+static void close_fds(struct sandbox *s)
+{
+	int *fds[] = {&s->pidfd, &s->go, &s->out, &s->err, &s->rep, &s->staging};
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+}
+
+/* Sandbox inits let go and still exiting: reaped later, so that namespace
+ * teardown overlaps with waiting for the next request. Their cgroups go
+ * once they are reaped (a cgroup with a task in it cannot be removed). */
 static struct exiting {
 	pid_t pid;
 	struct cgroup_box *cg;
@@ -643,17 +799,140 @@ static void reap_exiting(int block)
 	n_exiting = keep;
 }
 
-/* Record in limits which cgroup ceilings hold for this command. */
-static void limits_cgroup(json_t *limits, const struct cgroup_box *cg, const char *reason)
+/* End a sandbox at once: SIGKILL to init takes its PID namespace with it
+ * (pid_namespaces(7)), then its cgroup goes. */
+static void sandbox_discard(struct sandbox *s)
 {
-	json_object_set_new(limits, "cgroup", cgroup_json(cg));
-	json_object_set_new(limits, "cgroupReason", reason ? json_string(reason) : json_null());
+	if (s->pid > 0) {
+		kill(s->pid, SIGKILL);
+		while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	close_fds(s);
+	cgroup_close(s->cg);
+	json_decref(s->cgroup);
+	json_decref(s->cgroup_reason);
+	sandbox_clear(s);
 }
 
-/* Receive init's first report: the staging directory, or the step that
- * failed before it. Returns the descriptor, or -1 with o->unavailable set. */
-static int recv_staging(int rep, struct run_outcome *o)
+/* Let the init of a finished command go: it exits on the end of the go
+ * pipe, and is reaped later. */
+static void sandbox_release(struct sandbox *s)
 {
+	if (s->pid <= 0) {
+		sandbox_discard(s);
+		return;
+	}
+	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
+	exiting[n_exiting] = (struct exiting){s->pid, s->cg};
+	n_exiting++;
+	s->pid = -1;
+	s->cg = NULL;
+	sandbox_discard(s);
+}
+
+static void sandbox_cgroup(struct sandbox *s, const struct cgroup_box *cg, const char *reason)
+{
+	json_decref(s->cgroup);
+	json_decref(s->cgroup_reason);
+	s->cgroup = cgroup_json(cg);
+	s->cgroup_reason = reason ? json_string(reason) : json_null();
+}
+
+static int sandbox_failed(struct sandbox *s, const char *step)
+{
+	s->step = step;
+	s->step_err = errno ? errno : EIO;
+	return -1;
+}
+
+/* Start a sandbox: clone its init, write the id maps, place it in its
+ * cgroup and let it build the new root. Does not wait for it. Returns 0,
+ * or -1 with s->step and s->step_err set (s to be discarded). */
+static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
+{
+	int go[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
+	sandbox_clear(s);
+	/* The report channel is a socket, so that it can carry a descriptor;
+	 * SEQPACKET keeps each report one message, and its end (every writer
+	 * gone: init, or the command at execve) reads as 0, like a pipe. */
+	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) {
+		int saved = errno;
+		int all[] = {go[0], go[1], out[0], out[1], err[0], err[1], rep[0], rep[1]};
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			if (all[i] >= 0)
+				close(all[i]);
+		errno = saved;
+		return sandbox_failed(s, "pipe");
+	}
+	s->go = go[1];
+	s->out = out[0];
+	s->err = err[0];
+	s->rep = rep[0];
+	/* Made before the clone, entered before init goes on (see below).
+	 * Without one the command still runs, under the rlimits alone. */
+	const char *cg_reason = NULL;
+	s->cg = cgroup_open(&cg_reason);
+	sandbox_cgroup(s, s->cg, cg_reason);
+	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
+	/* clone as a fork (no CLONE_VM, no new stack): the child continues here
+	 * on a copy of this stack, which also keeps AddressSanitizer happy. */
+	long r = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+	                 CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (r == 0) {
+		close(go[1]);
+		close(out[0]);
+		close(err[0]);
+		close(rep[0]);
+		sandbox_init(go[0], out[1], err[1], rep[1]);
+	}
+	int saved = errno;
+	close(go[0]);
+	close(out[1]);
+	close(err[1]);
+	close(rep[1]);
+	errno = saved;
+	if (r < 0)
+		return sandbox_failed(s, "clone namespaces");
+	s->pid = (pid_t)r;
+	/* A pidfd makes the end of init pollable beside the pipes. Without one
+	 * (kernel < 5.3, valgrind) init is polled with waitpid every 20 ms. */
+	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+	if (s->pidfd < 0 && errno != ENOSYS)
+		return sandbox_failed(s, "pidfd_open");
+	const char *map_step = write_id_maps(s->pid, c->host_uid, c->host_gid);
+	if (map_step)
+		return sandbox_failed(s, map_step);
+	/* init waits on the go pipe, so it forks the command only once it is
+	 * inside: nothing the command starts is ever outside the ceilings. */
+	if (s->cg && cgroup_enter(s->cg, s->pid) < 0) {
+		struct buf b = {0};
+		buf_printf(&b, "moving the sandbox into its cgroup: %s", strerror(errno));
+		cgroup_close(s->cg);
+		s->cg = NULL;
+		sandbox_cgroup(s, NULL, b.p);
+		buf_free(&b);
+	}
+	/* Shared memory outside every address space - memfd_create(2),
+	 * shmget(2) - escapes RLIMIT_AS, which counts mappings only: a memfd
+	 * need never be mapped, and RLIMIT_FSIZE bounds each one, not their
+	 * number. A cgroup memory limit counts those pages (shmem is charged
+	 * to the memory cgroup of the task that first touches it, cgroup-v1
+	 * memory.txt 2.3, cgroup-v2 "Memory"); without one the filter
+	 * refuses them. POSIX shm_open needs /dev/shm, which the root lacks. */
+	s->refuse_shm = !cgroup_memory_limited(s->cg);
+	if (write(s->go, s->refuse_shm ? "S" : "s", 1) != 1)
+		return sandbox_failed(s, "start sandbox");
+	return 0;
+}
+
+/* Wait for init's ready report: the staging directory, or the step that
+ * failed before it. Returns 0, or -1 with s->step set. */
+static int sandbox_await_ready(struct sandbox *s)
+{
+	if (s->staging >= 0)
+		return 0;
 	struct step_report r;
 	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
 	union {
@@ -664,166 +943,125 @@ static int recv_staging(int rep, struct run_outcome *o)
 	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
 	ssize_t n;
 	do
-		n = recvmsg(rep, &msg, MSG_CMSG_CLOEXEC);
+		n = recvmsg(s->rep, &msg, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
-	int fd = -1;
+	int saved = errno, fd = -1;
 	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm))
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
 		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
 			memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-	if (n == (ssize_t)sizeof r && strcmp(r.step, "staging") == 0 && fd >= 0)
-		return fd;
+	if (n == (ssize_t)sizeof r && strcmp(r.step, "staging") == 0 && fd >= 0) {
+		s->staging = fd;
+		return 0;
+	}
 	if (fd >= 0)
 		close(fd);
 	if (n == (ssize_t)sizeof r && r.step[0]) {
 		r.step[sizeof r.step - 1] = '\0';
-		unavailable(o, r.step, r.err);
-	} else {
-		unavailable(o, "sandbox init", n < 0 ? errno : EPIPE);
+		memcpy(s->step_buf, r.step, sizeof s->step_buf);
+		errno = r.err;
+		return sandbox_failed(s, s->step_buf);
 	}
-	return -1;
+	errno = n < 0 ? saved : EPIPE;
+	return sandbox_failed(s, "sandbox init");
 }
 
-/* Start the sandbox and follow it to the end. Returns 0 when the command
- * ran (o->exit_code set; *staging is the staging directory, for the copy
- * back, to be closed by the caller), -1 when a step failed (o->unavailable
- * set). */
-static int supervise(const struct exec_ctx *c, char **argv, long long timeout_ms, long cpu_s,
-                     struct run_outcome *o, int *staging)
+/* 1 if init has not exited (a ready report may still wait in the socket
+ * of an init killed since). Reaps it otherwise. */
+static int sandbox_alive(struct sandbox *s)
 {
-	int go[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
-	int pidfd = -1, ws = -1, rc = -1;
-	pid_t pid = -1;
-	struct cgroup_box *cg = NULL;
-	*staging = -1;
-	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
-	/* The report channel is a socket, so that it can carry a descriptor;
-	 * SEQPACKET keeps each report one message, and its end (every writer
-	 * gone: init, or the command at execve) reads as 0, like a pipe. */
-	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
-	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) {
-		unavailable(o, "pipe", errno);
-		goto out;
-	}
-	/* Made before the clone, entered before init goes on (see below).
-	 * Without one the command still runs, under the rlimits alone. */
-	const char *cg_reason = NULL;
-	cg = cgroup_open(&cg_reason);
-	limits_cgroup(o->limits, cg, cg_reason);
-	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
-	/* clone as a fork (no CLONE_VM, no new stack): the child continues here
-	 * on a copy of this stack, which also keeps AddressSanitizer happy. */
-	long r = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-	                 CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, NULL, NULL, NULL, NULL);
-	if (r < 0) {
-		unavailable(o, "clone namespaces", errno);
-		goto out;
-	}
-	if (r == 0) {
-		close(go[1]);
-		close(out[0]);
-		close(err[0]);
-		close(rep[0]);
-		sandbox_init(argv, go[0], out[1], err[1], rep[1], cpu_s);
-	}
-	pid = (pid_t)r;
-	close(go[0]);
-	close(out[1]);
-	close(err[1]);
-	close(rep[1]);
-	go[0] = out[1] = err[1] = rep[1] = -1;
-	/* A pidfd makes the end of init pollable beside the pipes. Without one
-	 * (kernel < 5.3, valgrind) init is polled with waitpid every 20 ms. */
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0 && errno != ENOSYS) {
-		unavailable(o, "pidfd_open", errno);
-		goto out;
-	}
-	const char *map_step = write_id_maps(pid, c->host_uid, c->host_gid);
-	if (map_step) {
-		unavailable(o, map_step, errno);
-		goto out;
-	}
-	/* init waits on the go pipe, so it forks the command only once it is
-	 * inside: nothing the command starts is ever outside the ceilings. */
-	if (cg && cgroup_enter(cg, pid) < 0) {
-		struct buf b = {0};
-		buf_printf(&b, "moving the sandbox into its cgroup: %s", strerror(errno));
-		cgroup_close(cg);
-		cg = NULL;
-		limits_cgroup(o->limits, NULL, b.p);
-		buf_free(&b);
-	}
-	/* Shared memory outside every address space - memfd_create(2),
-	 * shmget(2) - escapes RLIMIT_AS, which counts mappings only: a memfd
-	 * need never be mapped, and RLIMIT_FSIZE bounds each one, not their
-	 * number. A cgroup memory limit counts those pages (shmem is charged
-	 * to the memory cgroup of the task that first touches it, cgroup-v1
-	 * memory.txt 2.3, cgroup-v2 "Memory"); without one the filter
-	 * refuses them. POSIX shm_open needs /dev/shm, which the root lacks. */
-	int refuse_shm = !cgroup_memory_limited(cg);
-	json_object_set_new(o->limits, "sharedMemory",
-	                    json_string(refuse_shm ? "refused" : "memoryCgroup"));
-	if (write(go[1], refuse_shm ? "S" : "s", 1) != 1) {
-		unavailable(o, "start sandbox", errno);
-		goto out;
-	}
-	ws = recv_staging(rep[0], o);
-	if (ws < 0)
-		goto out;
-	const char *step = NULL;
-	if (staging_fill(c, ws, o->refused, &step) < 0) {
-		unavailable(o, step, errno);
-		goto out;
-	}
-	if (write(go[1], "g", 1) != 1) {
-		unavailable(o, "start sandbox", errno);
-		goto out;
-	}
+	pid_t r;
+	while ((r = waitpid(s->pid, NULL, WNOHANG)) < 0 && errno == EINTR)
+		;
+	if (r == 0)
+		return 1;
+	s->pid = -1;
+	return 0;
+}
 
+/* Send init the command: the CPU limit and the arguments. */
+static int send_request(struct sandbox *s, char **argv, long cpu_s)
+{
+	struct buf b = {0};
+	struct run_request rq = {.cpu_s = cpu_s};
+	buf_add(&b, &rq, sizeof rq);
+	for (char **a = argv; *a; a++) {
+		buf_add(&b, *a, strlen(*a) + 1);
+		rq.argc++;
+	}
+	rq.bytes = (uint32_t)(b.len - sizeof rq);
+	memcpy(b.p, &rq, sizeof rq);
+	int rc = write_all(s->go, b.p, b.len);
+	buf_free(&b);
+	return rc;
+}
+
+void sandbox_prepare(const struct exec_ctx *c, int ahead)
+{
+	reap_exiting(0);
+	const char *why = NULL;
+	/* What a command would refuse on is left for the command to report. */
+	int wanted = ahead && c->apply && c->m->n_allowed > 0 && ready.pid <= 0;
+	if (wanted && seccomp_prepare(&why) == 0 &&
+	    (c->host_uid == (unsigned)geteuid() || getgroups(0, NULL) == 0) &&
+	    sandbox_start(c, &ready) < 0)
+		sandbox_discard(&ready);
+	/* Then the last command's sandbox goes (it is never used again). The
+	 * clone comes first: making a network namespace and taking one down
+	 * contend in the kernel (both register or unregister a loopback device
+	 * under rtnl_lock, and unregister_netdevice_many waits for an RCU grace
+	 * period holding it, net/core/dev.c), which measured doubles the
+	 * time of back-to-back commands the other way round. */
+	sandbox_release(&done);
+}
+
+/* Follow the command to its end. Returns 0 when it ran (o->exit_code
+ * set), -1 when a step failed (o->unavailable set). */
+static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome *o)
+{
 	int64_t deadline = mono_ms() + timeout_ms;
 	int exited = 0, reaped = 0, status = 0, out_open = 1, err_open = 1, rep_open = 1;
 	int reported = -1; /* the command's exit code, as init reported it */
 	while ((!exited && reported < 0) || out_open || err_open) {
 		struct pollfd pf[4] = {
-			{.fd = out_open ? out[0] : -1, .events = POLLIN},
-			{.fd = err_open ? err[0] : -1, .events = POLLIN},
-			{.fd = rep_open ? rep[0] : -1, .events = POLLIN},
-			{.fd = exited ? -1 : pidfd, .events = POLLIN},
+			{.fd = out_open ? s->out : -1, .events = POLLIN},
+			{.fd = err_open ? s->err : -1, .events = POLLIN},
+			{.fd = rep_open ? s->rep : -1, .events = POLLIN},
+			{.fd = exited ? -1 : s->pidfd, .events = POLLIN},
 		};
 		int64_t left = deadline - mono_ms();
 		if (left <= 0 && !exited && !o->timed_out) {
 			/* SIGKILL to init: the kernel then kills the whole PID namespace. */
 			o->timed_out = 1;
-			kill(pid, SIGKILL);
+			kill(s->pid, SIGKILL);
 		}
 		int wait_ms = o->timed_out || exited ? 1000 : (int)(left > 1000 ? 1000 : left);
-		if (pidfd < 0 && !exited) {
-			if (waitpid(pid, &status, WNOHANG) == pid)
+		if (s->pidfd < 0 && !exited) {
+			if (waitpid(s->pid, &status, WNOHANG) == s->pid)
 				exited = reaped = 1;
 			wait_ms = wait_ms > 20 ? 20 : wait_ms;
 		}
 		int n = poll(pf, 4, wait_ms);
 		if (n < 0 && errno != EINTR) {
-			kill(pid, SIGKILL);
+			kill(s->pid, SIGKILL);
 			unavailable(o, "poll", errno);
 			break;
 		}
 		if (n <= 0)
 			continue;
 		if (pf[0].revents)
-			out_open = pump(out[0], &o->out, &o->out_total);
+			out_open = pump(s->out, &o->out, &o->out_total);
 		if (pf[1].revents)
-			err_open = pump(err[0], &o->err, &o->err_total);
+			err_open = pump(s->err, &o->err, &o->err_total);
 		if (pf[2].revents) {
 			struct step_report sr;
-			ssize_t got = read(rep[0], &sr, sizeof sr);
+			ssize_t got = read(s->rep, &sr, sizeof sr);
 			if (got == (ssize_t)sizeof sr && sr.step[0] == '\0') {
 				reported = sr.err >= 0 && sr.err < 256 ? sr.err : 127;
 			} else if (got == (ssize_t)sizeof sr) {
 				sr.step[sizeof sr.step - 1] = '\0';
 				unavailable(o, sr.step, sr.err);
-				kill(pid, SIGKILL);
+				kill(s->pid, SIGKILL);
 			}
 			if (got <= 0 || got == (ssize_t)sizeof sr)
 				rep_open = got > 0;
@@ -831,40 +1069,27 @@ static int supervise(const struct exec_ctx *c, char **argv, long long timeout_ms
 		if (pf[3].revents)
 			exited = 1;
 	}
-	if (reported >= 0 && !o->timed_out && !reaped && !o->unavailable) {
-		exiting[n_exiting++] = (struct exiting){pid, cg};
-		cg = NULL;
-	} else {
-		while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
+	if (reported < 0 || o->timed_out || reaped || o->unavailable) {
+		/* Not to be let go later: it is gone, or must be. */
+		if (!reaped) {
+			kill(s->pid, SIGKILL);
+			while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+				;
+		}
+		s->pid = -1;
 	}
-	pid = -1;
-	if (!o->unavailable) {
-		o->executed = 1;
-		if (o->timed_out)
-			o->exit_code = 124;
-		else if (reported >= 0)
-			o->exit_code = reported;
-		else if (WIFEXITED(status))
-			o->exit_code = WEXITSTATUS(status);
-		else
-			o->exit_code = 128 + WTERMSIG(status);
-		*staging = ws;
-		ws = -1;
-		rc = 0;
-	}
-out:
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	}
-	cgroup_close(cg);
-	int fds[] = {go[0], go[1], out[0], out[1], err[0], err[1], rep[0], rep[1], pidfd, ws};
-	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	return rc;
+	if (o->unavailable)
+		return -1;
+	o->executed = 1;
+	if (o->timed_out)
+		o->exit_code = 124;
+	else if (reported >= 0)
+		o->exit_code = reported;
+	else if (WIFEXITED(status))
+		o->exit_code = WEXITSTATUS(status);
+	else
+		o->exit_code = 128 + WTERMSIG(status);
+	return 0;
 }
 
 void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
@@ -887,22 +1112,78 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 		unavailable(o, "drop supplementary groups", EPERM);
 		return;
 	}
-	int staging = -1;
-	if (supervise(c, argv, timeout_ms, cpu_s, o, &staging) == 0) {
-		staging_copy_back(c, staging, o->copied, o->refused);
-		/* The last reference: the kernel frees the staging tmpfs. */
-		close(staging);
+	sandbox_release(&done);
+	/* The prepared sandbox, or, when there is none or it failed (its init
+	 * may have died meanwhile), one made now: its failure is the one
+	 * reported. */
+	struct sandbox *s = &running;
+	*s = ready;
+	sandbox_clear(&ready);
+	if (s->pid <= 0 || sandbox_await_ready(s) < 0 || !sandbox_alive(s)) {
+		sandbox_discard(s);
+		if (sandbox_start(c, s) < 0 || sandbox_await_ready(s) < 0) {
+			if (s->cgroup)
+				json_object_set(o->limits, "cgroup", s->cgroup);
+			if (s->cgroup_reason)
+				json_object_set(o->limits, "cgroupReason", s->cgroup_reason);
+			unavailable(o, s->step, s->step_err);
+			sandbox_discard(s);
+			return;
+		}
 	}
+	json_object_set(o->limits, "cgroup", s->cgroup);
+	json_object_set(o->limits, "cgroupReason", s->cgroup_reason);
+	json_object_set_new(o->limits, "sharedMemory",
+	                    json_string(s->refuse_shm ? "refused" : "memoryCgroup"));
+	const char *step = NULL;
+	if (staging_fill(c, s->staging, o->refused, &step) < 0) {
+		unavailable(o, step, errno);
+		sandbox_discard(s);
+		return;
+	}
+	if (send_request(s, argv, cpu_s) < 0) {
+		unavailable(o, "start sandbox", errno);
+		sandbox_discard(s);
+		return;
+	}
+	if (supervise(s, timeout_ms, o) == 0)
+		staging_copy_back(c, s->staging, o->copied, o->refused);
+	/* The last reference of the stage: with init gone, the kernel frees
+	 * the staging tmpfs. */
+	close(s->staging);
+	s->staging = -1;
+	/* Done: let init go after the reply (sandbox_prepare), or now. */
+	done = *s;
+	sandbox_clear(s);
 }
 
 void sandbox_shutdown(void)
 {
+	sandbox_discard(&ready);
+	sandbox_discard(&running);
+	sandbox_release(&done);
 	reap_exiting(1);
 	cgroup_shutdown();
 }
 
 void sandbox_shutdown_signal(void)
 {
+	/* Every init, and with each its PID namespace, dies before the
+	 * cgroups go: none is left for the kernel to kill after us. */
+	pid_t pids[3 + sizeof exiting / sizeof exiting[0]];
+	size_t n = 0;
+	pids[n++] = ready.pid;
+	pids[n++] = running.pid;
+	pids[n++] = done.pid;
+	for (size_t i = 0; i < n_exiting && i < sizeof exiting / sizeof exiting[0]; i++)
+		pids[n++] = exiting[i].pid;
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] > 0)
+			kill(pids[i], SIGKILL);
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] > 0)
+			while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
+				;
 	cgroup_shutdown_signal();
 }
 
