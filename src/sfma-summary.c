@@ -329,7 +329,8 @@ static long long count_of(const struct row *r, const char *k)
 	return json_integer_of(field(r, k), &v) && v >= 0 ? v : -1;
 }
 
-/* Usage, when the record has it: {inputTokens, outputTokens, cachedInputTokens}. */
+/* Usage, when the record has it and a provider reported any: the
+ * planner records zeros for a run whose model reported none (the mock). */
 static int usage_of(const struct row *r, long long *in, long long *out, long long *cached)
 {
 	const json_t *u = field(r, "usage");
@@ -339,7 +340,7 @@ static int usage_of(const struct row *r, long long *in, long long *out, long lon
 		return 0;
 	if (!json_integer_of(json_object_get(u, "cachedInputTokens"), cached))
 		*cached = -1;
-	return 1;
+	return *in > 0 || *out > 0 || *cached > 0;
 }
 
 static json_t *json_visible(const char *s, size_t n)
