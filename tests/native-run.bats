@@ -118,3 +118,29 @@ JSON
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	no_key_anywhere
 }
+
+@test "an endpoint that is down is skipped by the next run without a request: the state lives in memory.json" {
+	serve '{"/v1/messages":[{"drop":true}]}'
+	jq -n --arg b "$BASE" '{name:"down",workspace:"ws",
+	  modelEndpoints:[{name:"remote",provider:"anthropic",model:"m-x",baseUrl:$b,
+	                   priors:{reasoning:0.9,mechanical:0.9}},
+	                  {name:"offline",provider:"mock",model:"builtin",priors:{reasoning:0.1,mechanical:0.1}}],
+	  allowedCommands:["echo"],inputs:[],outputs:["out.txt"],maxTurns:6,dryRunDefault:false}' >m.json
+	export ANTHROPIC_API_KEY=$ANTHROPIC_KEY
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# three transport failures (the first try and two backed-off retries), then the mock
+	[ "$(wc -l <log.jsonl)" -eq 3 ]
+	jq -s -e '[.[] | select(.kind=="call" and .data.endpoint=="remote")] | length == 3 and
+		all(.[]; .data.ok == false and .data.errorClass == "transport" and .data.status == null)' ws/.sfma/trace.jsonl
+	jq -s -e '[.[] | select(.kind=="call" and .data.endpoint=="remote")] | .[1].data.waitMs > 0' ws/.sfma/trace.jsonl
+	jq -e '.endpoints.remote.downUntil > 0 and .endpoints.remote.consecutiveFailures >= 3' ws/.sfma/memory.json
+	# the next run asks the mock only: no request reaches the down endpoint
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ "$(wc -l <log.jsonl)" -eq 3 ]
+	[ "$(jq -s '[.[] | select(.kind=="call" and .data.endpoint=="remote")] | length' ws/.sfma/trace.jsonl)" -eq 3 ]
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	no_key_anywhere
+}
