@@ -318,9 +318,9 @@ json_t *grid_state(const struct grid *g)
 		if (ep->has_pass[0] || ep->has_pass[1]) {
 			json_t *pass = json_object();
 			if (ep->has_pass[1])
-				json_object_set_new(pass, "reasoning", json_real(ep->pass_rate[1]));
+				json_object_set_new(pass, "reasoning", rounded(ep->pass_rate[1], 1e-6));
 			if (ep->has_pass[0])
-				json_object_set_new(pass, "mechanical", json_real(ep->pass_rate[0]));
+				json_object_set_new(pass, "mechanical", rounded(ep->pass_rate[0], 1e-6));
 			json_object_set_new(s, "passRate", pass);
 		}
 		json_object_set_new(out, ep->cfg->name, s);
