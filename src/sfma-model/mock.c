@@ -1,11 +1,15 @@
 /* mock.c - the offline provider.
  *
- * With SFMA_MOCK set, replies come from that JSON array, one item per call
- * (strings verbatim, objects in canonical form), then a final "done".
- * Without it, a built-in script that needs no network and works with or
- * without a bootstrap step: a reasoning request gets a bootstrap candidate
- * made from the manifest; mechanical requests write each declared output,
- * run echo when allowed, and say done. */
+ * With SFMA_MOCK a JSON array, replies come from it, one item per work or
+ * bootstrap call (strings verbatim, objects in canonical form), then a
+ * final "done"; judgments are the stage's own (mock_judgment), no call. As
+ * an object {"bootstrap","tasks":{id:[...]},"judge"} each kind of request
+ * draws from its own queue, judgments included. Without SFMA_MOCK, a
+ * built-in script that needs no network and works with or without a
+ * bootstrap step: a reasoning request gets a bootstrap candidate made from
+ * the manifest; mechanical requests write each declared output, run echo
+ * when allowed, and say done. SFMA_MOCK_LATENCY_MS delays each attempt
+ * (providers.c, in the request's own thread). */
 #include "model.h"
 #include "canon.h"
 #include "ndjson.h"
