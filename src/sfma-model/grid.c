@@ -164,6 +164,8 @@ CURL *endpoint_handle(struct endpoint *ep)
 	if (ep->n_pool)
 		c = ep->pool[--ep->n_pool];
 	pthread_mutex_unlock(&ep->pool_lock);
+#else
+	(void)ep;
 #endif
 	if (!c && !(c = curl_easy_init()))
 		die("cannot start libcurl");
