@@ -152,13 +152,17 @@ events() {
 	reply 2 'has("independent") | not'
 	# an object of anything else is refused, naming what it takes
 	SFMA_MOCK='{"tasks":{"t1":"x"}}' run --separate-stderr sfma-model m.json < /dev/null
-	[ "$status" -eq 2 ] && [[ "$stderr" == *"SFMA_MOCK.tasks.t1: must be a JSON array"* ]]
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"SFMA_MOCK.tasks.t1: must be a JSON array"* ]]
 	SFMA_MOCK='{"judge":[1]}' run --separate-stderr sfma-model m.json < /dev/null
-	[ "$status" -eq 2 ] && [[ "$stderr" == *"SFMA_MOCK.judge[0]: a reply must be a string or an object"* ]]
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"SFMA_MOCK.judge[0]: a reply must be a string or an object"* ]]
 	SFMA_MOCK='{"tasks":[]}' run --separate-stderr sfma-model m.json < /dev/null
-	[ "$status" -eq 2 ] && [[ "$stderr" == *"SFMA_MOCK.tasks: must be an object"* ]]
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"SFMA_MOCK.tasks: must be an object"* ]]
 	SFMA_MOCK='{"work":[]}' run --separate-stderr sfma-model m.json < /dev/null
-	[ "$status" -eq 2 ] && [[ "$stderr" == *'unknown member "work"'* ]]
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *'unknown member "work"'* ]]
 }
 
 @test "the array form: judgments are the stage's own - no call, the queue untouched - and criteria all pass" {
