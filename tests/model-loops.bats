@@ -245,9 +245,9 @@ events() {
 	req 5 mechanical 5 10000 ".state = $(cat state.json)" > requests.jsonl
 	model
 	line 1 '.endpoint == "a" and (.endpoints.b.passRate.mechanical * 10000 | round) == 3185'
-	# malformed verdicts are a bad request, and none of them is folded in
+	# malformed verdicts are a bad request: none of them is folded in
 	{
-		req 6 mechanical 5 10000 '.verdicts = [{endpoint:"b",class:"mechanical",pass:true},{endpoint:"a",class:"mechanical",pass:"yes"}]'
+		req 6 mechanical 5 10000 '.state = {"a":{"calls":5,"failures":5}} | .verdicts = [{endpoint:"b",class:"mechanical",pass:true},{endpoint:"a",class:"mechanical",pass:"yes"}]'
 		req 7 mechanical 5 10000 '.verdicts = {}'
 		req 8 mechanical 5 10000 '.verdicts = [{endpoint:"b",class:"fast",pass:true}]'
 		req 9 mechanical 5
@@ -256,7 +256,8 @@ events() {
 	line 1 '.id == 6 and .error == "bad request: verdicts[1] must be {\"endpoint\":S,\"class\":\"reasoning\"|\"mechanical\",\"pass\":BOOL}"'
 	line 2 '.id == 7 and (.error | startswith("bad request: verdicts must be an array"))'
 	line 3 '.id == 8 and (.error | startswith("bad request: verdicts[0]"))'
-	line 4 '.id == 9 and .ok and (.endpoints | has("b") and (.b | has("passRate") | not))'
+	# nor is the state of the bad request
+	line 4 '.id == 9 and .ok and (.endpoints | has("b") and (.b | has("passRate") | not)) and .endpoints.a.calls + .endpoints.b.calls == 1'
 }
 
 @test "the end of input with requests in flight: every one is answered, then the stage exits" {

@@ -271,7 +271,7 @@ static struct endpoint *endpoint_named(struct grid *g, const char *name)
  * verdict moves it by alpha, not all the way to 0 or 1. A verdict on an
  * endpoint the manifest does not have (the stage's own mock-judge) is no
  * measurement of any endpoint. */
-int grid_verdicts(struct grid *g, const json_t *verdicts, struct sfma_err *e)
+int grid_verdicts(struct grid *g, const json_t *verdicts, int apply, struct sfma_err *e)
 {
 	if (!json_is_array(verdicts))
 		return err_set(e, "verdicts must be an array of {\"endpoint\",\"class\",\"pass\"}");
@@ -285,6 +285,8 @@ int grid_verdicts(struct grid *g, const json_t *verdicts, struct sfma_err *e)
 			return err_set(e, "verdicts[%zu] must be {\"endpoint\":S,\"class\":\"reasoning\"|\"mechanical\",\"pass\":BOOL}",
 			               i);
 	}
+	if (!apply)
+		return 0;
 	pthread_mutex_lock(&g->lock);
 	json_array_foreach(verdicts, i, v) {
 		struct endpoint *ep = endpoint_named(g, json_string_value(json_object_get(v, "endpoint")));

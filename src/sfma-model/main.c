@@ -263,8 +263,12 @@ static void serve_line(struct server *srv, const char *line, size_t len)
 	j->doc = doc;
 	json_t *state = json_is_object(doc) ? json_object_get(doc, "state") : NULL;
 	json_t *verdicts = json_is_object(doc) ? json_object_get(doc, "verdicts") : NULL;
-	if (parse_request(doc, &j->rq, &e) < 0 || (state && grid_seed(srv->g, state, &e) < 0) ||
-	    (verdicts && grid_verdicts(srv->g, verdicts, &e) < 0)) {
+	/* A bad request changes nothing: the verdicts are checked before the
+	 * state is replaced (which fails only when it is no object) and before
+	 * any verdict is folded in. */
+	if (parse_request(doc, &j->rq, &e) < 0 || (verdicts && grid_verdicts(srv->g, verdicts, 0, &e) < 0) ||
+	    (state && grid_seed(srv->g, state, &e) < 0) ||
+	    (verdicts && grid_verdicts(srv->g, verdicts, 1, &e) < 0)) {
 		put_reply(srv, error_reply(j->rq.id, "bad request: %s", e.text));
 		json_decref(doc);
 		return;

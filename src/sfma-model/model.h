@@ -128,9 +128,10 @@ void grid_init(struct grid *g, const struct manifest *m);
  * passRate}}); endpoints absent or malformed in it start unmeasured.
  * 0, or -1 with e filled when state is not an object. */
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
-/* Fold soft-tier verdicts ([{"endpoint","class","pass"}]) into passRate.
- * 0, or -1 with e filled when one is malformed (then none is folded). */
-int grid_verdicts(struct grid *g, const json_t *verdicts, struct sfma_err *e);
+/* Fold soft-tier verdicts ([{"endpoint","class","pass"}]) into passRate
+ * (with apply 0, only check them). 0, or -1 with e filled when one is
+ * malformed (then none is folded). */
+int grid_verdicts(struct grid *g, const json_t *verdicts, int apply, struct sfma_err *e);
 /* Rank the endpoints for rq into p, in arrival order (and draw its mock
  * reply when a mock endpoint comes first). */
 void grid_plan(struct grid *g, const struct model_request *rq, struct plan *p);
