@@ -301,7 +301,7 @@ events() {
 		python3 -c 'import sys; sys.stdout.write("{\"id\":\"" + "a" * (17 << 20) + "\"}\n")'
 		req 1 reasoning 3 10000 '.verdicts = "x"'
 		req 1 reasoning 3 10000 '.purpose = "chat"'
-		req 1 reasoning 3 10000 '.task = ""'
+		req 1 reasoning 3 10000 '.task = 5'
 		req 2 reasoning 3 10000 '.state = {"slow":{"calls":1,"failures":0,"passRate":{"reasoning":7}}}'
 		req 1 reasoning 3
 		printf '{"id":3,'

@@ -139,7 +139,7 @@ static int parse_request(json_t *doc, struct model_request *rq, struct sfma_err 
 		return err_set(e, "purpose must be \"work\", \"bootstrap\", \"judge\" or \"criteria\"");
 	rq->purpose = (enum purpose)k;
 	json_t *task = json_object_get(doc, "task");
-	if (task && !json_is_null(task) && !nonempty_string(task))
+	if (task && !json_is_null(task) && !json_is_string(task))
 		return err_set(e, "task must be a task id or null");
 	rq->task = json_string_value(task);
 	json_t *avoid = json_object_get(doc, "avoid");
