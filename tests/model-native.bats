@@ -302,10 +302,10 @@ print(len(json.dumps({"system": r["system"], "messages": r["messages"]}, sort_ke
 		echo junk
 	} > requests.jsonl
 	if [ -n "${SFMA_SANITIZED:-}" ]; then
-		sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
+		python3 "$REPO/tests/fixtures/model/feed.py" sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
 	else
 		require valgrind
-		valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+		python3 "$REPO/tests/fixtures/model/feed.py" valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
 			--error-exitcode=97 sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt || {
 			cat err.txt >&2
 			return 1

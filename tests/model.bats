@@ -59,9 +59,11 @@ req() {
 		  messages:[{role:"user",content:"hello"},{role:"assistant",content:"hi"},{role:"user",content:"go on"}]}'
 }
 
-# model: run the stage on requests.jsonl; output in out.jsonl, err.txt.
+# model: run the stage on requests.jsonl, one request at a time (each
+# sent after the reply to the one before, as a single loop does: replies
+# come in request order); output in out.jsonl, err.txt.
 model() {
-	sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
+	python3 "$REPO/tests/fixtures/model/feed.py" sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
 }
 
 # No key, token or client secret anywhere in what the stage printed.
@@ -619,10 +621,10 @@ print(json.dumps("a" * pad + " ".join([sys.argv[1]] * n) + tail))' "$LONG_KEY" "
 	{ req 1 reasoning 3; req 2 mechanical 3; req 3 mechanical 3; echo junk; } > requests.jsonl
 	if [ -n "${SFMA_SANITIZED:-}" ]; then
 		# ASan's leak check runs at exit and fails the run (exitcode 99) on a leak.
-		sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
+		python3 "$REPO/tests/fixtures/model/feed.py" sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt
 	else
 		require valgrind
-		valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+		python3 "$REPO/tests/fixtures/model/feed.py" valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
 			--error-exitcode=97 sfma-model m.json < requests.jsonl > out.jsonl 2> err.txt || {
 			cat err.txt >&2
 			return 1

@@ -37,6 +37,11 @@ printf '%s\n' '{"id":1,"system":"s","messages":[{"role":"user","content":"go"}],
 	'{"id":2,"system":"s","messages":[{"role":"user","content":"go"}],"class":"mechanical","deadlineMs":9999999999999,"callsLeft":5}' \
 	'not json' >model.in
 check sfma-model sh -c "$vg $bin/sfma-model m.json <model.in"
+# Requests at once: the object form, a judgment, the mock's latency.
+printf '%s\n' '{"id":1,"purpose":"work","task":"t1","messages":[{"role":"user","content":"go"}],"class":"mechanical","deadlineMs":9999999999999,"callsLeft":5}' \
+	'{"id":2,"purpose":"judge","task":"t1","avoid":"mock","verdicts":[{"endpoint":"mock","class":"mechanical","pass":true}],"system":"sfma soft-tier judgment 1","messages":[{"role":"user","content":"judge"}],"class":"reasoning","deadlineMs":9999999999999,"callsLeft":5}' \
+	'{"id":3,"purpose":"bootstrap","messages":[{"role":"user","content":"go"}],"class":"reasoning","deadlineMs":9999999999999,"callsLeft":5}' >model-loops.in
+check sfma-model-at-once sh -c "SFMA_MOCK_LATENCY_MS=50 SFMA_MOCK='{\"tasks\":{\"t1\":[\"a\"]},\"judge\":[\"{}\"]}' $vg $bin/sfma-model m.json <model-loops.in && test \$(wc -l < $tmp/sfma-model-at-once.out) -eq 3"
 printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}' \
 	'{"id":2,"call":{"tool":"read","path":"out.txt"}}' \
 	'{"id":3,"call":{"tool":"write","path":"../x","content":"x"}}' \

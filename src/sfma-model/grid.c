@@ -65,6 +65,7 @@ static void load_auth(struct endpoint *ep)
 	const char *secret_env = json_string_value(json_object_get(a, "clientSecretEnv"));
 	json_t *scope = json_object_get(a, "scope");
 	ep->oauth = xcalloc(1, sizeof *ep->oauth);
+	pthread_mutex_init(&ep->oauth->lock, NULL);
 	ep->oauth->token_url = url;
 	ep->oauth->scope = json_string_value(scope);
 	if (!(ep->oauth->client_id = env_value(id_env)))
@@ -115,6 +116,7 @@ static void describe_unusable(struct grid *g)
 void grid_init(struct grid *g, const struct manifest *m)
 {
 	memset(g, 0, sizeof *g);
+	pthread_mutex_init(&g->lock, NULL);
 	g->alpha = m->tuning.ewma_alpha;
 	g->target_latency_ms = m->tuning.target_latency_ms;
 	g->weights[0] = m->tuning.routing_mechanical;
@@ -132,8 +134,7 @@ void grid_init(struct grid *g, const struct manifest *m)
 		load_credentials(ep);
 		ep->usable = ep->missing[0] == '\0';
 		ep->availability = 1;
-		if (ep->prov != PROV_MOCK && !(ep->curl = curl_easy_init()))
-			die("cannot start libcurl");
+		pthread_mutex_init(&ep->pool_lock, NULL);
 	}
 	describe_unusable(g);
 }
@@ -141,13 +142,48 @@ void grid_init(struct grid *g, const struct manifest *m)
 void grid_free(struct grid *g)
 {
 	for (size_t i = 0; i < g->n; i++) {
-		if (g->eps[i].curl)
-			curl_easy_cleanup(g->eps[i].curl);
-		oauth_free(g->eps[i].oauth);
+		struct endpoint *ep = &g->eps[i];
+		while (ep->n_pool)
+			curl_easy_cleanup(ep->pool[--ep->n_pool]);
+		pthread_mutex_destroy(&ep->pool_lock);
+		oauth_free(ep->oauth);
 	}
 	free(g->eps);
 	g->eps = NULL;
 	g->n = 0;
+	pthread_mutex_destroy(&g->lock);
+}
+
+/* The most recently used handle first: a lone request keeps reusing one
+ * connection, and a second one at the same time gets its own. */
+CURL *endpoint_handle(struct endpoint *ep)
+{
+	CURL *c = NULL;
+#ifndef SFMA_BENCH_FRESH_HANDLE /* benchmark baseline (tests/bench/model.sh): a new connection every call */
+	pthread_mutex_lock(&ep->pool_lock);
+	if (ep->n_pool)
+		c = ep->pool[--ep->n_pool];
+	pthread_mutex_unlock(&ep->pool_lock);
+#else
+	(void)ep;
+#endif
+	if (!c && !(c = curl_easy_init()))
+		die("cannot start libcurl");
+	return c;
+}
+
+void endpoint_handle_back(struct endpoint *ep, CURL *c)
+{
+	pthread_mutex_lock(&ep->pool_lock);
+#ifndef SFMA_BENCH_FRESH_HANDLE
+	if (ep->n_pool < MODEL_POOL_MAX) {
+		ep->pool[ep->n_pool++] = c;
+		c = NULL;
+	}
+#endif
+	pthread_mutex_unlock(&ep->pool_lock);
+	if (c)
+		curl_easy_cleanup(c);
 }
 
 /* ---- the measured state ------------------------------------------------ */
@@ -216,8 +252,52 @@ int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e)
 {
 	if (!json_is_object(state))
 		return err_set(e, "state must be an object of endpoint states");
+	pthread_mutex_lock(&g->lock);
 	for (size_t i = 0; i < g->n; i++)
 		read_entry(&g->eps[i], json_object_get(state, g->eps[i].cfg->name));
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static struct endpoint *endpoint_named(struct grid *g, const char *name)
+{
+	for (size_t i = 0; name && i < g->n; i++)
+		if (strcmp(g->eps[i].cfg->name, name) == 0)
+			return &g->eps[i];
+	return NULL;
+}
+
+/* passRate[c] starts from the 0.5 it counts as while unmeasured, so one
+ * verdict moves it by alpha, not all the way to 0 or 1. A verdict on an
+ * endpoint the manifest does not have (the stage's own mock-judge) is no
+ * measurement of any endpoint. */
+int grid_verdicts(struct grid *g, const json_t *verdicts, int apply, struct sfma_err *e)
+{
+	if (!json_is_array(verdicts))
+		return err_set(e, "verdicts must be an array of {\"endpoint\",\"class\",\"pass\"}");
+	size_t i;
+	json_t *v;
+	json_array_foreach(verdicts, i, v) {
+		const char *cls = json_string_value(json_object_get(v, "class"));
+		if (!json_is_object(v) || !json_is_string(json_object_get(v, "endpoint")) ||
+		    !json_is_boolean(json_object_get(v, "pass")) || !cls ||
+		    (strcmp(cls, "reasoning") != 0 && strcmp(cls, "mechanical") != 0))
+			return err_set(e, "verdicts[%zu] must be {\"endpoint\":S,\"class\":\"reasoning\"|\"mechanical\",\"pass\":BOOL}",
+			               i);
+	}
+	if (!apply)
+		return 0;
+	pthread_mutex_lock(&g->lock);
+	json_array_foreach(verdicts, i, v) {
+		struct endpoint *ep = endpoint_named(g, json_string_value(json_object_get(v, "endpoint")));
+		if (!ep)
+			continue;
+		int c = strcmp(json_string_value(json_object_get(v, "class")), "reasoning") == 0;
+		double was = ep->has_pass[c] ? ep->pass_rate[c] : 0.5;
+		ep->pass_rate[c] = g->alpha * json_is_true(json_object_get(v, "pass")) + (1 - g->alpha) * was;
+		ep->has_pass[c] = 1;
+	}
+	pthread_mutex_unlock(&g->lock);
 	return 0;
 }
 
@@ -242,9 +322,9 @@ json_t *grid_state(const struct grid *g)
 		if (ep->has_pass[0] || ep->has_pass[1]) {
 			json_t *pass = json_object();
 			if (ep->has_pass[1])
-				json_object_set_new(pass, "reasoning", json_real(ep->pass_rate[1]));
+				json_object_set_new(pass, "reasoning", rounded(ep->pass_rate[1], 1e-6));
 			if (ep->has_pass[0])
-				json_object_set_new(pass, "mechanical", json_real(ep->pass_rate[0]));
+				json_object_set_new(pass, "mechanical", rounded(ep->pass_rate[0], 1e-6));
 			json_object_set_new(s, "passRate", pass);
 		}
 		json_object_set_new(out, ep->cfg->name, s);
@@ -413,36 +493,87 @@ static json_t *success(const struct endpoint *ep, struct attempt *a, json_t *cal
 	return r;
 }
 
+static int is_judgment(const struct model_request *rq)
+{
+	return rq->purpose == PURPOSE_JUDGE || rq->purpose == PURPOSE_CRITERIA;
+}
+
+/* The stage's own judgment (the array-form mock): no attempt, no call. */
+static json_t *mock_judge_reply(const struct model_request *rq, json_t *calls)
+{
+	struct buf text = {0};
+	mock_judgment(rq, &text);
+	json_t *r = json_pack("{s:b,s:o,s:s,s:s,s:o,s:b}", "ok", 1, "text", json_string_lossy(text.p, text.len),
+	                      "endpoint", "mock-judge", "provider", "mock", "calls", calls, "independent", 1);
+	buf_free(&text);
+	return r;
+}
+
+void grid_plan(struct grid *g, const struct model_request *rq, struct plan *p)
+{
+	memset(p, 0, sizeof *p);
+	p->order = xcalloc(g->n ? g->n : 1, sizeof *p->order);
+	double *scores = xcalloc(g->n ? g->n : 1, sizeof *scores);
+	pthread_mutex_lock(&g->lock);
+	p->n = rank(g, rq->reasoning, p->order, scores, &p->n_down, &p->back_at);
+	pthread_mutex_unlock(&g->lock);
+	free(scores);
+	/* Judge independence: the producer goes last, tried only when no
+	 * other endpoint answers (the reply then says independent:false). */
+	for (size_t i = 0; rq->avoid && i + 1 < p->n; i++)
+		if (strcmp(p->order[i]->cfg->name, rq->avoid) == 0) {
+			struct endpoint *avoided = p->order[i];
+			memmove(p->order + i, p->order + i + 1, (p->n - i - 1) * sizeof *p->order);
+			p->order[p->n - 1] = avoided;
+			break;
+		}
+	/* The mock's queues are drawn in the order requests arrive, not in
+	 * the order their threads happen to run. */
+	if (p->n && p->order[0]->prov == PROV_MOCK && rq->calls_left > 0 && wall_ms() < rq->deadline_ms &&
+	    !(is_judgment(rq) && mock_judges_itself())) {
+		mock_reply(rq, &p->mock_text);
+		p->drawn = 1;
+	}
+}
+
+void plan_free(struct plan *p)
+{
+	free(p->order);
+	buf_free(&p->mock_text);
+	p->order = NULL;
+}
+
 /* Why the attempts stopped before every endpoint was tried. */
 enum stop { GO_ON, STOP_BUDGET, STOP_DEADLINE };
 
-json_t *grid_serve(struct grid *g, const struct model_request *rq)
+json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *p)
 {
 	json_t *calls = json_array();
-	if (rq->calls_left <= 0) {
-		json_t *spent = failure(calls, "model call budget spent");
-		json_object_set_new(spent, "endpoints", grid_state(g));
-		return spent;
-	}
-	struct endpoint **order = xcalloc(g->n, sizeof *order);
-	double *scores = xcalloc(g->n, sizeof *scores);
-	size_t n_down;
-	long long back_at;
-	size_t n = rank(g, rq->reasoning, order, scores, &n_down, &back_at);
 	json_t *reply = NULL;
+	struct endpoint **order = p->order;
+	size_t n = p->n;
+	int own_judgment = is_judgment(rq) && mock_judges_itself();
+	if (own_judgment && n && order[0]->prov == PROV_MOCK)
+		reply = mock_judge_reply(rq, calls);
+	else if (rq->calls_left <= 0)
+		reply = failure(calls, "model call budget spent");
 	char last[SFMA_ERR_MAX] = "";
 	long long made = 0;
 	size_t tried = 0;
 	enum stop stop = GO_ON;
 
-	if (n == 0 && n_down) {
+	if (!reply && n == 0 && p->n_down) {
 		char when[ISO8601_LEN];
-		reply = failure(calls, "all endpoints down until %s", iso8601_utc(back_at, when));
-	} else if (n == 0) {
+		reply = failure(calls, "all endpoints down until %s", iso8601_utc(p->back_at, when));
+	} else if (!reply && n == 0) {
 		reply = failure(calls, "%s", g->no_usable);
 	}
 	for (size_t i = 0; !reply && stop == GO_ON && i < n; i++) {
 		struct endpoint *ep = order[i];
+		if (own_judgment && ep->prov == PROV_MOCK) {
+			reply = mock_judge_reply(rq, calls);
+			break;
+		}
 		long long wait = 0;
 		int counted = 0;
 		for (int retries = 0;; retries++) {
@@ -450,6 +581,7 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq)
 				stop = STOP_BUDGET;
 				break;
 			}
+			/* This request's thread waits; the others go on. */
 			if (wait > 0)
 				sleep_ms(wait);
 			if (wall_ms() >= rq->deadline_ms) {
@@ -458,22 +590,29 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq)
 			}
 			struct attempt a = {0};
 			double t0 = mono_ms_frac();
-			int rc = provider_call(ep, rq, &a);
+			int rc = provider_call(ep, rq, p->drawn && i == 0 && retries == 0 ? &p->mock_text : NULL, &a);
 			double ms = mono_ms_frac() - t0;
 			made++;
 			if (!counted++)
 				tried++;
+			pthread_mutex_lock(&g->lock);
 			measure(g, ep, ms, &a, rc == 0);
+			pthread_mutex_unlock(&g->lock);
 			if (rc == 0) {
 				json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, wait, &a, NULL));
 				reply = success(ep, &a, calls);
+				if (is_judgment(rq))
+					json_object_set_new(reply, "independent",
+					                    json_boolean(!rq->avoid || strcmp(rq->avoid, ep->cfg->name) != 0));
 				attempt_free(&a);
 				break;
 			}
 			snprintf(last, sizeof last, "%.100s: %.400s", ep->cfg->name, a.e.text);
 			secret_scrub(last, sizeof last);
 			json_array_append_new(calls, call_entry(ep, rq->reasoning, ms, wait, &a, last));
+			pthread_mutex_lock(&g->lock);
 			wait = retry_wait(ep, &a, retries, rq->deadline_ms);
+			pthread_mutex_unlock(&g->lock);
 			attempt_free(&a);
 			if (wait < 0)
 				break;
@@ -486,8 +625,8 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq)
 	else if (!reply)
 		reply = tried == 1 ? failure(calls, "%s", last)
 		                   : failure(calls, "all %zu usable endpoints failed (last: %s)", tried, last);
-	free(order);
-	free(scores);
+	pthread_mutex_lock(&g->lock);
 	json_object_set_new(reply, "endpoints", grid_state(g));
+	pthread_mutex_unlock(&g->lock);
 	return reply;
 }

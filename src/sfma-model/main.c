@@ -4,13 +4,19 @@
  *
  * The only stage that holds provider credentials or opens network
  * connections. Reads one request per line on stdin, answers each with one
- * line on stdout (flushed), whatever the request looked like. See
- * sfma-model(1) and PIPELINE.md for the messages. */
+ * line on stdout (flushed), whatever the request looked like. Requests are
+ * served at once, each by its own thread (at most MODEL_INFLIGHT_MAX), and
+ * answered as they finish, in any order, each reply carrying its request's
+ * id. What depends on arrival order (the state a request seeds, the
+ * verdicts it folds in, the ranking, the mock's queues) is done by the
+ * reading thread before the request's thread starts. See sfma-model(1)
+ * and PIPELINE.md for the messages. */
 #include "model.h"
 #include "cli.h"
 #include "ndjson.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,6 +126,26 @@ static int parse_request(json_t *doc, struct model_request *rq, struct sfma_err 
 	if (tools && !json_is_boolean(tools))
 		return err_set(e, "tools must be true or false");
 	rq->tools = json_is_true(tools);
+	static const char *const purposes[] = {
+		[PURPOSE_WORK] = "work", [PURPOSE_BOOTSTRAP] = "bootstrap",
+		[PURPOSE_JUDGE] = "judge", [PURPOSE_CRITERIA] = "criteria",
+	};
+	json_t *purpose = json_object_get(doc, "purpose");
+	size_t k = 0;
+	while (purpose && k < sizeof purposes / sizeof *purposes &&
+	       (!json_is_string(purpose) || strcmp(json_string_value(purpose), purposes[k]) != 0))
+		k++;
+	if (k == sizeof purposes / sizeof *purposes)
+		return err_set(e, "purpose must be \"work\", \"bootstrap\", \"judge\" or \"criteria\"");
+	rq->purpose = (enum purpose)k;
+	json_t *task = json_object_get(doc, "task");
+	if (task && !json_is_null(task) && !json_is_string(task))
+		return err_set(e, "task must be a task id or null");
+	rq->task = json_string_value(task);
+	json_t *avoid = json_object_get(doc, "avoid");
+	if (avoid && !json_is_null(avoid) && !nonempty_string(avoid))
+		return err_set(e, "avoid must be an endpoint name");
+	rq->avoid = json_string_value(avoid);
 	return 0;
 }
 
@@ -135,25 +161,124 @@ static json_t *error_reply(json_t *id, const char *fmt, ...)
 	                 json_string_lossy(text, strlen(text)));
 }
 
-static json_t *serve_line(struct grid *g, const char *line, size_t len)
+/* ---- serving at once ----------------------------------------------- */
+
+/* One request in flight: its line parsed, its plan made, its thread. */
+struct job {
+	struct server *srv;
+	json_t *doc;
+	struct model_request rq;
+	struct plan plan;
+	pthread_t thread;
+	int busy, done;
+};
+
+struct server {
+	struct grid *g;
+	pthread_mutex_t lock;              /* the slots */
+	pthread_cond_t freed;              /* a job is done */
+	pthread_mutex_t out_lock;          /* one whole line on stdout at a time */
+	struct job slots[MODEL_INFLIGHT_MAX];
+};
+
+/* One reply line, whole: replies of requests that finish together never
+ * interleave. A reader gone is the end: the message, then _exit, since
+ * other requests are still in libcurl (exit's handlers would race them). */
+static void put_reply(struct server *srv, json_t *reply)
+{
+	pthread_mutex_lock(&srv->out_lock);
+	int rc = json_print_line(stdout, reply);
+	int err = errno;
+	json_decref(reply);
+	if (rc < 0) {
+		warnx("write stdout: %s", strerror(err));
+		_exit(1);
+	}
+	pthread_mutex_unlock(&srv->out_lock);
+}
+
+static void *job_run(void *arg)
+{
+	struct job *j = arg;
+	struct server *srv = j->srv;
+	json_t *reply = grid_serve(srv->g, &j->rq, &j->plan);
+	json_object_set(reply, "id", j->rq.id ? j->rq.id : json_null());
+	put_reply(srv, reply);
+	plan_free(&j->plan);
+	json_decref(j->doc);
+	j->doc = NULL;
+	pthread_mutex_lock(&srv->lock);
+	j->done = 1;
+	pthread_cond_signal(&srv->freed);
+	pthread_mutex_unlock(&srv->lock);
+	return NULL;
+}
+
+/* A free slot, after joining the threads that are done; waits for one
+ * when every slot is in flight. */
+static struct job *free_slot(struct server *srv)
+{
+	pthread_mutex_lock(&srv->lock);
+	for (;;) {
+		struct job *free_one = NULL;
+		for (size_t i = 0; i < MODEL_INFLIGHT_MAX; i++) {
+			struct job *j = &srv->slots[i];
+			if (j->busy && j->done) {
+				pthread_join(j->thread, NULL);
+				j->busy = j->done = 0;
+			}
+			if (!j->busy && !free_one)
+				free_one = j;
+		}
+		if (free_one) {
+			pthread_mutex_unlock(&srv->lock);
+			return free_one;
+		}
+		pthread_cond_wait(&srv->freed, &srv->lock);
+	}
+}
+
+static void join_all(struct server *srv)
+{
+	for (size_t i = 0; i < MODEL_INFLIGHT_MAX; i++)
+		if (srv->slots[i].busy) {
+			pthread_join(srv->slots[i].thread, NULL);
+			srv->slots[i].busy = srv->slots[i].done = 0;
+		}
+}
+
+/* Parse, seed, fold the verdicts, plan - in arrival order - then serve in
+ * a thread of its own. */
+static void serve_line(struct server *srv, const char *line, size_t len)
 {
 	struct sfma_err e;
 	json_t *doc = json_parse_strict(line, len, &e);
-	if (!doc)
-		return error_reply(NULL, "bad request: %s", e.text);
-	struct model_request rq;
-	json_t *reply;
-	json_t *state = json_is_object(doc) ? json_object_get(doc, "state") : NULL;
-	if (parse_request(doc, &rq, &e) < 0)
-		reply = error_reply(rq.id, "bad request: %s", e.text);
-	else if (state && grid_seed(g, state, &e) < 0)
-		reply = error_reply(rq.id, "bad request: %s", e.text);
-	else {
-		reply = grid_serve(g, &rq);
-		json_object_set(reply, "id", rq.id ? rq.id : json_null());
+	if (!doc) {
+		put_reply(srv, error_reply(NULL, "bad request: %s", e.text));
+		return;
 	}
-	json_decref(doc);
-	return reply;
+	struct job *j = free_slot(srv);
+	memset(j, 0, sizeof *j);
+	j->srv = srv;
+	j->doc = doc;
+	json_t *state = json_is_object(doc) ? json_object_get(doc, "state") : NULL;
+	json_t *verdicts = json_is_object(doc) ? json_object_get(doc, "verdicts") : NULL;
+	/* A bad request changes nothing: the verdicts are checked before the
+	 * state is replaced (which fails only when it is no object) and before
+	 * any verdict is folded in. */
+	if (parse_request(doc, &j->rq, &e) < 0 || (verdicts && grid_verdicts(srv->g, verdicts, 0, &e) < 0) ||
+	    (state && grid_seed(srv->g, state, &e) < 0) ||
+	    (verdicts && grid_verdicts(srv->g, verdicts, 1, &e) < 0)) {
+		put_reply(srv, error_reply(j->rq.id, "bad request: %s", e.text));
+		json_decref(doc);
+		return;
+	}
+	grid_plan(srv->g, &j->rq, &j->plan);
+	j->busy = 1;
+	if (pthread_create(&j->thread, NULL, job_run, j) != 0) {
+		j->busy = 0;
+		job_run(j); /* no thread to be had: served here, in turn */
+	}
 }
 
 /* ---- main ------------------------------------------------------------- */
@@ -187,11 +312,17 @@ static const char *parse_args(int argc, char **argv)
 
 /* Answer every request line on stdin. A line over MODEL_REQUEST_MAX is
  * answered with an error and skipped up to its newline: the reader's buffer
- * never grows past the maximum and the stream stays in step. */
+ * never grows past the maximum and the stream stays in step. At the end of
+ * the input every request in flight is answered before the stage exits. */
 static void serve_stdin(struct grid *g)
 {
 	struct line_reader r;
 	struct sfma_err e;
+	struct server *srv = xcalloc(1, sizeof *srv);
+	srv->g = g;
+	pthread_mutex_init(&srv->lock, NULL);
+	pthread_cond_init(&srv->freed, NULL);
+	pthread_mutex_init(&srv->out_lock, NULL);
 	lr_init(&r, 0, MODEL_REQUEST_MAX);
 	for (;;) {
 		char *line;
@@ -200,18 +331,23 @@ static void serve_stdin(struct grid *g)
 		if (got == 0)
 			break;
 		/* lr_next's words for a failed read(2): that is no request. */
-		if (got < 0 && strncmp(e.text, "read: ", 6) == 0)
-			die("stdin: %s", e.text);
-		json_t *reply = got == 1 ? serve_line(g, line, len)
-		                         : error_reply(NULL, "bad request: %s", e.text);
-		int rc = json_print_line(stdout, reply);
-		json_decref(reply);
-		if (rc < 0)
-			die("write stdout: %s", strerror(errno));
+		if (got < 0 && strncmp(e.text, "read: ", 6) == 0) {
+			warnx("stdin: %s", e.text);
+			_exit(1); /* requests in flight are in libcurl: see put_reply */
+		}
+		if (got == 1)
+			serve_line(srv, line, len);
+		else
+			put_reply(srv, error_reply(NULL, "bad request: %s", e.text));
 		if (got < 0 && !lr_skip_line(&r))
 			break;
 	}
 	lr_free(&r);
+	join_all(srv);
+	pthread_mutex_destroy(&srv->lock);
+	pthread_cond_destroy(&srv->freed);
+	pthread_mutex_destroy(&srv->out_lock);
+	free(srv);
 }
 
 int main(int argc, char **argv)

@@ -5,6 +5,7 @@
 #ifndef SFMA_MODEL_H
 #define SFMA_MODEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <curl/curl.h>
 #include <jansson.h>
@@ -34,12 +35,23 @@
 #define MODEL_DOWN_AFTER 3
 #define MODEL_DOWN_FIRST_MS 30000LL
 #define MODEL_DOWN_MAX_MS 600000LL
+/* Requests served at once; one more waits (unread on stdin) for a free
+ * worker. The planner has at most maxLoops (16) + softCalls (5) out. */
+#define MODEL_INFLIGHT_MAX 32
+/* Idle libcurl handles kept per endpoint, each with its connection: as
+ * many as requests have used it at once, up to this. */
+#define MODEL_POOL_MAX 8
+/* The longest SFMA_MOCK_LATENCY_MS. */
+#define MODEL_MOCK_LATENCY_MAX_MS 600000LL
+/* The first line of a judgment request's system prompt (sfma-model(1)). */
+#define JUDGMENT_LINE "sfma soft-tier judgment 1"
 
 enum provider { PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI, PROV_CODEX, PROV_MOCK };
 
 struct oauth {
 	const char *token_url, *scope;     /* borrowed from the manifest */
 	const char *client_id, *client_secret; /* borrowed from the environment */
+	pthread_mutex_t lock;              /* one token fetch at a time; guards the cache */
 	char *token;                       /* cached bearer token, or NULL */
 	long long expires_mono_ms;         /* refresh at or after this instant */
 };
@@ -52,8 +64,13 @@ struct endpoint {
 	const char *key;                   /* API key or codex token (environment) */
 	const char *account;               /* codex account (environment) */
 	struct oauth *oauth;               /* NULL without auth */
-	CURL *curl;                        /* one handle per endpoint: keeps its connection */
-	/* measured state (persisted by the planner, seeded back as "state") */
+	/* Idle handles, each keeping its connection alive: a request takes
+	 * one (or makes one) and gives it back (pool_lock guards them). */
+	pthread_mutex_t pool_lock;
+	CURL *pool[MODEL_POOL_MAX];
+	size_t n_pool;
+	/* measured state (persisted by the planner, seeded back as "state"),
+	 * guarded by the grid's lock */
 	long long calls, failures;
 	double latency_ewma;
 	int has_ewma;
@@ -61,12 +78,17 @@ struct endpoint {
 	long long consecutive_failures;    /* transport failures since the last success */
 	long long down_until;              /* epoch ms, 0 when up */
 	long long outages;                 /* outages since the last success */
-	double pass_rate[2];               /* [mechanical, reasoning], from the planner */
+	double pass_rate[2];               /* [mechanical, reasoning], EWMA of soft verdicts */
 	int has_pass[2];
 };
 
+enum purpose { PURPOSE_WORK, PURPOSE_BOOTSTRAP, PURPOSE_JUDGE, PURPOSE_CRITERIA };
+
 struct model_request {
 	json_t *id;                        /* borrowed */
+	enum purpose purpose;
+	const char *task;                  /* the blackboard task, or NULL */
+	const char *avoid;                 /* the endpoint a judgment must not use, or NULL */
 	const char *system;
 	size_t system_len;
 	json_t *messages;                  /* borrowed: validated (sfma-model(1)) */
@@ -76,7 +98,20 @@ struct model_request {
 	long long calls_left;
 };
 
+/* A request's plan, made in arrival order: the endpoints to try, and
+ * the mock reply drawn for it when a mock endpoint comes first. */
+struct plan {
+	struct endpoint **order;
+	size_t n, n_down;
+	long long back_at;                 /* the earliest downUntil of the down ones */
+	int independent;                   /* a judgment whose first endpoint is not the avoided one */
+	int mock_judge;                    /* answered by the stage: no attempt */
+	int drawn;                         /* mock_text holds the first attempt's reply */
+	struct buf mock_text;
+};
+
 struct grid {
+	pthread_mutex_t lock;              /* the measured state of every endpoint */
 	struct endpoint *eps;
 	size_t n;
 	double alpha, target_latency_ms;
@@ -93,11 +128,24 @@ void grid_init(struct grid *g, const struct manifest *m);
  * passRate}}); endpoints absent or malformed in it start unmeasured.
  * 0, or -1 with e filled when state is not an object. */
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
-/* Serve one request: rank, try, retry, fail over. Returns a new reply
- * object (without "id"). */
-json_t *grid_serve(struct grid *g, const struct model_request *rq);
+/* Fold soft-tier verdicts ([{"endpoint","class","pass"}]) into passRate
+ * (with apply 0, only check them). 0, or -1 with e filled when one is
+ * malformed (then none is folded). */
+int grid_verdicts(struct grid *g, const json_t *verdicts, int apply, struct sfma_err *e);
+/* Rank the endpoints for rq into p, in arrival order (and draw its mock
+ * reply when a mock endpoint comes first). */
+void grid_plan(struct grid *g, const struct model_request *rq, struct plan *p);
+void plan_free(struct plan *p);
+/* Serve one planned request: try, retry, fail over. Any number of
+ * threads at once. Returns a new reply object (without "id"). */
+json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *p);
+/* The measured state (caller holds g->lock). */
 json_t *grid_state(const struct grid *g);
 void grid_free(struct grid *g);
+/* A handle for one attempt at ep (an idle one, whose connection may still
+ * be open, else a new one), and giving it back after the attempt. */
+CURL *endpoint_handle(struct endpoint *ep);
+void endpoint_handle_back(struct endpoint *ep, CURL *c);
 
 /* ---- providers.c ---- */
 /* Why an attempt failed (the "errorClass" of its call entry). */
@@ -129,8 +177,10 @@ void attempt_free(struct attempt *a);
 /* 1 when requests to ep carry the tool table and native messages. */
 int provider_native(const struct endpoint *ep, const struct model_request *rq);
 /* One attempt at ep, filling a (zeroed by the caller). 0 on success, -1
- * with a->cls and a->e set. */
-int provider_call(struct endpoint *ep, const struct model_request *rq, struct attempt *a);
+ * with a->cls and a->e set. A mock attempt answers drawn when non-NULL
+ * (the reply drawn in arrival order), else draws now. */
+int provider_call(struct endpoint *ep, const struct model_request *rq, const struct buf *drawn,
+                  struct attempt *a);
 int provider_parse(const char *name, enum provider *out);
 const char *provider_name(enum provider p);
 /* Forget what the providers kept between calls (gemini's signatures). */
@@ -167,18 +217,27 @@ json_t *sse_calls(struct sse *s);
 json_t *sse_usage(struct sse *s);
 
 /* ---- oauth.c ---- */
-/* A bearer token for ep (cached until 60 s before expiry). NULL with e
- * filled when the token endpoint fails. */
-const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_err *e);
+/* A bearer token for ep (cached until 60 s before expiry), fetched with
+ * c: a copy the caller wipes and frees. NULL with e filled when the token
+ * endpoint fails. */
+char *oauth_token(struct endpoint *ep, CURL *c, long long deadline_ms, struct sfma_err *e);
 /* Forget the cached token (the provider refused it). */
 void oauth_forget(struct endpoint *ep);
 void oauth_free(struct oauth *o);
 
 /* ---- mock.c ---- */
-/* Read SFMA_MOCK (if set). 0, or -1 with e filled when it is invalid. */
+/* Read SFMA_MOCK and SFMA_MOCK_LATENCY_MS (if set). 0, or -1 with e
+ * filled when one is invalid. */
 int mock_init(const struct manifest *m, struct sfma_err *e);
-/* The next scripted reply for a request of the given class. */
-void mock_reply(int reasoning, struct buf *text);
+/* The next scripted reply for rq (from its queue in the object form).
+ * Any thread. */
+void mock_reply(const struct model_request *rq, struct buf *text);
+/* 1 when judgments are the stage's own (the array form, or no SFMA_MOCK). */
+int mock_judges_itself(void);
+/* The stage's own judgment of rq: a pass (every criterion, for criteria). */
+void mock_judgment(const struct model_request *rq, struct buf *text);
+/* SFMA_MOCK_LATENCY_MS, 0 when unset. */
+long long mock_latency_ms(void);
 void mock_free(void);
 
 /* ---- secret.c ---- */

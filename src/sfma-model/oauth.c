@@ -3,7 +3,8 @@
  * The client id and secret are sent in the form body (client_secret_post),
  * the token is cached per endpoint on the monotonic clock - a wall clock
  * step must neither keep a dead token nor throw away a good one - and is
- * fetched again 60 s before the server said it expires. */
+ * fetched again 60 s before the server said it expires. Requests served at
+ * once share the cache: one fetches while the others wait for its token. */
 #include "model.h"
 #include "ndjson.h"
 
@@ -53,19 +54,22 @@ static int token_from_reply(struct oauth *o, const struct http_reply *r, struct 
 	return rc;
 }
 
-const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_err *e)
+/* The cached token, or a new one (o->lock held). */
+static int token_locked(struct oauth *o, CURL *c, long long deadline_ms, struct sfma_err *e)
 {
-	struct oauth *o = ep->oauth;
 	if (o->token && mono_ms() < o->expires_mono_ms)
-		return o->token;
-	oauth_forget(ep);
-
+		return 0;
+	if (o->token) {
+		explicit_bzero(o->token, strlen(o->token));
+		free(o->token);
+		o->token = NULL;
+	}
 	struct buf form = {0};
-	form_field(&form, ep->curl, "grant_type", "client_credentials");
-	form_field(&form, ep->curl, "client_id", o->client_id);
-	form_field(&form, ep->curl, "client_secret", o->client_secret);
+	form_field(&form, c, "grant_type", "client_credentials");
+	form_field(&form, c, "client_id", o->client_id);
+	form_field(&form, c, "client_secret", o->client_secret);
 	if (o->scope)
-		form_field(&form, ep->curl, "scope", o->scope);
+		form_field(&form, c, "scope", o->scope);
 	struct curl_slist *h = NULL;
 	h = curl_slist_append(h, "Content-Type: application/x-www-form-urlencoded");
 	h = curl_slist_append(h, "Accept: application/json");
@@ -73,7 +77,7 @@ const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_
 		die("out of memory");
 
 	struct http_reply r = {0};
-	int rc = http_post(ep->curl, o->token_url, h, form.p, form.len, deadline_ms, NULL, &r, e);
+	int rc = http_post(c, o->token_url, h, form.p, form.len, deadline_ms, NULL, &r, e);
 	explicit_bzero(form.p, form.len);
 	buf_free(&form);
 	curl_slist_free_all(h);
@@ -87,17 +91,30 @@ const char *oauth_token(struct endpoint *ep, long long deadline_ms, struct sfma_
 	if (r.body.p)
 		explicit_bzero(r.body.p, r.body.len);
 	buf_free(&r.body);
-	return rc < 0 ? NULL : o->token;
+	return rc < 0 ? -1 : 0;
+}
+
+char *oauth_token(struct endpoint *ep, CURL *c, long long deadline_ms, struct sfma_err *e)
+{
+	struct oauth *o = ep->oauth;
+	pthread_mutex_lock(&o->lock);
+	char *copy = token_locked(o, c, deadline_ms, e) == 0 ? xstrdup(o->token) : NULL;
+	pthread_mutex_unlock(&o->lock);
+	return copy;
 }
 
 void oauth_forget(struct endpoint *ep)
 {
 	struct oauth *o = ep->oauth;
-	if (o && o->token) {
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->lock);
+	if (o->token) {
 		explicit_bzero(o->token, strlen(o->token));
 		free(o->token);
 		o->token = NULL;
 	}
+	pthread_mutex_unlock(&o->lock);
 }
 
 void oauth_free(struct oauth *o)
@@ -108,5 +125,6 @@ void oauth_free(struct oauth *o)
 		explicit_bzero(o->token, strlen(o->token));
 		free(o->token);
 	}
+	pthread_mutex_destroy(&o->lock);
 	free(o);
 }

@@ -7,8 +7,10 @@
 #include "ndjson.h"
 #include "tools.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const provider_names[] = {
 	[PROV_ANTHROPIC] = "anthropic", [PROV_OPENAI] = "openai", [PROV_GEMINI] = "gemini",
@@ -269,6 +271,8 @@ static int gemini_given_id(json_t *id)
  * call it was given, keyed by the canonical {name,args}, and puts it back
  * on the part it renders. Bounded: the oldest are forgotten first. */
 #define GEMINI_SIGNATURES_MAX 256
+/* Requests are served at once: the signatures are shared under this. */
+static pthread_mutex_t gemini_lock = PTHREAD_MUTEX_INITIALIZER;
 static json_t *gemini_signatures; /* {"<canonical {args,name}>": signature} */
 static json_t *gemini_signature_order; /* keys, oldest first */
 
@@ -285,6 +289,7 @@ static void gemini_remember(json_t *native)
 {
 	json_t *part;
 	size_t i;
+	pthread_mutex_lock(&gemini_lock);
 	json_array_foreach(native, i, part) {
 		json_t *sig = json_object_get(part, "thoughtSignature"), *fc = json_object_get(part, "functionCall");
 		if (!json_is_string(sig))
@@ -296,13 +301,15 @@ static void gemini_remember(json_t *native)
 		char *key = gemini_call_key(json_object_get(fc, "name"), json_object_get(fc, "args"));
 		if (!json_object_get(gemini_signatures, key))
 			json_array_append_new(gemini_signature_order, json_string(key));
-		json_object_set(gemini_signatures, key, sig);
+		/* A copy: the reply keeps its own, owned by another thread. */
+		json_object_set_new(gemini_signatures, key, json_deep_copy(sig));
 		free(key);
 		while (json_array_size(gemini_signature_order) > GEMINI_SIGNATURES_MAX) {
 			json_object_del(gemini_signatures, json_string_value(json_array_get(gemini_signature_order, 0)));
 			json_array_remove(gemini_signature_order, 0);
 		}
 	}
+	pthread_mutex_unlock(&gemini_lock);
 }
 
 void provider_free_all(void)
@@ -338,13 +345,15 @@ static json_t *gemini_native_content(json_t *m)
 		if (gemini_given_id(json_object_get(c, "id")))
 			json_object_set(fc, "id", json_object_get(c, "id"));
 		json_t *part = json_pack("{s:o}", "functionCall", fc);
+		pthread_mutex_lock(&gemini_lock);
 		if (gemini_signatures) {
 			char *key = gemini_call_key(json_object_get(c, "name"), json_object_get(c, "input"));
 			json_t *sig = json_object_get(gemini_signatures, key);
 			if (sig)
-				json_object_set(part, "thoughtSignature", sig);
+				json_object_set_new(part, "thoughtSignature", json_deep_copy(sig));
 			free(key);
 		}
+		pthread_mutex_unlock(&gemini_lock);
 		json_array_append_new(parts, part);
 	}
 	return json_pack("{s:s,s:o}", "role", "model", "parts", parts);
@@ -477,9 +486,9 @@ static char *url_of(const struct endpoint *ep, const char *path)
 	return u.p;
 }
 
-static char *gemini_url(const struct endpoint *ep, const char *key)
+static char *gemini_url(const struct endpoint *ep, CURL *c, const char *key)
 {
-	char *model = curl_easy_escape(ep->curl, ep->cfg->model, 0);
+	char *model = curl_easy_escape(c, ep->cfg->model, 0);
 	if (!model)
 		die("out of memory");
 	struct buf path = {0};
@@ -489,7 +498,7 @@ static char *gemini_url(const struct endpoint *ep, const char *key)
 	buf_free(&path);
 	if (!key)
 		return url;
-	char *k = curl_easy_escape(ep->curl, key, 0);
+	char *k = curl_easy_escape(c, key, 0);
 	if (!k)
 		die("out of memory");
 	struct buf u = {0};
@@ -710,30 +719,46 @@ static json_t *usage_of_body(enum provider p, const struct http_reply *r)
 	return u;
 }
 
-#ifdef SFMA_BENCH_FRESH_HANDLE
-/* Benchmark baseline only (tests/bench/model.sh builds it apart): a new
- * handle, so a new connection, for every call. */
-static void fresh_handle(struct endpoint *ep)
-{
-	curl_easy_cleanup(ep->curl);
-	if (!(ep->curl = curl_easy_init()))
-		die("cannot start libcurl");
-}
-#endif
 
-int provider_call(struct endpoint *ep, const struct model_request *rq, struct attempt *a)
+/* SFMA_MOCK_LATENCY_MS, slept by this request's own thread (never past
+ * its deadline): the others go on meanwhile. */
+static void mock_delay(const struct model_request *rq)
+{
+	long long ms = mock_latency_ms(), left = rq->deadline_ms - wall_ms();
+	if (left < ms)
+		ms = left;
+	if (ms <= 0)
+		return;
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static int http_call(struct endpoint *ep, CURL *c, const struct model_request *rq, struct attempt *a);
+
+int provider_call(struct endpoint *ep, const struct model_request *rq, const struct buf *drawn,
+                  struct attempt *a)
 {
 	a->retry_after_ms = -1;
 	if (ep->prov == PROV_MOCK) {
 		a->request_bytes = mock_request_bytes(rq);
-		mock_reply(rq->reasoning, &a->text);
+		if (drawn)
+			buf_add(&a->text, drawn->p ? drawn->p : "", drawn->len);
+		else
+			mock_reply(rq, &a->text);
+		mock_delay(rq);
 		return 0;
 	}
-#ifdef SFMA_BENCH_FRESH_HANDLE
-	fresh_handle(ep);
-#endif
-	const char *bearer = NULL;
-	if (ep->oauth && !(bearer = oauth_token(ep, rq->deadline_ms, &a->e))) {
+	CURL *c = endpoint_handle(ep);
+	int rc = http_call(ep, c, rq, a);
+	endpoint_handle_back(ep, c);
+	return rc;
+}
+
+static int http_call(struct endpoint *ep, CURL *c, const struct model_request *rq, struct attempt *a)
+{
+	char *bearer = NULL;
+	if (ep->oauth && !(bearer = oauth_token(ep, c, rq->deadline_ms, &a->e))) {
 		a->cls = EC_AUTH;
 		return -1;
 	}
@@ -757,7 +782,7 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, struct at
 		break;
 	case PROV_GEMINI:
 		body = body_gemini(ep, rq, native);
-		url = gemini_url(ep, bearer ? NULL : ep->key);
+		url = gemini_url(ep, c, bearer ? NULL : ep->key);
 		if (bearer)
 			h = header(h, "Authorization: Bearer %s", bearer);
 		break;
@@ -783,9 +808,13 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, struct at
 	a->request_bytes = payload.len;
 
 	struct http_reply r = {0};
-	int rc = http_post(ep->curl, url, h, payload.p, payload.len, rq->deadline_ms, sse, &r, &a->e);
+	int rc = http_post(c, url, h, payload.p, payload.len, rq->deadline_ms, sse, &r, &a->e);
 	explicit_bzero(url, strlen(url));
 	free(url);
+	if (bearer) {
+		explicit_bzero(bearer, strlen(bearer));
+		free(bearer);
+	}
 	headers_wipe_free(h);
 	buf_free(&payload);
 	a->status = rc == 0 ? r.status : 0;

@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Requests are served by several threads, and a token fetched by one
+ * becomes a secret while others scrub: every public entry holds this
+ * (recursive: secret_redact_json nests). */
+static pthread_mutex_t secrets_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static char **secrets;
 static size_t n_secrets;
 static size_t longest;           /* length of the longest secret */
@@ -34,17 +38,22 @@ void secret_add(const char *value)
 {
 	if (!value || strlen(value) < SECRET_MIN_LEN)
 		return;
-	for (size_t i = 0; i < n_secrets; i++)
-		if (strcmp(secrets[i], value) == 0)
-			return;
-	secrets = xrealloc(secrets, (n_secrets + 1) * sizeof *secrets);
-	secrets[n_secrets++] = xstrdup(value);
-	if (strlen(value) > longest)
-		longest = strlen(value);
+	pthread_mutex_lock(&secrets_lock);
+	size_t i = 0;
+	while (i < n_secrets && strcmp(secrets[i], value) != 0)
+		i++;
+	if (i == n_secrets) {
+		secrets = xrealloc(secrets, (n_secrets + 1) * sizeof *secrets);
+		secrets[n_secrets++] = xstrdup(value);
+		if (strlen(value) > longest)
+			longest = strlen(value);
+	}
+	pthread_mutex_unlock(&secrets_lock);
 }
 
 void secret_free_all(void)
 {
+	pthread_mutex_lock(&secrets_lock);
 	for (size_t i = 0; i < n_secrets; i++) {
 		explicit_bzero(secrets[i], strlen(secrets[i]));
 		free(secrets[i]);
@@ -52,6 +61,7 @@ void secret_free_all(void)
 	free(secrets);
 	secrets = NULL;
 	n_secrets = longest = 0;
+	pthread_mutex_unlock(&secrets_lock);
 }
 
 /* Rule 1: replace every occurrence of needle in b by REDACTED. */
@@ -99,8 +109,10 @@ static void redact_key_params(struct buf *b)
 
 void secret_redact_text(struct buf *b)
 {
+	pthread_mutex_lock(&secrets_lock);
 	for (size_t i = 0; i < n_secrets && b->len; i++)
 		replace_all(b, secrets[i]);
+	pthread_mutex_unlock(&secrets_lock);
 }
 
 void secret_redact_json(json_t *v)
@@ -108,6 +120,7 @@ void secret_redact_json(json_t *v)
 	size_t i;
 	const char *k;
 	json_t *x;
+	pthread_mutex_lock(&secrets_lock);
 	if (json_is_string(v) && n_secrets) {
 		struct buf b = {0};
 		buf_add(&b, json_string_value(v), json_string_length(v));
@@ -123,16 +136,19 @@ void secret_redact_json(json_t *v)
 		json_object_foreach(v, k, x)
 			secret_redact_json(x);
 	}
+	pthread_mutex_unlock(&secrets_lock);
 }
 
 size_t secret_at(const char *s, size_t n)
 {
 	size_t best = 0;
+	pthread_mutex_lock(&secrets_lock);
 	for (size_t i = 0; i < n_secrets; i++) {
 		size_t len = strlen(secrets[i]);
 		if (len > best && len <= n && secrets[i][0] == s[0] && memcmp(s, secrets[i], len) == 0)
 			best = len;
 	}
+	pthread_mutex_unlock(&secrets_lock);
 	return best;
 }
 
@@ -206,11 +222,13 @@ void secret_scrub(char *s, size_t cap)
 {
 	struct buf b = {0};
 	buf_adds(&b, s);
+	pthread_mutex_lock(&secrets_lock);
 	for (size_t i = 0; i < n_secrets; i++)
 		replace_all(&b, secrets[i]);
 	redact_key_params(&b);
 	if (b.len)
 		redact_fragments(&b);
+	pthread_mutex_unlock(&secrets_lock);
 	/* Clipping only shortens text every rule has passed: what it leaves
 	 * is a prefix of a message already free of secrets. */
 	size_t n = b.len < cap - 1 ? b.len : cap - 1;

@@ -1,8 +1,8 @@
 #!/bin/sh
 # What a kept connection saves per model call: sfma-model answering N
-# requests from a fake OpenAI-compatible server on 127.0.0.1 (plain
-# HTTP/1.1 with keep-alive), with its one libcurl handle per endpoint kept
-# across calls (the program under test), against the same program built
+# requests, sent together, from a fake OpenAI-compatible server on
+# 127.0.0.1 (plain HTTP/1.1 with keep-alive), with its libcurl handles kept
+# per endpoint across calls (the program under test), against the same program built
 # with -DSFMA_BENCH_FRESH_HANDLE into a temporary directory (a new handle,
 # so a new connection, for every call; no built program has that switch).
 # Best of ROUNDS runs each, interleaved; per-call figures are wall time / N.
@@ -63,3 +63,28 @@ awk -v n="$N" -v k="$kept" -v f="$fresh" 'BEGIN {
 	printf "model calls (%d, loopback, HTTP/1.1): kept connection %.3f ms/call, new connection per call %.3f ms/call (%.2fx; %.3f ms saved per call)\n",
 	       n, k / n / 1000, f / n / 1000, f / k, (f - k) / n / 1000 }'
 [ "$kept" -le "$fresh" ] || { echo "budget: the kept connection was slower" >&2; exit 1; }
+
+# Requests at once: M mock requests, each answered SFMA_MOCK_LATENCY_MS=300
+# late, all sent together, against the same requests sent one after the
+# other (tests/fixtures/model/feed.py waits for each reply). Budget: at
+# once takes at most half the time of one at a time.
+M=${M:-6}
+cat >mock.json <<JSON
+{"name":"bench","workspace":"ws","modelEndpoints":[{"name":"m","provider":"mock","model":"m"}],
+ "allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":1,"dryRunDefault":true}
+JSON
+head -n "$M" requests.jsonl >mock-requests.jsonl
+timed() { # timed COMMAND...: wall time in microseconds
+	t0=$(date +%s%N)
+	"$@" <mock-requests.jsonl >mock-out.jsonl
+	t1=$(date +%s%N)
+	[ "$(grep -c '"ok":true' mock-out.jsonl)" -eq "$M" ] || { echo "a mock call failed" >&2; exit 1; }
+	echo $(( (t1 - t0) / 1000 ))
+}
+export SFMA_MOCK_LATENCY_MS=300
+together=$(timed "$BIN/sfma-model" mock.json)
+one_by_one=$(timed python3 "$SRC/tests/fixtures/model/feed.py" "$BIN/sfma-model" mock.json)
+awk -v m="$M" -v a="$together" -v s="$one_by_one" 'BEGIN {
+	printf "mock requests (%d, 300 ms latency each): at once %.0f ms, one at a time %.0f ms (%.2fx)\n",
+	       m, a / 1000, s / 1000, s / a }'
+[ $((together * 2)) -le "$one_by_one" ] || { echo "budget: requests at once took more than half the time of one at a time" >&2; exit 1; }
