@@ -4,6 +4,7 @@
 #include "canon.h"
 #include "ndjson.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -36,6 +37,8 @@ struct durable_slot {
  * bytes. The header is "<64 hex> <16 hex digits of the length>\n". */
 #define JOURNAL_NAME "journal"
 #define JOURNAL_HEADER_LEN (SHA256_HEX_LEN + 1 + 16 + 1)
+/* Records the filing thread waits for before it sets to work. */
+#define FILER_BATCH 32
 
 struct journal_rec {
 	char sha256[SHA256_HEX_LEN];
@@ -52,6 +55,7 @@ struct evidence_store {
 	int dir_dirty;                 /* a rename into dirfd not yet fsynced */
 	int writer;                    /* opened with create */
 	int journal_broken;              /* a journal write failed and could not be cut off */
+	int empty_at_open;             /* a writer found no blob filed: none can exist but its own */
 	/* The writer's journal, opened at the first blob it takes. */
 	int journal_fd;                /* or -1 */
 	int journal_dirty;             /* records written, not yet fdatasynced */
@@ -116,6 +120,26 @@ static int journal_header(int fd, uint64_t off, uint64_t end, struct journal_rec
 	return 1;
 }
 
+/* 1 when the store holds no blob at all (a workspace's first run): its
+ * writer, which holds the run's lock, then need not look for one on disk
+ * before it journals a blob. Stops at the first blob found. */
+static int no_blob_filed(int dirfd)
+{
+	int fd = dup(dirfd);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	int empty = 1;
+	struct dirent *de;
+	while (empty && (de = readdir(d)))
+		empty = !is_sha256_hex(de->d_name, strlen(de->d_name));
+	closedir(d);
+	return empty;
+}
+
 struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err *e)
 {
 	EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
@@ -167,6 +191,8 @@ struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err
 			evidence_close(s);
 			return NULL;
 		}
+		if (create)
+			s->empty_at_open = no_blob_filed(s->dirfd);
 		return s;
 	}
 	int err = sfma_dirfd < 0 ? ENOENT : errno;
@@ -563,7 +589,9 @@ static void *filer_main(void *arg)
 	struct evidence_store *s = arg;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (s->next_to_file == s->to_file.n && !s->filer_stop)
+		/* In batches: a wake-up per blob costs the run more than the
+		 * filing itself. */
+		while (s->to_file.n - s->next_to_file < FILER_BATCH && !s->filer_stop)
 			pthread_cond_wait(&s->work, &s->lock);
 		if (s->next_to_file == s->to_file.n)
 			break;
@@ -721,7 +749,8 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
 	s->journal_dirty = 1;
 	pthread_mutex_lock(&s->lock);
 	rec_push(&s->to_file, &r);
-	pthread_cond_signal(&s->work);
+	if (s->to_file.n - s->next_to_file == FILER_BATCH)
+		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -751,7 +780,7 @@ json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n
 	if (!durable_has(s, &ref)) {
 		struct sfma_err ignored;
 		int fd = -1;
-		if (read_blob_at(s, &ref, NULL, &fd, 0, &ignored) == EVIDENCE_OK) {
+		if (!s->empty_at_open && read_blob_at(s, &ref, NULL, &fd, 0, &ignored) == EVIDENCE_OK) {
 			struct stat st;
 			int rc = fstat(fd, &st) < 0 || ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) ? -1 : 0;
 			int saved = errno;
