@@ -38,7 +38,9 @@ char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, in
 	    "  {\"tool\":\"ask\",\"question\":Q}         ask the operator (the answer arrives in a later run)\n"
 	    "  {\"tool\":\"recall\",\"mode\":M,...}      query long-term memory (modes referential, episodic, "
 	    "lexical, change; semantic is only a labelled term-overlap ranking, no store here does similarity)\n"
-	    "  {\"tool\":\"done\",\"summary\":S}         finish: every declared output must exist\n"
+	    "  {\"tool\":\"task\",\"id\":I,\"description\":D,\"role\":R,\"class\":C} post work for another loop "
+	    "(role and class optional; an id is used once)\n"
+	    "  {\"tool\":\"done\",\"summary\":S}         finish your task: its work is then judged\n"
 	    "Each tool result comes back as {\"toolResult\":...}. A refused call returns "
 	    "EPSILON_HARD_FAIL: <reason> and counts against the run.\n\n"
 	    "OPERATOR MESSAGES may only narrow the task; they can never widen the manifest.\n");
@@ -100,6 +102,38 @@ int is_candidate(const json_t *v)
 			return 0;
 	return json_is_string(json_object_get(v, "mission")) &&
 	       json_is_array(json_object_get(v, "successCriteria"));
+}
+
+/* ---- the soft tier ------------------------------------------------------- */
+
+const char soft_judge_prompt[] =
+	SOFT_FIRST_LINE "\n"
+	"You judge one task of an agent run, which another model did. You get the run's mission, its success "
+	"criteria, the task, the summary its worker gave and the declared outputs as they are now (clipped). "
+	"Decide whether the task was really done. Reply with exactly one JSON object and nothing else: "
+	"{\"pass\":true|false,\"reason\":\"one sentence\"}.\n";
+
+const char soft_criteria_prompt[] =
+	SOFT_FIRST_LINE "\n"
+	"You judge the success criteria of a finished agent run. You get the mission, the criteria, every task "
+	"with its soft-tier verdict and the ids of its trace entries, and the declared outputs (clipped). Reply "
+	"with exactly one JSON object and nothing else: {\"criteria\":[{\"criterion\":S,\"pass\":true|false,"
+	"\"evidence\":[entry ids]}...]}, one element per criterion, in their order.\n";
+
+int soft_judgment_parse(const char *text, int *pass, char **reason)
+{
+	json_t *v = text ? parse_reply(text) : NULL;
+	json_t *p = json_object_get(v, "pass"), *why = json_object_get(v, "reason");
+	int ok = json_is_boolean(p) && json_is_string(why);
+	*pass = ok && json_is_true(p);
+	*reason = xstrdup(ok ? json_string_value(why) : REASON_JUDGE_INVALID);
+	json_decref(v);
+	return ok;
+}
+
+int soft_majority(int passes, int n)
+{
+	return 2 * passes > n;
 }
 
 /* ---- native tool calls ---------------------------------------------------- */

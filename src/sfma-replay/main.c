@@ -700,6 +700,113 @@ static void judge(const char *error_fmt, ...)
 	R.verdict = "failed";
 }
 
+/* The model calls of a judgment (purpose judge or criteria), counted. */
+static void judgment_calls(const char *purpose)
+{
+	json_t *e;
+	while ((e = peek()) && strcmp(kind_of(e), "call") == 0) {
+		const char *p = str(data_of(e), "purpose");
+		if (!p || strcmp(p, purpose) != 0)
+			diverged(e, shown("a call of purpose %s", p ? p : "work"), shown("a %s call", purpose));
+		next();
+		usage_add(&R.usage, json_object_get(data_of(e), "usage"));
+		if (++R.calls > R.m->max_model_calls)
+			diverged(e, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
+	}
+}
+
+/* A judge's reply as recorded in the verdict's evidence (NULL: none came). */
+static char *judge_reply(const json_t *e, int i)
+{
+	char name[16];
+	size_t n;
+	snprintf(name, sizeof name, i ? "reply%d" : "reply", i + 1);
+	if (!ref_hex(e, name))
+		return NULL;
+	char *t = blob(e, name, &n);
+	if (memchr(t, 0, n)) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* The soft verdict after a done: softCalls judgments, majority, a tie
+ * fails; returns its pass. */
+static int soft_verdict(void)
+{
+	judgment_calls("judge");
+	json_t *e = expect_kind("verdict", "the soft verdict");
+	json_t *d = data_of(e);
+	const char *tier = str(d, "tier");
+	if (!tier || strcmp(tier, "soft") != 0)
+		diverged(e, shown("tier %s", tier ? tier : "?"), shown("tier soft"));
+	json_t *judgments = json_object_get(d, "judgments");
+	int n = R.m->tuning.soft_calls, passes = 0;
+	if ((int)json_array_size(judgments) != n)
+		diverged(e, shown("%zu judgments", json_array_size(judgments)), shown("%d (tuning.softCalls)", n));
+	char *reason_pass = NULL, *reason_fail = NULL;
+	for (int i = 0; i < n; i++) {
+		char *text = judge_reply(e, i), *why;
+		int pass;
+		soft_judgment_parse(text, &pass, &why);
+		free(text);
+		json_t *j = json_array_get(judgments, (size_t)i);
+		if (json_is_true(json_object_get(j, "pass")) != pass || !str(j, "reason") || strcmp(str(j, "reason"), why)) {
+			free(reason_pass);
+			free(reason_fail);
+			char *has = shown("judgment %d pass=%s", i + 1, json_is_true(json_object_get(j, "pass")) ? "true" : "false");
+			char *derives = shown("pass=%s \"%.200s\"", pass ? "true" : "false", why);
+			free(why);
+			diverged(e, has, derives);
+		}
+		passes += pass;
+		char **keep = pass ? &reason_pass : &reason_fail;
+		if (!*keep)
+			*keep = why;
+		else
+			free(why);
+	}
+	int pass = soft_majority(passes, n);
+	const char *reason = pass ? reason_pass : reason_fail ? reason_fail : REASON_JUDGE_INVALID;
+	int same = json_is_true(json_object_get(d, "pass")) == pass && str(d, "reason") && strcmp(str(d, "reason"), reason) == 0;
+	char *derives = same ? NULL : shown("soft pass=%s \"%.200s\"", pass ? "true" : "false", reason);
+	free(reason_pass);
+	free(reason_fail);
+	if (!same)
+		diverged(e, shown("soft pass=%s", json_is_true(json_object_get(d, "pass")) ? "true" : "false"), derives);
+	return pass;
+}
+
+/* The criteria judgment at the end of the work, when there are criteria. */
+static void criteria_verdict(void)
+{
+	json_t *crit = json_object_get(json_object_get(R.record, "bootstrap"), "successCriteria");
+	json_t *e = peek();
+	if (!e || (strcmp(kind_of(e), "call") != 0 && strcmp(kind_of(e), "verdict") != 0))
+		return;
+	if (strcmp(kind_of(e), "verdict") == 0 && (!str(data_of(e), "tier") || strcmp(str(data_of(e), "tier"), "criteria")))
+		return;
+	judgment_calls("criteria");
+	e = expect_kind("verdict", "the criteria verdict");
+	json_t *said = json_object_get(data_of(e), "criteria");
+	char *text = judge_reply(e, 0);
+	json_t *v = text ? parse_reply(text) : NULL, *got = json_object_get(v, "criteria");
+	free(text);
+	size_t i;
+	json_t *c;
+	(void)crit;
+	json_array_foreach(said, i, c) {
+		int pass = json_is_true(json_object_get(json_array_get(got, i), "pass"));
+		if (json_is_true(json_object_get(c, "pass")) != pass) {
+			json_decref(v);
+			diverged(e, shown("criterion %zu pass=%s", i + 1, pass ? "false" : "true"),
+			         shown("pass=%s", pass ? "true" : "false"));
+		}
+	}
+	json_decref(v);
+}
+
 static void done(json_t *v)
 {
 	json_t *task = expect_kind("task", "the done task");
@@ -738,10 +845,20 @@ static void done(json_t *v)
 		if (!exists && !missing)
 			missing = R.m->outputs[i];
 	}
-	if (R.failures)
+	if (R.failures) {
 		judge("done, but %ld call%s refused by the hard tier (the first: %s)", R.failures,
 		      R.failures == 1 ? " was" : "s were", R.first_refusal);
-	else if (missing)
+		return;
+	}
+	/* The soft tier: the same parse and majority over the recorded
+	 * replies; a failed task's retry is a second conversation. */
+	if (!soft_verdict()) {
+		judge("soft tier failed");
+		incomplete("seq %lld (verdict): a task the soft tier failed is retried in another conversation, "
+		           "which this replay does not derive yet", seq_of(R.entries[R.pos - 1]));
+	}
+	criteria_verdict();
+	if (missing)
 		judge("done, but declared output %s %s", missing, R.dry_run ? "was not written" : "does not exist");
 	else
 		R.verdict = "completed";
