@@ -255,6 +255,7 @@ struct run {
 	json_t *last_outputs;     /* the outputs the last done recorded */
 	long criteria_id, criteria_allow;
 	json_t *criteria;         /* the criteria judgment's result, or NULL */
+	long soft_judged, soft_passed; /* the run's soft verdicts (memory.json) */
 };
 
 /* dir + "/" + name into out; dies rather than cut a path short (the

@@ -563,6 +563,9 @@ static void finish(struct run *r)
 	                            "modelCalls", (json_int_t)r->model_calls,
 	                            "hardTierFailures", (json_int_t)r->hard_failures, "dryRun", r->dry_run);
 	json_object_set_new(summary, "summary", r->summary ? memory_clip(r->summary) : json_null());
+	if (r->soft_judged)
+		json_object_set_new(summary, "soft", json_pack("{s:I, s:I}", "judged", (json_int_t)r->soft_judged,
+		                                              "passed", (json_int_t)r->soft_passed));
 	int certified, demoted;
 	memory_record_run(&r->mem, r->m, summary, r->candidate, r->pinned_run, &certified, &demoted);
 	json_decref(summary);

@@ -899,6 +899,8 @@ static void conclude_soft(struct run *r, int k)
 	                                             json_object_get(t->def, "class"), "pass", pass));
 	const char *tid = task_id_of(r, L->task);
 	progress(r, "soft tier: task %s %s: %s", tid ? tid : "?", pass ? "pass" : "fail", reason);
+	r->soft_judged++;
+	r->soft_passed += pass;
 	if (pass) {
 		t->state = TASK_PASSED;
 	} else if (t->attempts < 2) {
