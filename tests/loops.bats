@@ -1,0 +1,192 @@
+#!/usr/bin/env bats
+# Loops on a blackboard, the planner's side: several conversations at
+# once, each on one task, the task tool, the ceilings, the budgets of all
+# loops together. The model is a scripted stand-in speaking sfma-model's
+# protocol (tests/plan-model-standin.py) that holds the requests arriving
+# together and answers them newest first, as a concurrent sfma-model may.
+
+load helpers
+load plan-standin
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	unset SFMA_MOCK SFMA_MOCK_LATENCY_MS SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+	standin_bin
+	manifest 3 20
+	mkdir ws
+}
+
+# manifest MAXLOOPS MAXTURNS [EXTRA JSON MEMBERS]
+manifest() {
+	cat >m.json <<JSON
+{"name":"t","workspace":"ws","taskStatement":"three files",
+ "modelEndpoints":[{"name":"a","provider":"mock","model":"m"},{"name":"b","provider":"mock","model":"m"}],
+ "allowedCommands":["echo"],"inputs":[],"outputs":["a.txt","b.txt","c.txt"],"maxTurns":$2,
+ "maxLoops":$1,"dryRunDefault":false${3:+,$3}}
+JSON
+}
+
+# The candidate with the given task ids as its firstTasks.
+cand() {
+	jq -nc --arg ids "$*" '{mission:"m",successCriteria:["the files exist"],loopRoles:[{name:"w",duty:"d"}],
+		firstTasks:[$ids | split(" ")[] | {id:., description:("write " + .)}],schedule:[]} | tojson'
+}
+write() { jq -nc --arg p "$1" '{tool:"write",path:$p,content:$p} | tojson'; }
+done_() { jq -nc --arg s "$1" '{tool:"done",summary:$s} | tojson'; }
+post() { jq -nc --arg i "$1" '{tool:"task",id:$i,description:("then " + $i)} | tojson'; }
+
+# standin TASKS-OBJECT [EXTRA]: the object form, the first endpoint working
+standin() {
+	export SFMA_MOCK=$(jq -nc --argjson c "$(cand A B C)" --argjson t "$1" --arg log "$BATS_TEST_TMPDIR/requests.jsonl" \
+		"{log:\$log,batchMs:150,endpoints:[\"a\",\"b\"],bootstrap:[\$c],tasks:\$t}${2:+ + $2}")
+}
+
+three_tasks() {
+	standin "{\"A\":[$(write a.txt),$(done_ a)],\"B\":[$(write b.txt),$(done_ b)],\"C\":[$(write c.txt),$(done_ c)]}"
+}
+
+verifies() {
+	run sfma-verify ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == AUDIT_OK* ]]
+}
+
+@test "three loops really overlap: their requests are in flight together, the trace interleaves their calls" {
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "COMPLETED turns=7 "* ]]
+	# the three first work requests went out before any of them was answered
+	# (the stand-in answers what arrives together newest first)
+	jq -s -e '[.[] | select(.purpose == "work")][0:3] | map(.task) == ["A","B","C"]' requests.jsonl
+	jq -s -e '[.[] | select(.kind == "call" and .data.purpose == null and .loop > 0)] | .[1:4] | map(.loop) == [3,2,1]' \
+		ws/.sfma/trace.jsonl
+	# each loop holds its own conversation: the system prompt, its assignment, its exchanges
+	jq -s -e '[.[] | select(.purpose == "work" and .task == "B")] | length == 2 and
+		(.[0].messages | length == 1) and (.[0].messages[0].content | fromjson) ==
+		{"assignedTask":{"id":"B","description":"write B","role":null,"class":"mechanical"},"loop":2} and
+		(.[1].messages | length == 3) and (.[1].messages[1].content | fromjson | .path == "b.txt")' requests.jsonl
+	# every entry a loop causes carries its number; the runner's own carry 0
+	jq -s -e 'all(.[]; .loop >= 0 and .loop <= 3) and
+		([.[] | select(.kind == "task")] | map(.loop) | unique) == [1,2,3] and
+		all(.[] | select(.kind == "lifecycle" or .kind == "clock-anchor"); .loop == 0)' ws/.sfma/trace.jsonl
+	jq -e '.verdict == "completed" and .turns == 7 and .budget.maxLoops == 3' ws/.sfma/result.json
+	for f in a b c; do [ "$(cat ws/$f.txt)" = $f.txt ]; done
+	verifies
+}
+
+@test "a loop posts a task with the task tool and another loop then does it" {
+	manifest 3 20 '"maxPendingTasks":4'
+	standin "{\"A\":[$(post D),$(write a.txt),$(done_ a)],\"B\":[$(write b.txt),$(done_ b)],\"C\":[$(write c.txt),$(done_ c)],
+		\"D\":[$(done_ d)]}"
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# the post: a hard verdict that passes and names the task
+	jq -s -e '[.[] | select(.kind == "verdict" and .data.posted)] | length == 1 and .[0].loop == 1 and
+		.[0].data.posted == {"id":"D","description":"then D","role":null,"class":"mechanical"}' ws/.sfma/trace.jsonl
+	# D went to a loop that was free, not the one that posted it, in a conversation of its own
+	poster=$(jq -s '[.[] | select(.kind == "verdict" and .data.posted)][0].loop' ws/.sfma/trace.jsonl)
+	doer=$(jq -s '[.[] | select(.kind == "verdict" and .data.tier == "soft" and .data.task == "D")][0].loop' ws/.sfma/trace.jsonl)
+	[ "$doer" != "$poster" ]
+	jq -s -e '[.[] | select(.task == "D" and .purpose == "work")][0].messages[0].content | fromjson | .assignedTask.id == "D"' \
+		requests.jsonl
+	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft")] | map(.data.task) | sort == ["A","B","C","D"]' \
+		ws/.sfma/trace.jsonl
+	verifies
+}
+
+@test "the task tool: 'pending task ceiling' past maxPendingTasks and 'duplicate task id' for a reused id" {
+	manifest 3 20 '"maxPendingTasks":1'
+	# A and B are taken at once; C waits (maxLoops 2) and fills the ceiling
+	sed -i 's/"maxLoops":3/"maxLoops":2/' m.json
+	standin "{\"A\":[$(post D),$(post B),$(write a.txt),$(done_ a)],\"B\":[$(write b.txt),$(done_ b)],
+		\"C\":[$(write c.txt),$(done_ c)]}"
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	jq -s -e '[.[] | select(.kind == "verdict" and .loop == 1 and (.data.reason | test("pending task ceiling|duplicate task id")))] |
+		map(.data.reason) == ["pending task ceiling (1) reached","duplicate task id B"]'  \
+		ws/.sfma/trace.jsonl
+	jq -s -e '[.[] | select(.kind == "task" and .data.call.tool == "task")] | map(.data.call.id) == ["D","B"]' ws/.sfma/trace.jsonl
+	# the model is told, as for every refusal
+	grep -q 'EPSILON_HARD_FAIL: pending task ceiling (1) reached' requests.jsonl
+	# refusals are hard-tier failures: the loop's task fails without a judgment, and the run with it
+	jq -e '.verdict == "failed" and .hardTierFailures == 2 and (.error | test("refused by the hard tier"))' ws/.sfma/result.json
+	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft" and .data.task == "A")] | length == 0' ws/.sfma/trace.jsonl
+	verifies
+}
+
+@test "maxModelCalls counts every loop's calls together: the run halts cleanly, sealed and verifiable" {
+	manifest 3 20 '"maxModelCalls":5'
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"HALTED-BUDGET "* ]] || { echo "$output"; return 1; }
+	jq -e '.verdict == "halted-budget" and .modelCalls <= 5' ws/.sfma/result.json
+	# every call the loops made is in the trace and counted, and no request asked past the budget
+	[ "$(jq -s '[.[] | select(.kind == "call")] | length' ws/.sfma/trace.jsonl)" -eq "$(jq .modelCalls ws/.sfma/result.json)" ]
+	jq -s -e '[.[] | select(.purpose == "work")][0:3] | map(.callsLeft) | add <= 4' requests.jsonl
+	jq -s -e '[.[] | select(.kind == "result")][-1].data.trigger == "maxModelCalls"' ws/.sfma/trace.jsonl
+	verifies
+}
+
+@test "maxTurns counts every loop's turns together" {
+	manifest 3 4
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"HALTED-MAXTURNS turns=4 "* ]] || { echo "$output"; return 1; }
+	# no more work requests than turns: none was sent that could not be taken
+	[ "$(jq -s '[.[] | select(.purpose == "work" or .purpose == "bootstrap")] | length' requests.jsonl)" -eq 4 ]
+	verifies
+}
+
+@test "the calls left are shared among the requests in flight" {
+	manifest 3 20 '"maxModelCalls":30'
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# the three first work requests together never hold more than the budget left
+	jq -s -e '[.[] | select(.purpose == "work")][0:3] | map(.callsLeft) | add <= 29' requests.jsonl
+}
+
+@test "one loop (maxLoops 1): the conversation that adopted the candidate does the first task, as a run always did" {
+	manifest 1 20
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	jq -s -e 'all(.[]; .loop <= 1)' ws/.sfma/trace.jsonl
+	# the first task goes on in the bootstrap conversation, the next ones start their own
+	jq -s -e '[.[] | select(.purpose == "work")] | (.[0].messages | length == 3) and
+		(.[2].messages[0].content | fromjson | .assignedTask.id == "B" and .loop == 1)' requests.jsonl
+	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft")] | map(.data.task) == ["A","B","C"]' ws/.sfma/trace.jsonl
+	verifies
+}
+
+@test "a multi-loop record is verified and its replay says it is not re-derived, never OK" {
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	verifies
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_INCOMPLETE: "*"several conversations"* ]] || { echo "$output"; return 1; }
+}
+
+# Needs the concurrent sfma-model (the object form of SFMA_MOCK and
+# SFMA_MOCK_LATENCY_MS); checked with the real stage, not the stand-in.
+@test "REAL sfma-model: three loops' calls overlap with the real model stage" {
+	cp "$SFMA_BINDIR/sfma-model" "$BATS_TEST_TMPDIR/bin/sfma-model"
+	if ! SFMA_MOCK='{"bootstrap":[]}' sfma-model --help >/dev/null 2>&1 ||
+	   ! printf '' | SFMA_MOCK='{"bootstrap":[]}' sfma-model m.json >/dev/null 2>&1; then
+		skip "this sfma-model does not serve the object form of SFMA_MOCK yet (concurrent loops)"
+	fi
+	export SFMA_MOCK_LATENCY_MS=300
+	three_tasks
+	export SFMA_MOCK=$(jq -c 'del(.log, .batchMs, .endpoints)' <<<"$SFMA_MOCK")
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	# the work calls of loops 1-3 interleave: the second call of some loop comes after calls of the others
+	jq -s -e '[.[] | select(.kind == "call" and .loop > 0 and .data.purpose == null)] | .[1:4] | map(.loop) | sort == [1,2,3]' \
+		ws/.sfma/trace.jsonl
+	verifies
+}
