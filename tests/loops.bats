@@ -190,3 +190,19 @@ verifies() {
 		ws/.sfma/trace.jsonl
 	verifies
 }
+
+@test "sfma log shows each row's loop and the soft verdicts with task, judge and producer" {
+	three_tasks
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	run env NO_COLOR=1 sfma log ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	for k in 1 2 3; do
+		[[ "$output" == *"  L$k  "*"task          write "* ]] || { echo "$output"; return 1; }
+	done
+	[[ "$output" == *"PASS soft tier: task B judged by mock-judge, produced by a: mock judge"* ]] || { echo "$output"; return 1; }
+	[[ "$output" == *"PASS criteria: 1 of 1 pass (judge mock-judge)"* ]]
+	run sfma log ws --json
+	echo "$output" | jq -s -e '[.[] | select(.tier == "soft")] | length == 3 and all(.[]; .judge == "mock-judge" and .producer == "a") and
+		(map(.loop) | sort) == [1,2,3] and (map(.task) | sort) == ["A","B","C"]'
+}
