@@ -24,9 +24,11 @@
 #                                that is not "avoid" (independent:false if none)
 #   "batchMs": N                 hold requests arriving within N ms of each other
 #                                and answer them newest first (out of order)
+# SFMA_MOCK_LATENCY_MS=N: each reply goes N ms after its request came, whatever
+# else is in flight (a concurrent model stage).
 # Each attempt reports requestBytes as the mock does: the canonical JSON of
 # {system, messages, tools} (tools: the definitions, when offered).
-import json, os, select, subprocess, sys
+import json, os, select, subprocess, sys, time
 
 script = json.loads(os.environ.get("SFMA_MOCK") or "{}")
 replies = script.get("replies", [])
@@ -130,11 +132,18 @@ def answer(req):
 
 
 batch_ms = script.get("batchMs", 0)
+latency = int(os.environ.get("SFMA_MOCK_LATENCY_MS") or 0) / 1000.0
 pending, buf, eof = [], b"", False
 fd = sys.stdin.fileno()
 while not eof or pending:
-    wait = batch_ms / 1000.0 if pending else None
+    now = time.monotonic()
+    if latency:
+        wait = max(0.0, min(due for due, _ in pending) - now) if pending else None
+    else:
+        wait = batch_ms / 1000.0 if pending else None
     ready = select.select([fd], [], [], wait)[0] if not eof else []
+    if eof and pending and latency:
+        time.sleep(max(0.0, min(due for due, _ in pending) - time.monotonic()))
     if ready:
         chunk = os.read(fd, 65536)
         if not chunk:
@@ -146,12 +155,17 @@ while not eof or pending:
             if log:
                 log.write(canon(req) + "\n")
                 log.flush()
-            pending.append(req)
-        if batch_ms and not eof:
+            pending.append((time.monotonic() + latency, req))
+        if batch_ms and not eof and not latency:
             continue
-    # answer what is held, newest first (in order without batchMs)
-    order = list(reversed(pending)) if batch_ms else pending
-    pending = []
-    for req in order:
+    if latency:
+        now = time.monotonic()
+        order = [p for p in pending if p[0] <= now]
+        pending = [p for p in pending if p[0] > now]
+    else:
+        # what is held, newest first (in order without batchMs)
+        order = list(reversed(pending)) if batch_ms else pending
+        pending = []
+    for _, req in order:
         sys.stdout.write(canon(answer(req)) + "\n")
         sys.stdout.flush()
