@@ -599,14 +599,6 @@ static const char *task_id_of(const struct run *r, long t)
 	return t >= 0 ? json_string_value(json_object_get(r->tasks[t].def, "id")) : NULL;
 }
 
-static long find_task(const struct run *r, const char *id)
-{
-	for (size_t i = 0; i < r->n_tasks; i++)
-		if (strcmp(task_id_of(r, (long)i), id) == 0)
-			return (long)i;
-	return -1;
-}
-
 static size_t pending_tasks(const struct run *r)
 {
 	size_t n = 0;
@@ -615,38 +607,30 @@ static size_t pending_tasks(const struct run *r)
 	return n;
 }
 
-/* A task as the blackboard keeps it: {"id","description","role","class"}. */
-static long add_task(struct run *r, const char *id, const char *description, const json_t *role, const char *cls)
+static long add_task(struct run *r, json_t *def)
 {
 	r->tasks = xrealloc(r->tasks, (r->n_tasks + 1) * sizeof *r->tasks);
-	struct bb_task *t = &r->tasks[r->n_tasks];
-	*t = (struct bb_task){0};
-	t->def = json_pack("{s:s, s:s, s:O, s:s}", "id", id, "description", description, "role",
-	                   json_is_string(role) ? role : json_null(), "class",
-	                   cls && strcmp(cls, "reasoning") == 0 ? "reasoning" : "mechanical");
+	r->tasks[r->n_tasks] = (struct bb_task){.def = def};
 	return (long)r->n_tasks++;
 }
 
-/* The adopted candidate's firstTasks are the blackboard's first tasks;
- * none: the run's task itself is the one task ("main"). */
+static json_t *task_defs(const struct run *r)
+{
+	json_t *defs = json_array();
+	for (size_t i = 0; i < r->n_tasks; i++)
+		json_array_append(defs, r->tasks[i].def);
+	return defs;
+}
+
+/* The adopted candidate's firstTasks are the blackboard's first tasks. */
 static void blackboard_start(struct run *r)
 {
+	json_t *defs = first_tasks(r->candidate, r->task);
 	size_t i;
-	json_t *t;
-	json_array_foreach(json_object_get(r->candidate, "firstTasks"), i, t) {
-		char fallback[32];
-		const char *id = json_string_value(json_object_get(t, "id"));
-		snprintf(fallback, sizeof fallback, "t%zu", i);
-		if (!id || !*id || find_task(r, id) >= 0)
-			id = fallback;
-		if (find_task(r, id) >= 0)
-			continue;
-		const char *d = json_string_value(json_object_get(t, "description"));
-		add_task(r, id, d ? d : (json_is_string(t) ? json_string_value(t) : id), json_object_get(t, "role"),
-		         json_string_value(json_object_get(t, "class")));
-	}
-	if (!r->n_tasks)
-		add_task(r, "main", r->task && *r->task ? r->task : "produce the declared outputs", NULL, "mechanical");
+	json_t *d;
+	json_array_foreach(defs, i, d)
+		add_task(r, json_incref(d));
+	json_decref(defs);
 	/* One conversation (maxLoops 1, or one task): the conversation that
 	 * adopted the candidate goes on with the first task, as a run always
 	 * did. */
@@ -679,14 +663,9 @@ static void start_task(struct run *r, int k, long t)
 	json_array_clear(L->entries);
 	r->tasks[t].state = TASK_ACTIVE;
 	r->tasks[t].attempts++;
-	json_t *msg = json_pack("{s:O, s:i}", "assignedTask", r->tasks[t].def, "loop", k + 1);
-	if (r->tasks[t].clarification)
-		json_object_set_new(msg, "clarification", json_string(r->tasks[t].clarification));
-	struct buf b = {0};
-	canon_dump(msg, &b, NULL);
-	json_decref(msg);
-	say_user(r, b.p);
-	buf_free(&b);
+	char *text = assigned_task_text(r->tasks[t].def, k + 1, r->tasks[t].clarification);
+	say_user(r, text);
+	free(text);
 	const char *tid = task_id_of(r, t);
 	progress(r, "loop %d takes task %s", k + 1, tid ? tid : "?");
 }
@@ -718,21 +697,13 @@ static void post_task(struct run *r, json_t *call)
 	const char *cls = json_string_value(json_object_get(call, "class"));
 	json_t *shown = json_pack("{s:s, s:s?}", "tool", "task", "id", id);
 	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), r->loop_no, NULL, NULL);
-	char reason[400] = "task posted";
-	int pass = 0;
-	if (!id || !*id || strlen(id) > 200 || !d || !*d)
-		snprintf(reason, sizeof reason, "a task needs an id (1..200 bytes) and a description");
-	else if (cls && strcmp(cls, "reasoning") != 0 && strcmp(cls, "mechanical") != 0)
-		snprintf(reason, sizeof reason, "a task's class is reasoning or mechanical");
-	else if (find_task(r, id) >= 0)
-		snprintf(reason, sizeof reason, REASON_DUPLICATE_TASK " %s", id);
-	else if (pending_tasks(r) >= (size_t)r->m->max_pending_tasks)
-		snprintf(reason, sizeof reason, REASON_PENDING_CEILING " (%ld) reached", r->m->max_pending_tasks);
-	else
-		pass = 1;
+	char reason[400];
+	json_t *defs = task_defs(r);
+	int pass = task_post_check(call, defs, pending_tasks(r), r->m->max_pending_tasks, reason, sizeof reason);
+	json_decref(defs);
 	json_t *verdict = json_pack("{s:s, s:b, s:s}", "tier", "hard", "pass", pass, "reason", reason);
 	if (pass) {
-		long t = add_task(r, id, d, json_object_get(call, "role"), cls);
+		long t = add_task(r, task_def(id, d, json_object_get(call, "role"), cls));
 		json_object_set(verdict, "posted", r->tasks[t].def);
 	}
 	char text[500];
@@ -969,8 +940,9 @@ static void take_criteria(struct run *r, json_t *reply)
 	const char *text = json_is_true(json_object_get(reply, "ok")) ? json_string_value(json_object_get(reply, "text"))
 	                                                             : NULL;
 	json_t *reply_ref = text ? evidence(r, text, strlen(text)) : NULL;
-	trace_calls(r, reply, "reasoning", criteria_msg_ref, reply_ref, 0, json_pack("{s:s}", "purpose", "criteria"),
-	            ids);
+	json_t *extra = json_pack("{s:s}", "purpose", "criteria");
+	trace_calls(r, reply, "reasoning", criteria_msg_ref, reply_ref, 0, extra, ids);
+	json_decref(extra);
 	json_t *v = text ? parse_reply(text) : NULL, *said = json_object_get(v, "criteria");
 	json_t *out = json_array();
 	size_t i;
@@ -1182,7 +1154,9 @@ static void drain_reply(struct run *r, int k, json_t *reply, int work)
 		json_decref(kept);
 		json_decref(ref);
 	} else {
-		trace_calls(r, reply, "reasoning", NULL, NULL, 0, json_pack("{s:s}", "purpose", "judge"), NULL);
+		json_t *extra = json_pack("{s:s}", "purpose", "judge");
+		trace_calls(r, reply, "reasoning", NULL, NULL, 0, extra, NULL);
+		json_decref(extra);
 		json_decref(reply);
 	}
 }
