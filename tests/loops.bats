@@ -73,6 +73,7 @@ verifies() {
 	jq -e '.verdict == "completed" and .turns == 7 and .budget.maxLoops == 3' ws/.sfma/result.json
 	for f in a b c; do [ "$(cat ws/$f.txt)" = $f.txt ]; done
 	verifies
+	replays_ok 1
 }
 
 @test "a loop posts a task with the task tool and another loop then does it" {
@@ -93,6 +94,7 @@ verifies() {
 	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft")] | map(.data.task) | sort == ["A","B","C","D"]' \
 		ws/.sfma/trace.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "the task tool: 'pending task ceiling' past maxPendingTasks and 'duplicate task id' for a reused id" {
@@ -113,6 +115,7 @@ verifies() {
 	jq -e '.verdict == "failed" and .hardTierFailures == 2 and (.error | test("refused by the hard tier"))' ws/.sfma/result.json
 	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft" and .data.task == "A")] | length == 0' ws/.sfma/trace.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "maxModelCalls counts every loop's calls together: the run halts cleanly, sealed and verifiable" {
@@ -127,6 +130,7 @@ verifies() {
 	jq -s -e '[.[] | select(.purpose == "work")][0:3] | map(.callsLeft) | add <= 4' requests.jsonl
 	jq -s -e '[.[] | select(.kind == "result")][-1].data.trigger == "maxModelCalls"' ws/.sfma/trace.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "maxTurns counts every loop's turns together" {
@@ -138,6 +142,7 @@ verifies() {
 	# no more work requests than turns: none was sent that could not be taken
 	[ "$(jq -s '[.[] | select(.purpose == "work" or .purpose == "bootstrap")] | length' requests.jsonl)" -eq 4 ]
 	verifies
+	replays_ok 1
 }
 
 @test "the calls left are shared among the requests in flight" {
@@ -160,16 +165,40 @@ verifies() {
 		(.[2].messages[0].content | fromjson | .assignedTask.id == "B" and .loop == 1)' requests.jsonl
 	jq -s -e '[.[] | select(.kind == "verdict" and .data.tier == "soft")] | map(.data.task) == ["A","B","C"]' ws/.sfma/trace.jsonl
 	verifies
+	replays_ok 1
 }
 
-@test "a multi-loop record is verified and its replay says it is not re-derived, never OK" {
+@test "a multi-loop record replays, each loop's conversation re-derived; a forged soft verdict or loop diverges" {
 	three_tasks
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ]
 	verifies
+	replays_ok 1
+	cp -a ws ws.orig
+	# a soft verdict turned around, its judgment with it, the chain recomputed
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("tier") == "soft" and e["data"]["task"] == "B":
+        e["data"]["pass"] = False
+        e["data"]["judgments"][0]["pass"] = False
+'
+	verifies
 	run sfma replay ws
 	[ "$status" -eq 1 ]
-	[[ "$output" == "REPLAY_INCOMPLETE: "*"several conversations"* ]] || { echo "$output"; return 1; }
+	[[ "$output" == "REPLAY_DIVERGED: seq "*"(verdict): trace has judgment 1 pass=false, replay derives pass=true \"mock judge\""* ]] ||
+		{ echo "$output"; return 1; }
+	# a loop's turn told as another loop's: that conversation is not the one it came from
+	rm -rf ws && cp -a ws.orig ws
+	rewrite '
+calls = [e for e in es if e["kind"] == "call" and e["loop"] == 2]
+tail = [e for e in es if e["seq"] > calls[0]["seq"]]
+for e in [calls[0]] + tail[:3]:
+    e["loop"] = 3
+'
+	verifies
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == REPLAY_DIVERGED:* ]] || { echo "$output"; return 1; }
 }
 
 # Needs the concurrent sfma-model (the object form of SFMA_MOCK and
@@ -189,6 +218,7 @@ verifies() {
 	jq -s -e '[.[] | select(.kind == "call" and .loop > 0 and .data.purpose == null)] | .[1:4] | map(.loop) | sort == [1,2,3]' \
 		ws/.sfma/trace.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "sfma log shows each row's loop and the soft verdicts with task, judge and producer" {

@@ -74,6 +74,7 @@ verifies() {
 	# the outcome goes back to sfma-model as feedback for the producer's pass rate
 	jq -s -e '[.[] | select(.verdicts)][0].verdicts == [{"endpoint":"a","class":"mechanical","pass":true}]' requests.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "one endpoint: the judge cannot be another, and the verdict records it as not independent" {
@@ -83,6 +84,7 @@ verifies() {
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	soft | jq -e '.[0].data.judge == "a" and .[0].data.producer == "a" and .[0].data.independent == false'
 	verifies
+	replays_ok 1
 }
 
 @test "the success criteria are judged at the end and fill criteria[] in the record" {
@@ -110,6 +112,7 @@ verifies() {
 		(.[0].messages[0].content | fromjson | .clarification == "out.txt is empty of meaning" and .assignedTask.id == "main")' \
 		requests.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "a task failed once passes on its retry: the run completes" {
@@ -117,6 +120,7 @@ verifies() {
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	soft | jq -e 'map(.data.pass) == [false,true]'
+	replays_ok 1
 }
 
 @test "a hard-tier failure is never judged back to a pass: no judgment is asked" {
@@ -129,6 +133,7 @@ verifies() {
 	soft | jq -e 'length == 0'
 	jq -s -e 'map(select(.purpose == "judge")) | length == 0' requests.jsonl
 	verifies
+	replays_ok 1
 }
 
 @test "softCalls 3: the majority decides; softCalls 2 with a split is a tie, which fails" {
@@ -139,8 +144,8 @@ verifies() {
 	# 1 pass, 1 fail, 1 invalid: fails; then pass, fail, pass: passes
 	soft | jq -e 'map(.data.pass) == [false,true] and (.[0].data.judgments | map(.reason)) == ["yes","no","judge reply invalid"]'
 	jq -s -e '[.[] | select(.purpose == "judge")] | length == 6' requests.jsonl
-	run sfma replay ws
-	[ "$status" -eq 1 ] # a retried task: a second conversation
+	# the retry's conversation replays too
+	replays_ok 1
 	rm -rf ws requests.jsonl && mkdir ws
 	manifest '"a","b"' 2
 	standin '"a","b"' "$(pass "yes")" "$(fail "no")" "$(fail "no")" "$(fail "no")"
@@ -215,6 +220,7 @@ for e in es:
 	done
 	jq -e '.pinned.candidate.mission == "write out.txt"' ws/.sfma/memory.json
 	jq -e '.lifecycle | index("certified") != null' ws/.sfma/result.json
+	replays_ok 6
 }
 
 @test "a pinned configuration whose soft pass rate falls below demotePass is demoted" {
@@ -232,4 +238,5 @@ for e in es:
 	[ "$status" -eq 1 ]
 	jq -e '.pinned == null' ws/.sfma/memory.json
 	jq -e '.lifecycle | index("demoted") != null' ws/.sfma/result.json
+	replays_ok 3
 }

@@ -697,7 +697,7 @@ static void post_task(struct run *r, json_t *call)
 	const char *cls = json_string_value(json_object_get(call, "class"));
 	json_t *shown = json_pack("{s:s, s:s?}", "tool", "task", "id", id);
 	json_t *task = trace(r, "task", json_pack("{s:o}", "call", shown), r->loop_no, NULL, NULL);
-	char reason[400];
+	char reason[300];
 	json_t *defs = task_defs(r);
 	int pass = task_post_check(call, defs, pending_tasks(r), r->m->max_pending_tasks, reason, sizeof reason);
 	json_decref(defs);
