@@ -236,3 +236,17 @@ for e in [calls[0]] + tail[:3]:
 	echo "$output" | jq -s -e '[.[] | select(.tier == "soft")] | length == 3 and all(.[]; .judge == "mock-judge" and .producer == "a") and
 		(map(.loop) | sort) == [1,2,3] and (map(.task) | sort) == ["A","B","C"]'
 }
+
+@test "a HALT file while loops are in flight: their replies are read and counted, not acted on; sealed and replayable" {
+	halt=$(jq -nc --arg p "$BATS_TEST_TMPDIR/ws/.sfma/HALT" --arg t "$(write a.txt | jq -r .)" '{text:$t,touch:$p}')
+	standin "{\"A\":[$halt],\"B\":[$(write b.txt),$(done_ b)],\"C\":[$(write c.txt),$(done_ c)]}"
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"HALTED-OPERATOR "* ]] || { echo "$output"; return 1; }
+	# the first reply served was acted on; the two still in flight were drained
+	jq -s -e '[.[] | select(.kind == "call" and .data.drained)] | length == 2' ws/.sfma/trace.jsonl
+	jq -s -e '[.[] | select(.kind == "task")] | length == 1' ws/.sfma/trace.jsonl
+	jq -e '.modelCalls == 4 and .turns == 2' ws/.sfma/result.json
+	verifies
+	replays_ok 1
+}

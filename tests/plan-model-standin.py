@@ -15,6 +15,7 @@
 #   "attempts"   [CALL...]: failed attempts reported before the successful one
 #   "recallStub" true: call recall with the first compaction stub of the request
 #   "fail"       an error text: the reply is {"ok":false}
+#   "touch"      a path: created before the reply is sent (an operator's HALT)
 # Loops (PIPELINE.md): requests may come several at once, replies go by id.
 #   "bootstrap": [ITEM...]       bootstrap requests draw from it (else "replies")
 #   "tasks": {"<task id>": [...]} work requests on that task (else "replies")
@@ -109,6 +110,8 @@ def answer(req):
         calls.append(dict(attempt, ok=False, status=500, errorClass="transient", error=item["fail"]))
         reply.update(ok=False, error=item["fail"], calls=calls)
         return reply
+    if "touch" in item:
+        open(item["touch"], "w").close()
     text = item.get("text", "")
     native, tool_calls = item.get("native"), item.get("toolCalls")
     if item.get("recallStub"):

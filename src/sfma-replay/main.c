@@ -1466,6 +1466,19 @@ static void replay_run(void)
 			stopped(e, 0);
 			break;
 		}
+		/* Replies that came after a stop the host caused (a HALT file,
+		 * the time budget): counted, not acted on; the stop follows. */
+		if (strcmp(kind_of(e), "call") == 0 && json_is_true(json_object_get(data_of(e), "drained"))) {
+			while ((e = peek()) && strcmp(kind_of(e), "call") == 0 &&
+			       json_is_true(json_object_get(data_of(e), "drained"))) {
+				next();
+				usage_add(&R.usage, json_object_get(data_of(e), "usage"));
+				if (++R.calls > R.m->max_model_calls)
+					diverged(e, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
+			}
+			stopped(expect_kind("result", "the stop the drained replies came after"), 0);
+			break;
+		}
 		/* The loops' entries interleave in the order the planner served
 		 * the replies: each is derived in its own loop's conversation. */
 		int k = (int)json_number_value(json_object_get(e, "loop"));
@@ -1598,7 +1611,7 @@ static void replay_run(void)
 	}
 	/* Replies still in flight when the run stopped: their calls were
 	 * made, traced and counted, and not acted on. */
-	while ((e = peek()) && strcmp(kind_of(e), "call") == 0) {
+	while ((e = peek()) && strcmp(kind_of(e), "call") == 0 && json_is_true(json_object_get(data_of(e), "drained"))) {
 		next();
 		usage_add(&R.usage, json_object_get(data_of(e), "usage"));
 		if (++R.calls > R.m->max_model_calls)
