@@ -77,9 +77,8 @@ def answer(req):
         others = [n for n in names if n != req.get("avoid")]
         endpoint, independent = (others[0], True) if others else (names[0], False)
     if judging and queues["judge"] is None:
-        text = ('{"pass":true,"reason":"mock judge"}' if purpose == "judge" else
-                json.dumps({"criteria": [{"criterion": c, "pass": True, "evidence": []} for c in
-                                         json.loads(req["messages"][0]["content"]).get("successCriteria", [])]}))
+        # the mock's criteria answer passes every criterion, whatever it lists
+        text = '{"pass":true,"reason":"mock judge"}' if purpose == "judge" else '{"criteria":[]}'
         return {"id": req["id"], "ok": True, "text": text, "endpoint": "mock-judge", "calls": [],
                 "independent": True, "endpoints": {}}
     if judging:

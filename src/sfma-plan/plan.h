@@ -105,6 +105,8 @@ char *native_reply_blob(const char *provider, const char *text, const json_t *na
 /* The soft tier (sfma-plan(1), The soft tier): a judge's reply is
  * {"pass":bool,"reason":S}; anything else fails with this reason. */
 #define REASON_JUDGE_INVALID "judge reply invalid"
+/* The judge the array-form mock answers as, with no call. */
+#define MOCK_JUDGE "mock-judge"
 /* 1 with *pass and *reason (malloc'd) set when text is a judgment, else
  * 0 with *reason REASON_JUDGE_INVALID. */
 int soft_judgment_parse(const char *text, int *pass, char **reason);

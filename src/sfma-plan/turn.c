@@ -945,6 +945,10 @@ static void take_criteria(struct run *r, json_t *reply)
 	json_decref(extra);
 	json_t *v = text ? parse_reply(text) : NULL, *said = json_object_get(v, "criteria");
 	json_t *out = json_array();
+	/* The array-form mock's own answer (no call) passes every criterion
+	 * (PIPELINE.md, sfma-model), whatever list it carries. */
+	const char *ep = json_string_value(json_object_get(reply, "endpoint"));
+	int mock = !json_array_size(json_object_get(reply, "calls")) && ep && strcmp(ep, MOCK_JUDGE) == 0;
 	size_t i;
 	json_t *c;
 	int all = 1;
@@ -957,7 +961,9 @@ static void take_criteria(struct run *r, json_t *reply)
 		json_array_foreach(ev, j, x)
 			if (json_is_string(x))
 				json_array_append(evidence_ids, x);
-		int pass = json_is_true(p);
+		int pass = mock || json_is_true(p);
+		if (mock)
+			json_array_clear(evidence_ids);
 		all &= pass;
 		json_array_append_new(out, json_pack("{s:O, s:b, s:o}", "criterion", c, "pass", pass, "evidence",
 		                                     evidence_ids));

@@ -850,8 +850,11 @@ static void criteria_verdict(void)
 	/* asked when there are criteria and calls left */
 	if (!json_array_size(crit) || R.calls >= R.m->max_model_calls)
 		return;
+	long before = R.calls;
 	judgment_calls("criteria");
 	json_t *e = expect_kind("verdict", "the criteria verdict");
+	const char *judge_name = str(data_of(e), "judge");
+	int mock = R.calls == before && judge_name && strcmp(judge_name, MOCK_JUDGE) == 0;
 	json_t *said = json_object_get(data_of(e), "criteria");
 	if (!str(data_of(e), "tier") || strcmp(str(data_of(e), "tier"), "criteria") != 0 ||
 	    json_array_size(said) != json_array_size(crit))
@@ -862,7 +865,7 @@ static void criteria_verdict(void)
 	size_t i;
 	json_t *c;
 	json_array_foreach(said, i, c) {
-		int pass = json_is_true(json_object_get(json_array_get(got, i), "pass"));
+		int pass = mock || json_is_true(json_object_get(json_array_get(got, i), "pass"));
 		if (json_is_true(json_object_get(c, "pass")) != pass) {
 			json_decref(v);
 			diverged(e, shown("criterion %zu pass=%s", i + 1, pass ? "false" : "true"),
