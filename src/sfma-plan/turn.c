@@ -1116,11 +1116,16 @@ static void dispatch(struct run *r)
 		return;
 	if (stops(r))
 		return;
+	/* PIPELINE.md: at most maxLoops + softCalls requests in flight */
+	long limit = r->n_loops + r->m->tuning.soft_calls, out = r->work_in_flight + (r->criteria_id != 0);
+	for (int k = 0; k < r->n_loops; k++)
+		out += r->loops[k].judges_out;
 	for (int k = 0; k < r->n_loops && !r->verdict; k++) {
-		while (r->loops[k].judges_to_send && !r->verdict) {
+		while (r->loops[k].judges_to_send && !r->verdict && out < limit) {
 			long avail = calls_available(r);
 			if (avail <= 0)
 				break;
+			out++;
 			long share = avail / (wanting + judges);
 			send_judge(r, k, share > 0 ? share : 1);
 			judges--;
@@ -1129,7 +1134,7 @@ static void dispatch(struct run *r)
 	for (int k = 0; k < r->n_loops && !r->verdict; k++) {
 		if (!wants_work(r, k))
 			continue;
-		if (r->turns + r->work_in_flight >= r->m->max_turns)
+		if (r->turns + r->work_in_flight >= r->m->max_turns || out >= limit)
 			break;
 		if (mono_ms() >= r->deadline_mono) {
 			halt_max_seconds(r);
@@ -1142,6 +1147,7 @@ static void dispatch(struct run *r)
 		use_loop(r, k);
 		if (send_work(r, share > 0 ? share : 1) < 0)
 			break;
+		out++;
 		wanting--;
 	}
 }
