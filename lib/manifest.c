@@ -221,7 +221,7 @@ static void load_routing(struct tuning *tu, json_t *r, struct reasons *why)
 
 static const char *const tuning_keys[] = {
 	"ewmaAlpha", "targetLatencyMs", "routing", "certWindow", "certCompletion",
-	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", NULL,
+	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", "softCalls", NULL,
 };
 
 static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
@@ -233,6 +233,7 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	tu->cert_pass = 0.85;
 	tu->demote_pass = 0.6;
 	tu->fast_tier_max_bytes = 512;
+	tu->soft_calls = 1;
 	tu->routing_reasoning = (struct routing_weights){0.20, 0.50, 0.20, 0.10};
 	tu->routing_mechanical = (struct routing_weights){0.10, 0.30, 0.20, 0.40};
 	if (!t)
@@ -270,6 +271,8 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	}
 	tu->cert_window = (int)int_field(t, "certWindow", 0, 20, 1, 1000, why);
 	tu->fast_tier_max_bytes = int_field(t, "fastTierMaxBytes", 0, 512, 0, 1L << 30, why);
+	/* The soft tier's judgments per done (majority; a tie fails). */
+	tu->soft_calls = (int)int_field(t, "softCalls", 0, 1, 1, 5, why);
 	load_routing(tu, json_object_get(t, "routing"), why);
 }
 

@@ -39,6 +39,7 @@ struct tuning {
 	double cert_pass;               /* 0.85 */
 	double demote_pass;             /* 0.6 */
 	long fast_tier_max_bytes;       /* 512 */
+	int soft_calls;                 /* softCalls 1..5, 1: judgments per done */
 	struct routing_weights routing_reasoning;  /* 0.20 0.50 0.20 0.10 */
 	struct routing_weights routing_mechanical; /* 0.10 0.30 0.20 0.40 */
 };

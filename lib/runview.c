@@ -530,7 +530,15 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 {
 	int ok = json_is_true(json_object_get(data, "ok"));
 	v->calls++;
-	if (ok) {
+	/* a judgment of the soft tier is a model call, not a turn */
+	json_t *purpose = json_object_get(data, "purpose");
+	if (json_is_string(purpose)) {
+		copy_if(row, "purpose", data, "purpose");
+		copy_if(row, "task", data, "task");
+		json_object_set_new(row, "turn", json_integer(v->turn));
+		if (!ok)
+			v->failed_calls++;
+	} else if (ok) {
 		v->turn++;
 		json_object_set_new(row, "turn", json_integer(v->turn));
 	} else {
@@ -549,6 +557,14 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	if (json_is_object(json_object_get(data, "usage"))) {
 		json_object_set_new(row, "usage", tidy(json_object_get(data, "usage"), 0));
 		add_usage(v, json_object_get(data, "usage"));
+	}
+	if (json_is_string(purpose)) {
+		add_str(d, purpose);
+		if (json_is_string(json_object_get(data, "task"))) {
+			buf_adds(d, " of task ");
+			add_str(d, json_object_get(data, "task"));
+		}
+		buf_adds(d, ": ");
 	}
 	add_str(d, json_object_get(data, "endpoint"));
 	double lat;
@@ -583,6 +599,36 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 		buf_printf(d, ", %.0f native call%s", native, native == 1 ? "" : "s");
 }
 
+/* A soft verdict: the task, its judge and producer, the reason; the
+ * criteria judgment: how many criteria passed. */
+static void soft_row(json_t *row, const json_t *data, struct buf *d)
+{
+	if (str_is(json_object_get(data, "tier"), "criteria")) {
+		json_t *c = json_object_get(data, "criteria"), *x;
+		size_t i, passed = 0;
+		json_array_foreach(c, i, x)
+			passed += json_is_true(json_object_get(x, "pass"));
+		json_object_set_new(row, "criteria", json_deep_copy(c));
+		buf_printf(d, "criteria: %zu of %zu pass (judge ", passed, json_array_size(c));
+		add_str(d, json_object_get(data, "judge"));
+		buf_adds(d, ")");
+		return;
+	}
+	copy_if(row, "task", data, "task");
+	if (json_is_false(json_object_get(data, "independent")))
+		json_object_set_new(row, "independent", json_false());
+	buf_adds(d, "soft tier: task ");
+	add_str(d, json_object_get(data, "task"));
+	buf_adds(d, " judged by ");
+	add_str(d, json_object_get(data, "judge"));
+	if (json_is_false(json_object_get(data, "independent")))
+		buf_adds(d, " (not independent)");
+	buf_adds(d, ", produced by ");
+	add_str(d, json_object_get(data, "producer"));
+	buf_adds(d, ": ");
+	add_str(d, json_object_get(data, "reason"));
+}
+
 static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, const json_t *data, struct buf *d)
 {
 	int pass = json_is_true(json_object_get(data, "pass"));
@@ -591,6 +637,10 @@ static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, con
 	copy_if(row, "reason", data, "reason");
 	copy_if(row, "judge", data, "judge");       /* the soft tier's */
 	copy_if(row, "producer", data, "producer");
+	if (str_is(json_object_get(data, "tier"), "soft") || str_is(json_object_get(data, "tier"), "criteria")) {
+		soft_row(row, data, d);
+		return;
+	}
 	json_t *task_id = json_array_get(json_object_get(entry, "refs"), 0);
 	json_t *task = json_is_string(task_id) ? json_object_get(v->tasks, json_string_value(task_id)) : NULL;
 	if (task) {

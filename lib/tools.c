@@ -35,6 +35,11 @@ const struct tool_def tool_defs[] = {
 	 "\"mode\":{\"type\":\"string\",\"enum\":[\"referential\",\"episodic\",\"lexical\",\"change\",\"semantic\"]},"
 	 "\"id\":{\"type\":\"string\"},\"since\":{\"type\":\"integer\"},\"until\":{\"type\":\"integer\"},"
 	 "\"query\":{\"type\":\"string\"},\"limit\":{\"type\":\"integer\"}},\"required\":[\"mode\"]}"},
+	{"task", "Post work for another loop on the blackboard: a new task with an id not used before.",
+	 "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},"
+	 "\"description\":{\"type\":\"string\"},\"role\":{\"type\":\"string\"},"
+	 "\"class\":{\"type\":\"string\",\"enum\":[\"reasoning\",\"mechanical\"]}},"
+	 "\"required\":[\"id\",\"description\"]}"},
 	{"done", "Finish the task: every declared output must exist.",
 	 "{\"type\":\"object\",\"properties\":{\"summary\":{\"type\":\"string\","
 	 "\"description\":\"what was done\"}},\"required\":[\"summary\"]}"},

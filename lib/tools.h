@@ -15,7 +15,7 @@
 #include "err.h"
 
 /* The tools the model may call, one table (name, description, JSON
- * Schema of the input).  `task` is added by a later change. */
+ * Schema of the input), task included (the blackboard, sfma-plan(1)). */
 struct tool_def { const char *name, *description, *schema_json; };
 extern const struct tool_def tool_defs[];   /* terminated by {NULL} */
 extern const size_t n_tool_defs;

@@ -95,6 +95,9 @@ static const char *status_of(const json_t *row, int *colour)
 	if (strcmp(kind, "verdict") == 0) {
 		if (is_true(row, "pass"))
 			return *colour = C_GREEN, "PASS";
+		/* the soft tier fails work; only the hard tier refuses a call */
+		if (strcmp(str(row, "tier"), "soft") == 0 || strcmp(str(row, "tier"), "criteria") == 0)
+			return *colour = C_RED, "FAIL";
 		return *colour = C_RED, "REFUSED";
 	}
 	if (strcmp(kind, "call") == 0 && !is_true(row, "ok"))

@@ -668,8 +668,10 @@ static void entry_row(struct buf *b, const json_t *row)
 		badge = "INVALID", badge_cls = "invalid";
 	} else if (strcmp(kind, "verdict") == 0) {
 		int pass = json_is_true(json_object_get(row, "pass"));
+		/* the soft tier fails work; only the hard tier refuses a call */
+		int soft = is(row, "tier", "soft") || is(row, "tier", "criteria");
 		cls = pass ? "" : "refused";
-		badge = pass ? "PASS" : "REFUSED", badge_cls = pass ? "pass" : "refused";
+		badge = pass ? "PASS" : soft ? "FAIL" : "REFUSED", badge_cls = pass ? "pass" : "refused";
 	} else if (strcmp(kind, "call") == 0) {
 		cls = "call";
 		if (!json_is_true(json_object_get(row, "ok")))

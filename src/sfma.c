@@ -51,7 +51,7 @@ static const char *const env_everyone[] = {
 };
 static const char *const env_model[] = {
 	"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY",
-	"OPENAI_CODEX_TOKEN", "OPENAI_CODEX_ACCOUNT", "SFMA_MOCK",
+	"OPENAI_CODEX_TOKEN", "OPENAI_CODEX_ACCOUNT", "SFMA_MOCK", "SFMA_MOCK_LATENCY_MS",
 	"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
 	"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", NULL,
 };

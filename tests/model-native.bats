@@ -24,7 +24,7 @@ native_req() {
 }
 
 # The tool names in the table's order, as the fake server's checks read them.
-NAMES="['read','write','run','notify','ask','recall','done']"
+NAMES="['read','write','run','notify','ask','recall','task','done']"
 REMINDER_PY="'one call per turn: only the first call was carried out'"
 
 @test "anthropic: tools offered, tool_use parsed, tool_use/tool_result blocks sent back, usage" {

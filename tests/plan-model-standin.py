@@ -15,9 +15,21 @@
 #   "attempts"   [CALL...]: failed attempts reported before the successful one
 #   "recallStub" true: call recall with the first compaction stub of the request
 #   "fail"       an error text: the reply is {"ok":false}
+#   "touch"      a path: created before the reply is sent (an operator's HALT)
+# Loops (PIPELINE.md): requests may come several at once, replies go by id.
+#   "bootstrap": [ITEM...]       bootstrap requests draw from it (else "replies")
+#   "tasks": {"<task id>": [...]} work requests on that task (else "replies")
+#   "judge": [ITEM...]           judge and criteria requests; absent: answered
+#                                {"pass":true,"reason":"mock judge"} with no call
+#   "endpoints": [NAME...]       work goes to the first; a judge to the first
+#                                that is not "avoid" (independent:false if none)
+#   "batchMs": N                 hold requests arriving within N ms of each other
+#                                and answer them newest first (out of order)
+# SFMA_MOCK_LATENCY_MS=N: each reply goes N ms after its request came, whatever
+# else is in flight (a concurrent model stage).
 # Each attempt reports requestBytes as the mock does: the canonical JSON of
 # {system, messages, tools} (tools: the definitions, when offered).
-import json, os, subprocess, sys
+import json, os, select, subprocess, sys, time
 
 script = json.loads(os.environ.get("SFMA_MOCK") or "{}")
 replies = script.get("replies", [])
@@ -44,46 +56,118 @@ def first_stub(messages):
     return None
 
 
-turn = 0
-for line in sys.stdin:
-    req = json.loads(line)
-    if log:
-        log.write(canon(req) + "\n")
-        log.flush()
+queues = {"replies": replies, "bootstrap": script.get("bootstrap"), "judge": script.get("judge")}
+task_queues = script.get("tasks", {})
+names = script.get("endpoints", ["standin"])
+pos = {}
+counter = {"work": 0}
+
+
+def draw(name, items):
+    i = pos.get(name, 0)
+    pos[name] = i + 1
+    return items[i] if i < len(items) else None
+
+
+def answer(req):
+    purpose = req.get("purpose", "work")
+    judging = purpose in ("judge", "criteria")
+    endpoint, independent = names[0], True
+    if judging:
+        others = [n for n in names if n != req.get("avoid")]
+        endpoint, independent = (others[0], True) if others else (names[0], False)
+    if judging and queues["judge"] is None:
+        # the mock's criteria answer passes every criterion, whatever it lists
+        text = '{"pass":true,"reason":"mock judge"}' if purpose == "judge" else '{"criteria":[]}'
+        return {"id": req["id"], "ok": True, "text": text, "endpoint": "mock-judge", "calls": [],
+                "independent": True, "endpoints": {}}
+    if judging:
+        item = draw("judge", queues["judge"])
+    elif purpose == "bootstrap" and queues["bootstrap"] is not None:
+        item = draw("bootstrap", queues["bootstrap"])
+    elif req.get("task") in task_queues:
+        item = draw("task:" + req["task"], task_queues[req["task"]])
+    else:
+        item = draw("replies", replies)
+    if item is None:
+        item = {"text": '{"tool":"done","summary":"script exhausted"}'}
+    if isinstance(item, str):
+        item = {"text": item}
     body = {"system": req["system"], "messages": req["messages"]}
     if req.get("tools"):
         body["tools"] = tools
     size = len(canon(body).encode())
-    item = replies[turn] if turn < len(replies) else {"text": '{"tool":"done","summary":"script exhausted"}'}
-    turn += 1
-    if isinstance(item, str):
-        item = {"text": item}
-    attempt = {"endpoint": "standin", "class": req["class"], "latencyMs": 1, "status": 200, "waitMs": 0,
+    attempt = {"endpoint": endpoint, "class": req["class"], "latencyMs": 1, "status": 200, "waitMs": 0,
                "requestBytes": size}
-    calls = [dict(a, endpoint="standin", **{"class": req["class"], "requestBytes": size})
+    calls = [dict(a, endpoint=endpoint, **{"class": req["class"], "requestBytes": size})
              for a in item.get("attempts", [])]
-    reply = {"id": req["id"], "endpoint": "standin", "provider": item.get("provider", "anthropic"),
+    reply = {"id": req["id"], "endpoint": endpoint, "provider": item.get("provider", "anthropic"),
              "endpoints": {}}
+    if judging:
+        reply["independent"] = independent
     if "fail" in item:
         calls.append(dict(attempt, ok=False, status=500, errorClass="transient", error=item["fail"]))
         reply.update(ok=False, error=item["fail"], calls=calls)
+        return reply
+    if "touch" in item:
+        open(item["touch"], "w").close()
+    text = item.get("text", "")
+    native, tool_calls = item.get("native"), item.get("toolCalls")
+    if item.get("recallStub"):
+        stub = first_stub(req["messages"])
+        item["calls"] = [["recall", {k: v for k, v in stub.items() if k != "tool"}]]
+    counter["work"] += 1
+    if "calls" in item:
+        n = counter["work"]
+        native = [{"type": "tool_use", "id": "toolu_%d_%d" % (n, i), "name": nm, "input": inp}
+                  for i, (nm, inp) in enumerate(item["calls"])]
+        tool_calls = [{"id": c["id"], "name": c["name"], "input": c["input"]} for c in native]
+    ok = dict(attempt, ok=True)
+    if "usage" in item:
+        ok["usage"] = item["usage"]
+        reply["usage"] = item["usage"]
+    calls.append(ok)
+    reply.update(ok=True, text=text, calls=calls)
+    if tool_calls is not None:
+        reply.update(toolCalls=tool_calls, native=native)
+    return reply
+
+
+batch_ms = script.get("batchMs", 0)
+latency = int(os.environ.get("SFMA_MOCK_LATENCY_MS") or 0) / 1000.0
+pending, buf, eof = [], b"", False
+fd = sys.stdin.fileno()
+while not eof or pending:
+    now = time.monotonic()
+    if latency:
+        wait = max(0.0, min(due for due, _ in pending) - now) if pending else None
     else:
-        text = item.get("text", "")
-        native, tool_calls = item.get("native"), item.get("toolCalls")
-        if item.get("recallStub"):
-            stub = first_stub(req["messages"])
-            item["calls"] = [["recall", {k: v for k, v in stub.items() if k != "tool"}]]
-        if "calls" in item:
-            native = [{"type": "tool_use", "id": "toolu_%d_%d" % (turn, i), "name": n, "input": inp}
-                      for i, (n, inp) in enumerate(item["calls"])]
-            tool_calls = [{"id": c["id"], "name": c["name"], "input": c["input"]} for c in native]
-        ok = dict(attempt, ok=True)
-        if "usage" in item:
-            ok["usage"] = item["usage"]
-            reply["usage"] = item["usage"]
-        calls.append(ok)
-        reply.update(ok=True, text=text, calls=calls)
-        if tool_calls is not None:
-            reply.update(toolCalls=tool_calls, native=native)
-    sys.stdout.write(canon(reply) + "\n")
-    sys.stdout.flush()
+        wait = batch_ms / 1000.0 if pending else None
+    ready = select.select([fd], [], [], wait)[0] if not eof else []
+    if eof and pending and latency:
+        time.sleep(max(0.0, min(due for due, _ in pending) - time.monotonic()))
+    if ready:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            eof = True
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line)
+            if log:
+                log.write(canon(req) + "\n")
+                log.flush()
+            pending.append((time.monotonic() + latency, req))
+        if batch_ms and not eof and not latency:
+            continue
+    if latency:
+        now = time.monotonic()
+        order = [p for p in pending if p[0] <= now]
+        pending = [p for p in pending if p[0] > now]
+    else:
+        # what is held, newest first (in order without batchMs)
+        order = list(reversed(pending)) if batch_ms else pending
+        pending = []
+    for _, req in order:
+        sys.stdout.write(canon(answer(req)) + "\n")
+        sys.stdout.flush()

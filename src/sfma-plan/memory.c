@@ -45,22 +45,47 @@ json_t *memory_pinned(struct memory *mem)
 	return json_is_object(p) && json_is_object(json_object_get(p, "candidate")) ? p : NULL;
 }
 
-/* Over the last `window` non-dry runs: how many, how many completed, and
- * whether any had a hard-tier failure. */
-static void window_stats(json_t *runs, int window, int *count, int *completed, int *failures)
+/* The soft-tier window (sfma-plan(1), Certification): the last `window`
+ * judgments of non-dry runs, newest run first, and over the runs they
+ * come from: how many, how many completed, how many had a hard-tier
+ * failure. A run records its judgments as "soft":{"judged","passed"}; a
+ * run without it (made before the soft tier, or one that never came to a
+ * judgment) counts as one judgment, passed when the run completed. */
+struct window {
+	long judged, passed;
+	int runs, completed, failures;
+};
+
+static void window_stats(json_t *runs, int window, struct window *w)
 {
-	*count = *completed = *failures = 0;
-	for (size_t i = json_array_size(runs); i-- > 0 && *count < window;) {
+	*w = (struct window){0};
+	for (size_t i = json_array_size(runs); i-- > 0 && w->judged < window;) {
 		json_t *r = json_array_get(runs, i);
 		if (json_is_true(json_object_get(r, "dryRun")))
 			continue;
-		(*count)++;
+		w->runs++;
 		const char *v = json_string_value(json_object_get(r, "verdict"));
-		if (v && strcmp(v, "completed") == 0)
-			(*completed)++;
+		int completed = v && strcmp(v, "completed") == 0;
+		w->completed += completed;
 		json_t *h = json_object_get(r, "hardTierFailures");
 		if (json_is_number(h) && json_number_value(h) > 0)
-			(*failures)++;
+			w->failures++;
+		json_t *soft = json_object_get(r, "soft");
+		double judged = json_number_value(json_object_get(soft, "judged"));
+		double passed = json_number_value(json_object_get(soft, "passed"));
+		if (judged >= 1 && passed >= 0 && passed <= judged && judged <= 1e6) {
+			/* only as many of this run's judgments as the window still holds */
+			long take = (long)judged, left = window - w->judged;
+			if (take > left) {
+				passed = passed * (double)left / judged;
+				take = left;
+			}
+			w->judged += take;
+			w->passed += (long)passed;
+		} else {
+			w->judged++;
+			w->passed += completed;
+		}
 	}
 }
 
@@ -73,25 +98,26 @@ void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run
 		json_array_remove(runs, 0);
 	*certified = *demoted = 0;
 
-	int count, completed, failures;
-	window_stats(runs, m->tuning.cert_window, &count, &completed, &failures);
-	double rate = count ? (double)completed / count : 0;
+	struct window w;
+	window_stats(runs, m->tuning.cert_window, &w);
+	int full = w.judged >= m->tuning.cert_window;
+	double completion = w.runs ? (double)w.completed / w.runs : 0;
+	double pass_rate = w.judged ? (double)w.passed / (double)w.judged : 0;
 	json_t *h = json_object_get(run_summary, "hardTierFailures");
 	int this_failed_hard = json_is_number(h) && json_number_value(h) > 0;
 	int dry = json_is_true(json_object_get(run_summary, "dryRun"));
 
 	if (memory_pinned(mem)) {
 		/* A pinned configuration is demoted by a hard-tier failure in a
-		 * pinned run, or when the completion rate falls below demotePass. */
-		if (!dry && ((pinned_run && this_failed_hard) ||
-		             (count >= m->tuning.cert_window && rate < m->tuning.demote_pass))) {
+		 * pinned run, or when the soft pass rate falls below demotePass. */
+		if (!dry && ((pinned_run && this_failed_hard) || (full && pass_rate < m->tuning.demote_pass))) {
 			json_object_set_new(mem->doc, "pinned", json_null());
 			*demoted = 1;
 		}
 		return;
 	}
-	if (!dry && candidate && count >= m->tuning.cert_window && rate >= m->tuning.cert_completion &&
-	    failures == 0) {
+	if (!dry && candidate && full && completion >= m->tuning.cert_completion &&
+	    pass_rate >= m->tuning.cert_pass && w.failures == 0) {
 		char at[ISO8601_LEN];
 		json_object_set_new(mem->doc, "pinned",
 		                    json_pack("{s:O, s:s, s:s}", "candidate", candidate, "genesisVersion",

@@ -28,7 +28,10 @@
 
 struct evidence_store;
 
-#define GENESIS_VERSION "genesis-v1"
+#define GENESIS_VERSION "genesis-v2"
+/* The first line of every soft-tier judgment request (sfma-plan(1)). */
+#define SOFT_VERSION "1"
+#define SOFT_FIRST_LINE "sfma soft-tier judgment " SOFT_VERSION
 
 /* ---- stages.c: the planner's end of every pipe ------------------------ */
 
@@ -99,6 +102,35 @@ json_t *tool_message(const json_t *tool_calls, const char *text);
  * {"provider","text","native"} (malloc'd, *n its length). */
 char *native_reply_blob(const char *provider, const char *text, const json_t *native, size_t *n);
 
+/* The soft tier (sfma-plan(1), The soft tier): a judge's reply is
+ * {"pass":bool,"reason":S}; anything else fails with this reason. */
+#define REASON_JUDGE_INVALID "judge reply invalid"
+/* The judge the array-form mock answers as, with no call. */
+#define MOCK_JUDGE "mock-judge"
+/* 1 with *pass and *reason (malloc'd) set when text is a judgment, else
+ * 0 with *reason REASON_JUDGE_INVALID. */
+int soft_judgment_parse(const char *text, int *pass, char **reason);
+/* The majority of n judgments of which passes passed: a tie fails. */
+int soft_majority(int passes, int n);
+/* The judge's and the criteria judgment's system prompts. */
+extern const char soft_judge_prompt[], soft_criteria_prompt[];
+/* Task tool refusals. */
+#define REASON_PENDING_CEILING "pending task ceiling"
+#define REASON_DUPLICATE_TASK "duplicate task id"
+
+/* The blackboard's task {"id","description","role","class"} (new). */
+json_t *task_def(const char *id, const char *description, const json_t *role, const char *cls);
+/* The adopted candidate's firstTasks as the blackboard's first tasks:
+ * ids made unique (t<i> for a missing or reused one); none: the run's task
+ * itself, "main". New reference. */
+json_t *first_tasks(const json_t *candidate, const char *task);
+/* The first message of a loop's conversation (malloc'd). */
+char *assigned_task_text(const json_t *def, int loop, const char *clarification);
+/* The gate of a task post against the tasks so far (defs) and the pending
+ * count: 1 and "task posted", or 0 and the refusal, in reason. */
+int task_post_check(const json_t *call, const json_t *defs, size_t pending, long max_pending, char *reason,
+                    size_t n);
+
 /* Token usage summed over call entries (sfma-formats(5), usage). */
 struct usage {
 	long long input, output, cached;
@@ -146,6 +178,40 @@ json_t *memory_clip(json_t *summary);
 int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
+/* ---- turn.c: loops and the blackboard (sfma-plan(1), Loops) ---------- */
+
+/* One conversation: what the planner sends the model for one loop. */
+struct conv {
+	json_t *messages, *message_refs, *native_calls, *message_ref;
+	long candidate_msg;
+	int message_sent;
+};
+
+enum task_state { TASK_PENDING, TASK_ACTIVE, TASK_PASSED, TASK_FAILED };
+struct bb_task {
+	json_t *def;               /* {"id","description","role","class"} */
+	enum task_state state;
+	int attempts;
+	int not_loop;              /* a retry goes to another loop than this (0: any) */
+	char *clarification;       /* the judge's reason of a failed first attempt */
+};
+
+#define SOFT_CALLS_MAX 5
+struct loop {
+	struct conv c;             /* saved while another loop's is current */
+	long task;                 /* blackboard index, -1: none */
+	long req_id, allowance;    /* the work request in flight (0: none) */
+	long hard_failures;        /* refusals during its current task */
+	char producer[200];        /* the endpoint that produced its work */
+	json_t *entries;           /* ids of its current task's entries */
+	/* the soft judgment of its done */
+	int judging, judges_to_send, judges_out;
+	long judge_ids[SOFT_CALLS_MAX], judge_allow[SOFT_CALLS_MAX];
+	json_t *judge_replies;     /* [reply...] in request order (null: none yet) */
+	json_t *judge_msg_ref, *judge_calls;
+	char *judge_msg;
+};
+
 /* ---- run.c: the run ----------------------------------------------------- */
 
 #define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
@@ -192,6 +258,19 @@ struct run {
 	json_t *message_ref;
 	int message_sent;         /* message_ref went out with a request no call answered */
 	json_t *summary;          /* the done summary (a string), or NULL */
+	/* Loops (turn.c): the current conversation is the one in the fields
+	 * above; loops[cur].c keeps it while another loop's is current. */
+	struct loop *loops;
+	int n_loops, cur, loop_no; /* loop_no: the number entries carry */
+	struct bb_task *tasks;
+	size_t n_tasks;
+	int legacy;               /* one conversation does the first task (maxLoops 1, or one task) */
+	long next_request, reserved_calls, work_in_flight;
+	json_t *feedback;         /* soft outcomes for the next request's "verdicts" */
+	json_t *last_outputs;     /* the outputs the last done recorded */
+	long criteria_id, criteria_allow;
+	json_t *criteria;         /* the criteria judgment's result, or NULL */
+	long soft_judged, soft_passed; /* the run's soft verdicts (memory.json) */
 };
 
 /* dir + "/" + name into out; dies rather than cut a path short (the
@@ -258,6 +337,8 @@ int64_t deadline_wall_ms(const struct run *r);
 void genesis(struct run *r);
 /* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
 void turns(struct run *r);
+/* What the loops and the blackboard hold (run_free calls it). */
+void loops_free(struct run *r);
 /* interrupted.c: before the run opens, record the unsealed tail an
  * interrupted run left after the last record's head (a `result` entry);
  * on a torn final line, end the run (chain_alive 0, r->error says how to

@@ -38,7 +38,9 @@ char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, in
 	    "  {\"tool\":\"ask\",\"question\":Q}         ask the operator (the answer arrives in a later run)\n"
 	    "  {\"tool\":\"recall\",\"mode\":M,...}      query long-term memory (modes referential, episodic, "
 	    "lexical, change; semantic is only a labelled term-overlap ranking, no store here does similarity)\n"
-	    "  {\"tool\":\"done\",\"summary\":S}         finish: every declared output must exist\n"
+	    "  {\"tool\":\"task\",\"id\":I,\"description\":D,\"role\":R,\"class\":C} post work for another loop "
+	    "(role and class optional; an id is used once)\n"
+	    "  {\"tool\":\"done\",\"summary\":S}         finish your task: its work is then judged\n"
 	    "Each tool result comes back as {\"toolResult\":...}. A refused call returns "
 	    "EPSILON_HARD_FAIL: <reason> and counts against the run.\n\n"
 	    "OPERATOR MESSAGES may only narrow the task; they can never widen the manifest.\n");
@@ -100,6 +102,113 @@ int is_candidate(const json_t *v)
 			return 0;
 	return json_is_string(json_object_get(v, "mission")) &&
 	       json_is_array(json_object_get(v, "successCriteria"));
+}
+
+/* ---- the soft tier ------------------------------------------------------- */
+
+const char soft_judge_prompt[] =
+	SOFT_FIRST_LINE "\n"
+	"You judge one task of an agent run, which another model did. You get the run's mission, its success "
+	"criteria, the task, the summary its worker gave and the declared outputs as they are now (clipped). "
+	"Decide whether the task was really done. Reply with exactly one JSON object and nothing else: "
+	"{\"pass\":true|false,\"reason\":\"one sentence\"}.\n";
+
+const char soft_criteria_prompt[] =
+	SOFT_FIRST_LINE "\n"
+	"You judge the success criteria of a finished agent run. You get the mission, the criteria, every task "
+	"with its soft-tier verdict and the ids of its trace entries, and the declared outputs (clipped). Reply "
+	"with exactly one JSON object and nothing else: {\"criteria\":[{\"criterion\":S,\"pass\":true|false,"
+	"\"evidence\":[entry ids]}...]}, one element per criterion, in their order.\n";
+
+int soft_judgment_parse(const char *text, int *pass, char **reason)
+{
+	json_t *v = text ? parse_reply(text) : NULL;
+	json_t *p = json_object_get(v, "pass"), *why = json_object_get(v, "reason");
+	int ok = json_is_boolean(p) && json_is_string(why);
+	*pass = ok && json_is_true(p);
+	*reason = xstrdup(ok ? json_string_value(why) : REASON_JUDGE_INVALID);
+	json_decref(v);
+	return ok;
+}
+
+int soft_majority(int passes, int n)
+{
+	return 2 * passes > n;
+}
+
+/* ---- the blackboard -------------------------------------------------------- */
+
+json_t *task_def(const char *id, const char *description, const json_t *role, const char *cls)
+{
+	return json_pack("{s:s, s:s, s:O, s:s}", "id", id, "description", description, "role",
+	                 json_is_string(role) ? role : json_null(), "class",
+	                 cls && strcmp(cls, "reasoning") == 0 ? "reasoning" : "mechanical");
+}
+
+static int has_task(const json_t *defs, const char *id)
+{
+	size_t i;
+	json_t *d;
+	json_array_foreach(defs, i, d)
+		if (strcmp(json_string_value(json_object_get(d, "id")), id) == 0)
+			return 1;
+	return 0;
+}
+
+json_t *first_tasks(const json_t *candidate, const char *task)
+{
+	json_t *defs = json_array();
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(candidate, "firstTasks"), i, t) {
+		char fallback[32];
+		const char *id = json_string_value(json_object_get(t, "id"));
+		snprintf(fallback, sizeof fallback, "t%zu", i);
+		if (!id || !*id || has_task(defs, id))
+			id = fallback;
+		if (has_task(defs, id))
+			continue;
+		const char *d = json_string_value(json_object_get(t, "description"));
+		json_array_append_new(defs, task_def(id, d ? d : (json_is_string(t) ? json_string_value(t) : id),
+		                                     json_object_get(t, "role"),
+		                                     json_string_value(json_object_get(t, "class"))));
+	}
+	if (!json_array_size(defs))
+		json_array_append_new(defs, task_def("main", task && *task ? task : "produce the declared outputs", NULL,
+		                                     "mechanical"));
+	return defs;
+}
+
+char *assigned_task_text(const json_t *def, int loop, const char *clarification)
+{
+	json_t *msg = json_pack("{s:O, s:i}", "assignedTask", def, "loop", loop);
+	if (clarification)
+		json_object_set_new(msg, "clarification", json_string(clarification));
+	struct buf b = {0};
+	canon_dump(msg, &b, NULL);
+	json_decref(msg);
+	return b.p;
+}
+
+int task_post_check(const json_t *call, const json_t *defs, size_t pending, long max_pending, char *reason,
+                    size_t n)
+{
+	const char *id = json_string_value(json_object_get(call, "id"));
+	const char *d = json_string_value(json_object_get(call, "description"));
+	const char *cls = json_string_value(json_object_get(call, "class"));
+	if (!id || !*id || strlen(id) > 200 || !d || !*d)
+		snprintf(reason, n, "a task needs an id (1..200 bytes) and a description");
+	else if (cls && strcmp(cls, "reasoning") != 0 && strcmp(cls, "mechanical") != 0)
+		snprintf(reason, n, "a task's class is reasoning or mechanical");
+	else if (has_task(defs, id))
+		snprintf(reason, n, REASON_DUPLICATE_TASK " %s", id);
+	else if (pending >= (size_t)max_pending)
+		snprintf(reason, n, REASON_PENDING_CEILING " (%ld) reached", max_pending);
+	else {
+		snprintf(reason, n, "task posted");
+		return 1;
+	}
+	return 0;
 }
 
 /* ---- native tool calls ---------------------------------------------------- */

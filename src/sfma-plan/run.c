@@ -145,6 +145,7 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 		json_decref(evidence);
 		evidence = NULL;
 	}
+	int is_task = strcmp(kind, "task") == 0;
 	json_t *ev = json_pack("{s:s, s:o, s:i}", "kind", kind, "data", data, "loop", loop);
 	/* sfma-chain copies the member into the entry as it is. */
 	if (evidence)
@@ -175,6 +176,9 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 	if (r->first_seq == 0)
 		r->first_seq = seq;
 	r->last_seq = seq;
+	/* The entries of a loop's task, which its soft verdict refers to. */
+	if (is_task && r->loops && entry_id(entry))
+		json_array_append_new(r->loops[r->cur].entries, json_string(entry_id(entry)));
 	return entry;
 }
 
@@ -268,6 +272,8 @@ void attach_evidence(json_t **evidence, const char *name, json_t *ref)
 
 void refused(struct run *r, const char *reason)
 {
+	if (r->loops)
+		r->loops[r->cur].hard_failures++;
 	if (r->hard_failures++ == 0)
 		snprintf(r->first_refusal, sizeof r->first_refusal, "%s", reason ? reason : "refused");
 }
@@ -453,8 +459,13 @@ static json_t *result_body(struct run *r)
 	json_t *criteria = json_array();
 	size_t i;
 	json_t *c;
-	json_array_foreach(r->candidate ? json_object_get(r->candidate, "successCriteria") : NULL, i, c)
-		json_array_append_new(criteria, json_pack("{s:O, s:n, s:[]}", "criterion", c, "pass", "evidence"));
+	/* Filled by the criteria judgment at the end of the work; null
+	 * where the run never came to it. */
+	if (r->criteria)
+		json_array_extend(criteria, r->criteria);
+	else
+		json_array_foreach(r->candidate ? json_object_get(r->candidate, "successCriteria") : NULL, i, c)
+			json_array_append_new(criteria, json_pack("{s:O, s:n, s:[]}", "criterion", c, "pass", "evidence"));
 	json_t *body = json_object();
 	json_object_set(body, "manifest", r->m->json);
 	json_object_set_new(body, "genesisVersion", json_string(GENESIS_VERSION));
@@ -552,6 +563,9 @@ static void finish(struct run *r)
 	                            "modelCalls", (json_int_t)r->model_calls,
 	                            "hardTierFailures", (json_int_t)r->hard_failures, "dryRun", r->dry_run);
 	json_object_set_new(summary, "summary", r->summary ? memory_clip(r->summary) : json_null());
+	if (r->soft_judged)
+		json_object_set_new(summary, "soft", json_pack("{s:I, s:I}", "judged", (json_int_t)r->soft_judged,
+		                                              "passed", (json_int_t)r->soft_passed));
 	int certified, demoted;
 	memory_record_run(&r->mem, r->m, summary, r->candidate, r->pinned_run, &certified, &demoted);
 	json_decref(summary);
@@ -659,6 +673,7 @@ void run_free(struct run *r)
 	json_decref(r->prompt_ref);
 	json_decref(r->message_ref);
 	json_decref(r->summary);
+	loops_free(r);
 	memory_free(&r->mem);
 	store_close(&r->store);
 	manifest_free(r->m);

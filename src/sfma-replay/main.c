@@ -74,9 +74,74 @@ struct replay {
 	const char *verdict;
 	char error[700];
 	json_t *summary;
+	/* Loops (sfma-plan(1)): the conversation in the members above is
+	 * loop cur's; loops[k].c keeps loop k's while another is current. */
+	struct {
+		struct {
+			json_t *msgs, *refs, *pending, *pending_ref, *native_calls;
+			long keep;
+			char expect_msg[SHA256_HEX_LEN + 1];
+		} c;
+		long task, failures;
+		int judging, prepared;
+	} loops[17];
+	int cur, n_loops, legacy;
+	json_t *candidate, *last_candidate; /* this run's; the latest adopted in the trace */
+	json_t *bb;                  /* the blackboard's task definitions */
+	struct rtask { int state, attempts, not_loop; char *clarification; } *tasks;
+	const char *last_missing;    /* the first output missing at the last done */
 };
 
 static struct replay R;
+
+enum { RT_PENDING, RT_ACTIVE, RT_PASSED, RT_FAILED };
+
+/* Make loop k's conversation the current one. */
+static void use_rloop(int k)
+{
+	if (k == R.cur)
+		return;
+	R.loops[R.cur].c.msgs = R.msgs;
+	R.loops[R.cur].c.refs = R.refs;
+	R.loops[R.cur].c.pending = R.pending;
+	R.loops[R.cur].c.pending_ref = R.pending_ref;
+	R.loops[R.cur].c.native_calls = R.native_calls;
+	R.loops[R.cur].c.keep = R.keep;
+	memcpy(R.loops[R.cur].c.expect_msg, R.expect_msg, sizeof R.expect_msg);
+	R.msgs = R.loops[k].c.msgs;
+	R.refs = R.loops[k].c.refs;
+	R.pending = R.loops[k].c.pending;
+	R.pending_ref = R.loops[k].c.pending_ref;
+	R.native_calls = R.loops[k].c.native_calls;
+	R.keep = R.loops[k].c.keep;
+	memcpy(R.expect_msg, R.loops[k].c.expect_msg, sizeof R.expect_msg);
+	memset(&R.loops[k].c, 0, sizeof R.loops[k].c);
+	R.cur = k;
+}
+
+static void loops_reset(void)
+{
+	for (int k = 0; k < 17; k++) {
+		json_decref(R.loops[k].c.msgs);
+		json_decref(R.loops[k].c.refs);
+		json_decref(R.loops[k].c.pending);
+		json_decref(R.loops[k].c.pending_ref);
+		json_decref(R.loops[k].c.native_calls);
+		memset(&R.loops[k], 0, sizeof R.loops[k]);
+		R.loops[k].task = -1;
+	}
+	R.cur = 1;
+	for (size_t i = 0; i < json_array_size(R.bb); i++)
+		free(R.tasks[i].clarification);
+	free(R.tasks);
+	R.tasks = NULL;
+	json_decref(R.bb);
+	R.bb = NULL;
+	json_decref(R.candidate);
+	R.candidate = NULL;
+	R.last_missing = NULL;
+	R.legacy = 0;
+}
 
 /* The largest blob read back: a reply, a file or a command's output. */
 #define EVIDENCE_MAX_BYTES ((size_t)1 << 30)
@@ -534,6 +599,7 @@ static int path_fact_refusal(const char *reason)
 
 static void count_refusal(const char *reason)
 {
+	R.loops[R.cur].failures++;
 	if (R.failures++ == 0)
 		snprintf(R.first_refusal, sizeof R.first_refusal, "%s", reason);
 }
@@ -700,6 +766,115 @@ static void judge(const char *error_fmt, ...)
 	R.verdict = "failed";
 }
 
+/* The model calls of a judgment (purpose judge or criteria), counted. */
+static void judgment_calls(const char *purpose)
+{
+	json_t *e;
+	while ((e = peek()) && strcmp(kind_of(e), "call") == 0) {
+		const char *p = str(data_of(e), "purpose");
+		if (!p || strcmp(p, purpose) != 0)
+			diverged(e, shown("a call of purpose %s", p ? p : "work"), shown("a %s call", purpose));
+		next();
+		usage_add(&R.usage, json_object_get(data_of(e), "usage"));
+		if (++R.calls > R.m->max_model_calls)
+			diverged(e, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
+	}
+}
+
+/* A judge's reply as recorded in the verdict's evidence (NULL: none came). */
+static char *judge_reply(const json_t *e, int i)
+{
+	char name[16];
+	size_t n;
+	snprintf(name, sizeof name, i ? "reply%d" : "reply", i + 1);
+	if (!ref_hex(e, name))
+		return NULL;
+	char *t = blob(e, name, &n);
+	if (memchr(t, 0, n)) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* The soft verdict after a done: softCalls judgments, majority, a tie
+ * fails; returns its pass. */
+static int soft_verdict(json_t *e, const char **reason_out)
+{
+	json_t *d = data_of(e);
+	const char *tier = str(d, "tier");
+	if (!tier || strcmp(tier, "soft") != 0)
+		diverged(e, shown("tier %s", tier ? tier : "?"), shown("tier soft"));
+	json_t *judgments = json_object_get(d, "judgments");
+	int n = R.m->tuning.soft_calls, passes = 0;
+	if ((int)json_array_size(judgments) != n)
+		diverged(e, shown("%zu judgments", json_array_size(judgments)), shown("%d (tuning.softCalls)", n));
+	char *reason_pass = NULL, *reason_fail = NULL;
+	for (int i = 0; i < n; i++) {
+		char *text = judge_reply(e, i), *why;
+		int pass;
+		soft_judgment_parse(text, &pass, &why);
+		free(text);
+		json_t *j = json_array_get(judgments, (size_t)i);
+		if (json_is_true(json_object_get(j, "pass")) != pass || !str(j, "reason") || strcmp(str(j, "reason"), why)) {
+			free(reason_pass);
+			free(reason_fail);
+			char *has = shown("judgment %d pass=%s", i + 1, json_is_true(json_object_get(j, "pass")) ? "true" : "false");
+			char *derives = shown("pass=%s \"%.200s\"", pass ? "true" : "false", why);
+			free(why);
+			diverged(e, has, derives);
+		}
+		passes += pass;
+		char **keep = pass ? &reason_pass : &reason_fail;
+		if (!*keep)
+			*keep = why;
+		else
+			free(why);
+	}
+	int pass = soft_majority(passes, n);
+	const char *reason = pass ? reason_pass : reason_fail ? reason_fail : REASON_JUDGE_INVALID;
+	int same = json_is_true(json_object_get(d, "pass")) == pass && str(d, "reason") && strcmp(str(d, "reason"), reason) == 0;
+	char *derives = same ? NULL : shown("soft pass=%s \"%.200s\"", pass ? "true" : "false", reason);
+	free(reason_pass);
+	free(reason_fail);
+	if (!same)
+		diverged(e, shown("soft pass=%s", json_is_true(json_object_get(d, "pass")) ? "true" : "false"), derives);
+	*reason_out = str(d, "reason");
+	return pass;
+}
+
+/* The criteria judgment at the end of the work, when there are criteria. */
+static void criteria_verdict(void)
+{
+	json_t *crit = json_object_get(R.candidate, "successCriteria");
+	/* asked when there are criteria and calls left */
+	if (!json_array_size(crit) || R.calls >= R.m->max_model_calls)
+		return;
+	long before = R.calls;
+	judgment_calls("criteria");
+	json_t *e = expect_kind("verdict", "the criteria verdict");
+	const char *judge_name = str(data_of(e), "judge");
+	int mock = R.calls == before && judge_name && strcmp(judge_name, MOCK_JUDGE) == 0;
+	json_t *said = json_object_get(data_of(e), "criteria");
+	if (!str(data_of(e), "tier") || strcmp(str(data_of(e), "tier"), "criteria") != 0 ||
+	    json_array_size(said) != json_array_size(crit))
+		diverged(e, shown("another verdict"), shown("the criteria judgment (%zu criteria)", json_array_size(crit)));
+	char *text = judge_reply(e, 0);
+	json_t *v = text ? parse_reply(text) : NULL, *got = json_object_get(v, "criteria");
+	free(text);
+	size_t i;
+	json_t *c;
+	json_array_foreach(said, i, c) {
+		int pass = mock || json_is_true(json_object_get(json_array_get(got, i), "pass"));
+		if (json_is_true(json_object_get(c, "pass")) != pass) {
+			json_decref(v);
+			diverged(e, shown("criterion %zu pass=%s", i + 1, pass ? "false" : "true"),
+			         shown("pass=%s", pass ? "true" : "false"));
+		}
+	}
+	json_decref(v);
+}
+
 static void done(json_t *v)
 {
 	json_t *task = expect_kind("task", "the done task");
@@ -738,13 +913,16 @@ static void done(json_t *v)
 		if (!exists && !missing)
 			missing = R.m->outputs[i];
 	}
-	if (R.failures)
+	R.last_missing = missing;
+	/* A task with a hard-tier refusal fails without a judgment, and the
+	 * run with it; else the soft tier judges it (its verdict comes when
+	 * its judgments are in). */
+	if (R.loops[R.cur].failures || (R.legacy && R.failures)) {
 		judge("done, but %ld call%s refused by the hard tier (the first: %s)", R.failures,
 		      R.failures == 1 ? " was" : "s were", R.first_refusal);
-	else if (missing)
-		judge("done, but declared output %s %s", missing, R.dry_run ? "was not written" : "does not exist");
-	else
-		R.verdict = "completed";
+		return;
+	}
+	R.loops[R.cur].judging = 1;
 }
 
 /* A result entry that stopped the run: a halt must be one the recorded
@@ -1033,6 +1211,186 @@ static json_t *reply_of(json_t *call)
 	return NULL;
 }
 
+/* ---- the blackboard, as the planner keeps it ------------------------------- */
+
+static const char *rtask_id(long t)
+{
+	return str(json_array_get(R.bb, (size_t)t), "id");
+}
+
+static size_t rpending(void)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < json_array_size(R.bb); i++)
+		n += R.tasks[i].state == RT_PENDING;
+	return n;
+}
+
+static void rtask_add(json_t *def)
+{
+	size_t n = json_array_size(R.bb);
+	R.tasks = xrealloc(R.tasks, (n + 1) * sizeof *R.tasks);
+	R.tasks[n] = (struct rtask){0};
+	json_array_append_new(R.bb, def);
+}
+
+/* The adopted (or pinned) candidate's first tasks. */
+static void bb_start(void)
+{
+	R.n_loops = (int)R.m->max_loops;
+	json_t *defs = first_tasks(R.candidate, R.task);
+	size_t i;
+	json_t *d;
+	R.bb = json_array();
+	json_array_foreach(defs, i, d)
+		rtask_add(json_incref(d));
+	json_decref(defs);
+	R.legacy = R.n_loops == 1 || json_array_size(R.bb) == 1;
+	if (R.legacy) {
+		R.tasks[0].state = RT_ACTIVE;
+		R.tasks[0].attempts = 1;
+		R.loops[1].task = 0;
+	}
+}
+
+/* Free loops take the oldest pending tasks, in loop order, as the
+ * planner does after every reply it serves. */
+static void assign(void)
+{
+	if (!R.bb || R.verdict)
+		return;
+	for (int k = 1; k <= R.n_loops; k++) {
+		if (R.loops[k].task >= 0 || R.loops[k].judging)
+			continue;
+		for (size_t i = 0; i < json_array_size(R.bb); i++) {
+			struct rtask *t = &R.tasks[i];
+			if (t->state != RT_PENDING || (R.n_loops > 1 && t->not_loop == k))
+				continue;
+			use_rloop(k);
+			json_decref(R.msgs);
+			json_decref(R.refs);
+			R.msgs = json_array();
+			R.refs = json_array();
+			R.keep = -1;
+			R.loops[k].task = (long)i;
+			R.loops[k].failures = 0;
+			R.loops[k].prepared = 0;
+			t->state = RT_ACTIVE;
+			t->attempts++;
+			char *text = assigned_task_text(json_array_get(R.bb, i), k, t->clarification);
+			set_pending(json_pack("{s:s, s:s}", "role", "user", "content", text), text, strlen(text));
+			free(text);
+			break;
+		}
+	}
+}
+
+/* {"tool":"task",...}: the same gate as the planner's. */
+static void post_task(json_t *v)
+{
+	json_t *shown_call = json_pack("{s:s}", "tool", "task");
+	if (json_is_string(json_object_get(v, "id")))
+		json_object_set(shown_call, "id", json_object_get(v, "id"));
+	json_t *task = expect_kind("task", "a task post");
+	expect_call(task, shown_call);
+	json_decref(shown_call);
+	char reason[300];
+	int pass = task_post_check(v, R.bb, rpending(), R.m->max_pending_tasks, reason, sizeof reason);
+	json_t *e = expect_kind("verdict", "the task post's verdict");
+	json_t *d = data_of(e);
+	if (json_is_true(json_object_get(d, "pass")) != pass || !str(d, "reason") || strcmp(str(d, "reason"), reason) != 0)
+		diverged(e, shown("pass=%s reason \"%s\"", json_is_true(json_object_get(d, "pass")) ? "true" : "false",
+		                  str(d, "reason") ? str(d, "reason") : ""),
+		         shown("pass=%s reason \"%s\"", pass ? "true" : "false", reason));
+	char text[500];
+	if (pass) {
+		json_t *def = task_def(str(v, "id"), str(v, "description"), json_object_get(v, "role"), str(v, "class"));
+		if (!same_json(json_object_get(d, "posted"), def)) {
+			json_decref(def);
+			diverged(e, shown("another posted task"), shown("the task of the call"));
+		}
+		rtask_add(def);
+		snprintf(text, sizeof text, "posted task %s", str(v, "id"));
+	} else {
+		count_refusal(reason);
+		snprintf(text, sizeof text, "EPSILON_HARD_FAIL: %s", reason);
+	}
+	expect_answer(text);
+	const char *has = ref_hex(e, "output");
+	if (!has || strcmp(has, R.expect_msg) != 0)
+		diverged(e, shown("evidence.output %.12s", has ? has : "(none)"), shown("evidence.output %.12s", R.expect_msg));
+}
+
+static int work_finished(void)
+{
+	for (size_t i = 0; i < json_array_size(R.bb); i++)
+		if (R.tasks[i].state == RT_PENDING || R.tasks[i].state == RT_ACTIVE)
+			return 0;
+	for (int k = 1; k <= R.n_loops; k++)
+		if (R.loops[k].judging)
+			return 0;
+	return R.bb != NULL;
+}
+
+/* A soft verdict at loop k: derived, then the task passes, goes back on
+ * the blackboard once (a clarification entry), or fails the run; when the
+ * work is over, the criteria judgment and the run's verdict. */
+static void conclude(json_t *e, int k)
+{
+	if (k < 1 || k > R.n_loops || !R.loops[k].judging)
+		diverged(e, shown("a soft verdict"), shown("no task judged at loop %d", k));
+	long t = R.loops[k].task;
+	const char *reason;
+	int pass = soft_verdict(e, &reason);
+	const char *tid = str(data_of(e), "task");
+	if (!tid || strcmp(tid, rtask_id(t)) != 0)
+		diverged(e, shown("task %s", tid ? tid : "?"), shown("task %s", rtask_id(t)));
+	R.loops[k].judging = 0;
+	R.loops[k].task = -1;
+	struct rtask *rt = &R.tasks[t];
+	if (pass) {
+		rt->state = RT_PASSED;
+	} else if (rt->attempts < 2) {
+		rt->state = RT_PENDING;
+		rt->not_loop = k;
+		free(rt->clarification);
+		rt->clarification = xstrdup(reason);
+		json_t *c = expect_kind("clarification", "the failed task's clarification");
+		json_t *want = json_pack("{s:s, s:s, s:s}", "source", "soft-tier", "task", rtask_id(t), "text", reason);
+		int same = same_json(data_of(c), want);
+		json_decref(want);
+		if (!same)
+			diverged(c, shown("another clarification"), shown("the judge's reason for task %s", rtask_id(t)));
+	} else {
+		rt->state = RT_FAILED;
+		judge("task %s failed the soft tier: %s", rtask_id(t), reason);
+		return;
+	}
+	assign();
+	if (!work_finished())
+		return;
+	criteria_verdict();
+	if (R.failures)
+		judge("done, but %ld call%s refused by the hard tier (the first: %s)", R.failures,
+		      R.failures == 1 ? " was" : "s were", R.first_refusal);
+	else if (R.last_missing)
+		judge("done, but declared output %s %s", R.last_missing, R.dry_run ? "was not written" : "does not exist");
+	else
+		R.verdict = "completed";
+}
+
+/* A pinned run's candidate: the latest adopted in the trace (memory.json
+ * pins the candidate of the run that certified it), else the record's. */
+static void pinned_candidate(void)
+{
+	json_t *c = R.last_candidate ? R.last_candidate : json_object_get(R.record, "bootstrap");
+	if (!json_is_object(c))
+		incomplete("a pinned run whose candidate the trace does not hold");
+	R.candidate = json_incref(c);
+	bb_start();
+	assign();
+}
+
 static void replay_run(void)
 {
 	/* The record's own run is the last: no run starts after it. */
@@ -1050,6 +1408,7 @@ static void replay_run(void)
 	json_decref(R.summary);
 	R.summary = NULL;
 	R.task = R.m->task_statement;
+	loops_reset();
 	json_decref(R.msgs);
 	json_decref(R.refs);
 	json_decref(R.pending);
@@ -1095,8 +1454,12 @@ static void replay_run(void)
 	} else
 		first_message(&inbox);
 	buf_free(&inbox);
+	R.n_loops = (int)R.m->max_loops;
+	if (R.pinned)
+		pinned_candidate();
 
 	while (!R.verdict) {
+		assign();
 		e = peek();
 		if (!e)
 			diverged(NULL, shown("the end of the trace"), shown("the run's next turn"));
@@ -1106,11 +1469,51 @@ static void replay_run(void)
 			stopped(e, 0);
 			break;
 		}
+		/* Replies that came after a stop the host caused (a HALT file,
+		 * the time budget): counted, not acted on; the stop follows. */
+		if (strcmp(kind_of(e), "call") == 0 && json_is_true(json_object_get(data_of(e), "drained"))) {
+			while ((e = peek()) && strcmp(kind_of(e), "call") == 0 &&
+			       json_is_true(json_object_get(data_of(e), "drained"))) {
+				next();
+				usage_add(&R.usage, json_object_get(data_of(e), "usage"));
+				if (++R.calls > R.m->max_model_calls)
+					diverged(e, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
+			}
+			stopped(expect_kind("result", "the stop the drained replies came after"), 0);
+			break;
+		}
+		/* The loops' entries interleave in the order the planner served
+		 * the replies: each is derived in its own loop's conversation. */
+		int k = (int)json_number_value(json_object_get(e, "loop"));
+		const char *purpose = strcmp(kind_of(e), "call") == 0 ? str(data_of(e), "purpose") : NULL;
+		if (purpose && strcmp(purpose, "judge") == 0) {
+			judgment_calls("judge");
+			continue;
+		}
+		if (strcmp(kind_of(e), "verdict") == 0 && str(data_of(e), "tier") &&
+		    strcmp(str(data_of(e), "tier"), "soft") == 0) {
+			next();
+			conclude(e, k);
+			continue;
+		}
+		if (k >= 1 && k <= R.n_loops)
+			use_rloop(k);
+		else if (k != 0)
+			diverged(e, shown("loop %d", k), shown("a loop of 1 to %d", R.n_loops));
+		if (strcmp(kind_of(e), "compaction") == 0) {
+			if (R.loops[R.cur].prepared)
+				diverged(e, shown("a second compaction"), shown("the request's call"));
+			before_request();
+			R.loops[R.cur].prepared = 1;
+			continue;
+		}
 		if (R.turns >= R.m->max_turns)
 			diverged(e, shown("a model request"), shown("halted-maxTurns"));
 		if (R.calls >= R.m->max_model_calls)
 			diverged(e, shown("a model request"), shown("halted-budget (maxModelCalls)"));
-		before_request();
+		if (!R.loops[R.cur].prepared)
+			before_request();
+		R.loops[R.cur].prepared = 0;
 		if (R.verdict)
 			break;
 		e = peek();
@@ -1181,6 +1584,10 @@ static void replay_run(void)
 				R.adopted = 1;
 				R.keep = (long)json_array_size(R.msgs) - 1;
 				expect_answer(ANSWER_ADOPTED);
+				R.candidate = json_incref(v);
+				json_decref(R.last_candidate);
+				R.last_candidate = json_incref(v);
+				bb_start();
 			} else {
 				expect_protocol_verdict(REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);
 			}
@@ -1192,6 +1599,8 @@ static void replay_run(void)
 			done(v);
 		else if (tool && strcmp(tool, "recall") == 0)
 			recall(v);
+		else if (tool && strcmp(tool, "task") == 0)
+			post_task(v);
 		else if (!tool)
 			expect_protocol_verdict(REASON_NO_TOOL, ANSWER_NO_TOOL);
 		else
@@ -1202,6 +1611,14 @@ static void replay_run(void)
 			next();
 			stopped(e, 0);
 		}
+	}
+	/* Replies still in flight when the run stopped: their calls were
+	 * made, traced and counted, and not acted on. */
+	while ((e = peek()) && strcmp(kind_of(e), "call") == 0 && json_is_true(json_object_get(data_of(e), "drained"))) {
+		next();
+		usage_add(&R.usage, json_object_get(data_of(e), "usage"));
+		if (++R.calls > R.m->max_model_calls)
+			diverged(e, shown("model call %ld", R.calls), shown("at most %ld", R.m->max_model_calls));
 	}
 	/* A run that did not complete says why in a result entry. */
 	if (strcmp(R.verdict, "completed") != 0 && R.error[0] && strcmp(R.verdict, "failed") == 0) {
