@@ -201,14 +201,10 @@ for e in [calls[0]] + tail[:3]:
 	[[ "$output" == REPLAY_DIVERGED:* ]] || { echo "$output"; return 1; }
 }
 
-# Needs the concurrent sfma-model (the object form of SFMA_MOCK and
-# SFMA_MOCK_LATENCY_MS); checked with the real stage, not the stand-in.
+# The real, concurrent sfma-model (the object form of SFMA_MOCK and
+# SFMA_MOCK_LATENCY_MS), not the stand-in.
 @test "REAL sfma-model: three loops' calls overlap with the real model stage" {
 	cp "$SFMA_BINDIR/sfma-model" "$BATS_TEST_TMPDIR/bin/sfma-model"
-	if ! SFMA_MOCK='{"bootstrap":[]}' sfma-model --help >/dev/null 2>&1 ||
-	   ! printf '' | SFMA_MOCK='{"bootstrap":[]}' sfma-model m.json >/dev/null 2>&1; then
-		skip "this sfma-model does not serve the object form of SFMA_MOCK yet (concurrent loops)"
-	fi
 	export SFMA_MOCK_LATENCY_MS=300
 	three_tasks
 	# the object form: each task's queue, and the judge's (three tasks, then the criteria)
