@@ -339,7 +339,7 @@ static void cache_add(struct evidence_store *s, const struct evidence_ref *ref)
  * when keep is not NULL. */
 static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t off,
                                       const struct evidence_ref *ref, int probe_past, char *keep,
-                                      struct sfma_err *e)
+                                      uint64_t keep_max, struct sfma_err *e)
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	if (!ctx || EVP_DigestInit_ex(ctx, s->md, NULL) != 1) {
@@ -350,12 +350,16 @@ static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t
 	char chunk[64 << 10];
 	uint64_t total = 0, limit = ref->bytes + (probe_past ? 1 : 0);
 	for (;;) {
-		char *dst = keep ? keep + total : chunk;
+		/* Kept up to keep_max bytes (the rest only hashed). */
+		int keeping = keep && total < keep_max;
+		char *dst = keeping ? keep + total : chunk;
 		uint64_t room = limit - total;
 		if (room == 0)
 			break;
 		if (room > sizeof chunk)
 			room = sizeof chunk;
+		if (keeping && room > keep_max - total)
+			room = keep_max - total;
 		ssize_t got = pread(fd, dst, (size_t)room, (off_t)(off + total));
 		if (got < 0 && errno == EINTR)
 			continue;
@@ -382,7 +386,7 @@ static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t
 /* A reader's look into the journal for a blob not yet filed: the index
  * is brought up to the journal's current end first. */
 static enum evidence_state read_journal(struct evidence_store *s, const struct evidence_ref *ref, char *keep,
-                                        struct sfma_err *e)
+                                        uint64_t keep_max, struct sfma_err *e)
 {
 	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
@@ -411,7 +415,7 @@ static enum evidence_state read_journal(struct evidence_store *s, const struct e
 			break;
 		}
 	pthread_mutex_unlock(&s->lock);
-	enum evidence_state state = have ? hash_range(s, fd, found.off, ref, 0, keep, e) : EVIDENCE_MISSING;
+	enum evidence_state state = have ? hash_range(s, fd, found.off, ref, 0, keep, keep_max, e) : EVIDENCE_MISSING;
 	close(fd);
 	return state;
 }
@@ -422,7 +426,8 @@ static enum evidence_state read_journal(struct evidence_store *s, const struct e
  * A blob that is not filed yet is looked for in the journal when
  * from_journal is set. */
 static enum evidence_state read_blob_at(struct evidence_store *s, const struct evidence_ref *ref,
-                                        char *keep, int *fd_out, int from_journal, struct sfma_err *e)
+                                        char *keep, uint64_t keep_max, int *fd_out, int from_journal,
+                                        struct sfma_err *e)
 {
 	if (s->dirfd < 0) {
 		if (s->dir_state == EVIDENCE_ERROR)
@@ -433,7 +438,7 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 	 * reader (it is then reported altered: not a regular file). */
 	int fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && from_journal) {
-		enum evidence_state state = read_journal(s, ref, keep, e);
+		enum evidence_state state = read_journal(s, ref, keep, keep_max, e);
 		/* Filed and its journal removed between the two looks (a live
 		 * run ending): the name holds it now. */
 		if (state != EVIDENCE_MISSING)
@@ -453,7 +458,7 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 		close(fd);
 		return EVIDENCE_ALTERED;
 	}
-	enum evidence_state state = hash_range(s, fd, 0, ref, 1, keep, e);
+	enum evidence_state state = hash_range(s, fd, 0, ref, 1, keep, keep_max, e);
 	if (state == EVIDENCE_OK && fd_out)
 		*fd_out = fd;
 	else
@@ -464,7 +469,51 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 static enum evidence_state read_blob(struct evidence_store *s, const struct evidence_ref *ref,
                                      char *keep, int *fd_out, struct sfma_err *e)
 {
-	return read_blob_at(s, ref, keep, fd_out, 1, e);
+	return read_blob_at(s, ref, keep, UINT64_MAX, fd_out, 1, e);
+}
+
+enum evidence_state evidence_head(struct evidence_store *s, const struct evidence_ref *ref, char *head,
+                                  size_t max, size_t *have, struct sfma_err *e)
+{
+	/* hash_range reads one byte past a file's size: room for it. */
+	enum evidence_state st = read_blob_at(s, ref, head, max, NULL, 1, e);
+	*have = st == EVIDENCE_OK ? (ref->bytes < max ? (size_t)ref->bytes : max) : 0;
+	return st;
+}
+
+int evidence_find(struct evidence_store *s, const char *hex, struct evidence_ref *out)
+{
+	if (s->dirfd < 0 || !is_sha256_hex(hex, strlen(hex)))
+		return -1;
+	memcpy(out->sha256, hex, SHA256_HEX_LEN + 1);
+	struct stat st;
+	if (fstatat(s->dirfd, hex, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		out->bytes = (uint64_t)st.st_size;
+		return 0;
+	}
+	/* Not filed yet: the journal's index knows its length. */
+	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = -1;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		pthread_mutex_lock(&s->lock);
+		if ((uint64_t)st.st_size < s->index_end)
+			s->index.n = 0, s->index_end = 0;
+		struct journal_rec r;
+		while (journal_header(fd, s->index_end, (uint64_t)st.st_size, &r)) {
+			rec_push(&s->index, &r);
+			s->index_end = r.off + r.bytes;
+		}
+		for (size_t i = s->index.n; i-- > 0 && rc < 0;)
+			if (memcmp(s->index.v[i].sha256, hex, SHA256_HEX_LEN) == 0) {
+				out->bytes = s->index.v[i].bytes;
+				rc = 0;
+			}
+		pthread_mutex_unlock(&s->lock);
+	}
+	close(fd);
+	return rc;
 }
 
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
@@ -658,9 +707,9 @@ static int recover_journal(struct evidence_store *s, struct sfma_err *e)
 		ref.bytes = r.bytes;
 		struct sfma_err ignored;
 		/* A record that is not what its header says is not evidence. */
-		if (hash_range(s, fd, r.off, &ref, 0, NULL, &ignored) != EVIDENCE_OK)
+		if (hash_range(s, fd, r.off, &ref, 0, NULL, 0, &ignored) != EVIDENCE_OK)
 			break;
-		if (read_blob_at(s, &ref, NULL, NULL, 0, &ignored) != EVIDENCE_OK)
+		if (read_blob_at(s, &ref, NULL, 0, NULL, 0, &ignored) != EVIDENCE_OK)
 			rc = file_record(s, fd, &r, e);
 		off = r.off + r.bytes;
 	}
@@ -780,7 +829,7 @@ json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n
 	if (!durable_has(s, &ref)) {
 		struct sfma_err ignored;
 		int fd = -1;
-		if (!s->empty_at_open && read_blob_at(s, &ref, NULL, &fd, 0, &ignored) == EVIDENCE_OK) {
+		if (!s->empty_at_open && read_blob_at(s, &ref, NULL, 0, &fd, 0, &ignored) == EVIDENCE_OK) {
 			struct stat st;
 			int rc = fstat(fd, &st) < 0 || ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0) ? -1 : 0;
 			int saved = errno;

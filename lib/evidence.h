@@ -112,6 +112,16 @@ int evidence_entry_refs(const json_t *entry,
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
                                    struct sfma_err *e);
 
+/* Check a blob as evidence_check does and keep its first bytes: at most
+ * max of them go to head (max + 1 bytes of room), their count to *have. */
+enum evidence_state evidence_head(struct evidence_store *s, const struct evidence_ref *ref, char *head,
+                                  size_t max, size_t *have, struct sfma_err *e);
+
+/* The reference of the blob named hex, filed or still in the journal:
+ * 0 with *out filled (its size as stored; evidence_get then checks the
+ * bytes), or -1 when the store has no such blob. */
+int evidence_find(struct evidence_store *s, const char *hex, struct evidence_ref *out);
+
 /* Read a blob of at most max bytes, checked as evidence_check does.
  * Returns a malloc'd buffer of ref->bytes bytes plus a NUL, or NULL with e
  * filled ("evidence <hex> missing", "... altered", or larger than max). */

@@ -294,65 +294,25 @@ long rv_pick(const struct rv_splitter *s, long n)
 static json_t *evidence_item(const struct rv_view *v, const char *field, const char *sha, double bytes)
 {
 	json_t *item = json_pack("{s:s, s:s, s:o}", "field", field, "sha256", sha, "bytes", num_json(bytes));
-	char path[80];
-	snprintf(path, sizeof path, "evidence/%s", sha);
-	int fd = v->sfma_dirfd >= 0
-	    ? openat(v->sfma_dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY) : -1;
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		if (fd >= 0)
-			close(fd);
-		json_object_set_new(item, "state", json_string("missing"));
-		return item;
-	}
-	if ((double)st.st_size != bytes || (unsigned long long)st.st_size > EVIDENCE_MAX_BYTES) {
-		close(fd);
-		json_object_set_new(item, "state", json_string("altered"));
-		return item;
-	}
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	if (!md)
-		die("out of memory");
-	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-	unsigned char *head = xmalloc(v->clip + 4);
+	/* The store's own reader: a blob filed, or one of a live run still in
+	 * the store's journal, checked against its size and digest. */
+	struct evidence_ref ref;
+	memcpy(ref.sha256, sha, SHA256_HEX_LEN + 1);
+	ref.bytes = bytes >= 0 && bytes <= 9007199254740991.0 ? (uint64_t)bytes : UINT64_MAX;
 	size_t have = 0;
-	unsigned char chunk[65536];
-	unsigned long long total = 0;
-	int bad = 0;
-	for (;;) {
-		ssize_t got = read(fd, chunk, sizeof chunk);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			bad = 1;
-			break;
-		}
-		if (got == 0)
-			break;
-		total += (unsigned long long)got;
-		if (total > EVIDENCE_MAX_BYTES) {
-			bad = 1;
-			break;
-		}
-		EVP_DigestUpdate(md, chunk, (size_t)got);
-		size_t room = v->clip + 4 - have;
-		size_t take = (size_t)got < room ? (size_t)got : room;
-		memcpy(head + have, chunk, take);
-		have += take;
-	}
-	close(fd);
-	unsigned char digest[32];
-	char hex[SHA256_HEX_LEN + 1];
-	EVP_DigestFinal_ex(md, digest, NULL);
-	EVP_MD_CTX_free(md);
-	hex_encode(digest, sizeof digest, hex);
-	if (bad || (double)total != bytes || strcmp(hex, sha) != 0) {
-		json_object_set_new(item, "state", json_string("altered"));
-	} else {
+	char *head = xmalloc(v->clip + 2);
+	struct sfma_err e;
+	enum evidence_state st = v->store && ref.bytes <= EVIDENCE_MAX_BYTES
+	    ? evidence_head(v->store, &ref, head, v->clip, &have, &e) : EVIDENCE_MISSING;
+	if (v->store && ref.bytes > EVIDENCE_MAX_BYTES)
+		st = EVIDENCE_ALTERED;
+	if (st == EVIDENCE_OK) {
 		json_object_set_new(item, "state", json_string("present"));
-		size_t keep = have < v->clip ? have : v->clip;
-		json_object_set_new(item, "text", lossy_string(head, keep, total > keep));
-		json_object_set_new(item, "clipped", json_boolean(total > keep));
+		json_object_set_new(item, "text", lossy_string((unsigned char *)head, have, ref.bytes > have));
+		json_object_set_new(item, "clipped", json_boolean(ref.bytes > have));
+	} else {
+		/* a store that cannot be read says so as "missing": nothing is shown */
+		json_object_set_new(item, "state", json_string(st == EVIDENCE_ALTERED ? "altered" : "missing"));
 	}
 	free(head);
 	return item;
@@ -438,6 +398,8 @@ void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip)
 {
 	memset(v, 0, sizeof *v);
 	v->sfma_dirfd = sfma_dirfd;
+	struct sfma_err e;
+	v->store = evidence_open(sfma_dirfd, 0, &e);
 	v->run = run;
 	v->clip = clip ? clip : 4096;
 	v->tasks = json_object();
@@ -445,6 +407,7 @@ void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip)
 
 void rv_view_free(struct rv_view *v)
 {
+	evidence_close(v->store);
 	json_decref(v->tasks);
 	json_decref(v->usage);
 	json_decref(v->verdict);

@@ -54,8 +54,11 @@ int rv_split_fd(int fd, struct rv_splitter *s, int *torn, struct sfma_err *e);
 long rv_pick(const struct rv_splitter *s, long n);
 
 /* The state of one run being read, row by row. */
+struct evidence_store;
+
 struct rv_view {
 	int sfma_dirfd;         /* <workspace>/.sfma, for evidence; -1: none */
+	struct evidence_store *store; /* its evidence, read only (lib/evidence.h) */
 	size_t clip;            /* bytes of evidence text kept per item */
 	long run;               /* 1-based run number shown in rows */
 	int have_start;

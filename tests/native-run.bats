@@ -57,7 +57,15 @@ no_key_anywhere() {
             "'one call per turn' in json.dumps(b['messages'][-1]['content'][1]['content'])"],
   "json":{"id":"m3","type":"message","role":"assistant","stop_reason":"tool_use",
    "content":[{"type":"tool_use","id":"toolu_d","name":"done","input":{"summary":"wrote it natively"}}],
-   "usage":{"input_tokens":300,"output_tokens":10}}}]}
+   "usage":{"input_tokens":300,"output_tokens":10}}},
+ {"expect":["b['system'].startswith('sfma soft-tier judgment 1')", "'tools' not in b"],
+  "json":{"id":"m4","type":"message","role":"assistant","stop_reason":"end_turn",
+   "content":[{"type":"text","text":"{\"pass\":true,\"reason\":\"out.txt holds the marker\"}"}],
+   "usage":{"input_tokens":50,"output_tokens":5}}},
+ {"expect":["b['system'].startswith('sfma soft-tier judgment 1')"],
+  "json":{"id":"m5","type":"message","role":"assistant","stop_reason":"end_turn",
+   "content":[{"type":"text","text":"{\"criteria\":[{\"criterion\":\"out.txt exists\",\"pass\":true,\"evidence\":[]}]}"}],
+   "usage":{"input_tokens":40,"output_tokens":4}}}]}
 JSON
 )"
 	run_manifest anthropic
@@ -67,11 +75,16 @@ JSON
 	[[ "$output" == *"COMPLETED turns=3"* ]]
 	[ "$(cat ws/out.txt)" = NATIVE_MARKER ]
 	grep -q 'shape check failed' server.err && return 1
-	# three requests, each a call entry with usage; the record sums them
-	[ "$(wc -l <log.jsonl)" -eq 3 ]
-	jq -e '.usage == {"inputTokens":600,"outputTokens":60,"cachedInputTokens":150}' ws/.sfma/result.json
-	jq -s -e '[.[] | select(.kind=="call")] | length == 3 and all(.[]; .data.status == 200 and .data.usage)' \
+	# three turns, the soft tier's judgment of the done (by the one endpoint
+	# there is, so not independent) and the criteria judgment: each a call
+	# entry with usage, and the record sums them
+	[ "$(wc -l <log.jsonl)" -eq 5 ]
+	jq -e '.usage == {"inputTokens":690,"outputTokens":69,"cachedInputTokens":150}' ws/.sfma/result.json
+	jq -s -e '[.[] | select(.kind=="call")] | length == 5 and all(.[]; .data.status == 200 and .data.usage)' \
 		ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind == "verdict" and .data.tier == "soft" and .data.pass and .data.judge == "remote"
+		and .data.independent == false)' ws/.sfma/trace.jsonl
+	jq -e '.criteria == [{"criterion":"out.txt exists","pass":true,"evidence":[]}]' ws/.sfma/result.json
 	# the native reply is kept as the provider's own call objects
 	local sha
 	sha=$(jq -r 'select(.kind=="call" and .data.toolCalls == 2) | .evidence.reply.sha256' ws/.sfma/trace.jsonl)

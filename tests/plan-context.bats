@@ -53,9 +53,11 @@ forty_reads() {
 	jq -e -s '[range(length - 1) as $i | select(.[$i].kind == "compaction") | .[$i].data.afterBytes == .[$i + 1].data.requestBytes] | all' \
 		ws/.sfma/trace.jsonl
 	# never the first message, the candidate or the latest exchange
-	jq -e -s --arg c "$CAND" 'all(.[]; (.messages[0].content | startswith("Begin:")))' requests.jsonl
-	jq -e -s --arg c "$CAND" 'all(.[1:][]; .messages[1].content == $c)' requests.jsonl
-	jq -e -s 'all(.[2:][]; (.messages[-2:][] | .content | test("\"elided\"") | not))' requests.jsonl
+	# (of the turns' requests: a judgment has a conversation of its own)
+	local turns='map(select(.purpose == "work" or .purpose == "bootstrap"))'
+	jq -e -s --arg c "$CAND" "$turns"' | all(.[]; (.messages[0].content | startswith("Begin:")))' requests.jsonl
+	jq -e -s --arg c "$CAND" "$turns"' | all(.[1:][]; .messages[1].content == $c)' requests.jsonl
+	jq -e -s "$turns"' | all(.[2:][]; (.messages[-2:][] | .content | test("\"elided\"") | not))' requests.jsonl
 	# a stub names the evidence reference and the recall call that brings it back
 	stub=$(request 43 | jq -r '[.messages[] | .content | select(test("^\\{\"elided\""))][0]')
 	echo "$stub" | jq -e '(.elided | keys) == ["bytes","sha256"] and .recall == {"tool":"recall","mode":"referential","id":.elided.sha256}'

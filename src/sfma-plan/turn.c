@@ -482,17 +482,12 @@ static int is_evidence_id(const char *s)
  * only what already crossed the model boundary. */
 static char *recall_evidence(struct run *r, const char *hex, json_t **entry)
 {
-	char path[16 + SHA256_HEX_LEN];
-	struct stat st;
-	struct evidence_ref ref;
+	struct evidence_ref ref = {.bytes = 0};
 	struct sfma_err e;
 	char *data = NULL;
-	snprintf(path, sizeof path, "evidence/%s", hex);
-	snprintf(ref.sha256, sizeof ref.sha256, "%s", hex);
-	if (r->evidence && fstatat(r->lock_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-		ref.bytes = (uint64_t)st.st_size;
+	/* Filed, or still in the store's journal (a blob of this very run). */
+	if (r->evidence && evidence_find(r->evidence, hex, &ref) == 0)
 		data = evidence_get(r->evidence, &ref, (size_t)r->m->max_context_bytes, &e);
-	}
 	json_t *ans = json_pack("{s:s, s:b, s:s, s:b, s:s}", "mode", "referential", "available", 1, "id", hex,
 	                        "found", data != NULL, "tier", "evidence");
 	if (data)
