@@ -380,23 +380,23 @@ trace_lengths() {
 @test "make -j: two manifests on one workspace, the lock refuses one run and only the other is stamped" {
 	batch_copy
 	rm manifests/*.json
-	mock_manifest manifests/first.json first runs/shared
-	mock_manifest manifests/second.json second runs/shared
+	mock_manifest manifests/first.json first runs/common
+	mock_manifest manifests/second.json second runs/common
 	# the run that gets the lock holds it for seconds: the other one starts meanwhile
 	mock "$CAND" '{"tool":"run","cmd":"sleep 3"}' '{"tool":"write","path":"out.txt","content":"x"}' \
 		'{"tool":"done","summary":"ok"}'
 	run make -j2
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"workspace busy: another sfma run holds "*"runs/shared/.sfma"* ]]
+	[[ "$output" == *"workspace busy: another sfma run holds "*"runs/common/.sfma"* ]]
 	[[ "$output" == *"the run sealed no record (exit 1)"* ]]
 	[ "$(ls stamps | wc -l)" -eq 1 ]
 	local won
 	won=$(basename "$(ls stamps/*.verified)" .verified)
 	# the workspace holds exactly the run that had the lock, and it verifies
-	sfma-verify runs/shared >/dev/null
-	[ "$(jq -r .manifest.name runs/shared/.sfma/result.json)" = "$won" ]
-	[ "$(grep -c '"from":null' runs/shared/.sfma/trace.jsonl)" = 1 ]
+	sfma-verify runs/common >/dev/null
+	[ "$(jq -r .manifest.name runs/common/.sfma/result.json)" = "$won" ]
+	[ "$(grep -c '"from":null' runs/common/.sfma/trace.jsonl)" = 1 ]
 	[ ! -e summary.txt ]
 }
 

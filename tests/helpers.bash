@@ -16,3 +16,33 @@ mock() {
 	local IFS=,
 	export SFMA_MOCK="[$*]"
 }
+
+# sfma replay of workspace ws says REPLAY_OK for RUNS runs and every entry.
+replays_ok() { # replays_ok RUNS
+	run sfma replay ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
+}
+
+# rewrite PYTHON [JQ]: apply the Python statements to the trace entries
+# `es`, recompute every hash, and reseal the record after the jq filter -
+# what a host actor without the signing key can do to an unsigned record.
+rewrite() {
+	python3 - ws/.sfma/trace.jsonl "$1" <<'PY'
+import hashlib, json, subprocess, sys
+path, code = sys.argv[1], sys.argv[2]
+es = [json.loads(l) for l in open(path, encoding="utf-8").read().split("\n")[:-1]]
+exec(code)
+out, prev = [], "0" * 64
+for e in es:
+    e["prevHash"] = prev
+    e.pop("hash", None)
+    canon = subprocess.run(["sfma-verify", "--canonicalize"], input=json.dumps(e).encode() + b"\n",
+                           capture_output=True, check=True).stdout.rstrip(b"\n")
+    e["hash"] = prev = hashlib.sha256(canon).hexdigest()
+    out.append(json.dumps(e, ensure_ascii=False))
+open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
+PY
+	jq "del(.integrity) | ${2:-.}" ws/.sfma/result.json >body.json
+	sfma-seal ws <body.json >/dev/null
+}

@@ -5,43 +5,18 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-ANTHROPIC_KEY=sk-ant-test-Zq81kL0secretA
-OPENAI_KEY=sk-openai-test-Vw92mN1secretB
-GEMINI_KEY=AIzaTestGem93pQ2secretC
-CODEX_TOKEN=codex-token-Ux73rT4secretD
+load fixtures/model/helpers
+
+# Beyond the provider keys of fixtures/model/helpers: the OAuth secrets.
 CLIENT_SECRET=client-secret-Hy64sR5secretE
 ISSUED_TOKEN=issued-bearer-Jk55tY6secretF
 
 setup() {
-	require python3
-	require jq
-	# Loopback only, and straight: no proxy may see (or swallow) a request.
-	unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY all_proxy
-	unset ANTHROPIC_API_KEY OPENAI_API_KEY GEMINI_API_KEY OPENAI_CODEX_TOKEN \
-	      OPENAI_CODEX_ACCOUNT SFMA_MOCK
-	cd "$BATS_TEST_TMPDIR"
-	SERVER_PID=
+	model_setup
 }
 
 teardown() {
-	if [ -n "$SERVER_PID" ]; then
-		kill "$SERVER_PID" 2>/dev/null || true
-		wait "$SERVER_PID" 2>/dev/null || true
-	fi
-}
-
-# serve SCRIPT: start the fake provider with a route script; sets BASE.
-serve() {
-	printf '%s' "$1" > script.json
-	rm -f port log.jsonl
-	python3 "$REPO/tests/fixtures/model/fake_server.py" script.json log.jsonl port 2>server.err &
-	SERVER_PID=$!
-	for _ in $(seq 200); do
-		[ -s port ] && break
-		sleep 0.05
-	done
-	[ -s port ] || { cat server.err >&2; return 1; }
-	BASE="http://127.0.0.1:$(cat port)"
+	model_teardown
 }
 
 # manifest ENDPOINTS [OUTPUTS] [ALLOWED]
