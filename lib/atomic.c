@@ -10,19 +10,13 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
-                    mode_t mode, struct sfma_err *e)
-{
-	return atomic_replace_at(dirfd, name, data, n, mode, 1, NULL, e);
-}
-
 static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,
                       int sync_dir, struct stat *st, struct sfma_err *e);
 
-int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode,
-                      int sync_dir, struct stat *st, struct sfma_err *e)
+int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
+                    mode_t mode, struct sfma_err *e)
 {
-	return replace_at(dirfd, name, data, n, mode, 1, sync_dir, st, e);
+	return replace_at(dirfd, name, data, n, mode, 1, 1, NULL, e);
 }
 
 static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,

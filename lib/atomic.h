@@ -18,13 +18,6 @@
 int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
                     mode_t mode, struct sfma_err *e);
 
-/* atomic_write_at, with the directory fsync left to the caller when
- * sync_dir is 0 (one fsync for several files: the caller must fsync dirfd
- * before anything depends on the new name), and the new file's stat in
- * *st when st is not NULL. */
-int atomic_replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode,
-                      int sync_dir, struct stat *st, struct sfma_err *e);
-
 /* Same for a path: its directory is opened, then atomic_write_at. */
 int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
                  struct sfma_err *e);

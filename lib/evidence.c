@@ -1,6 +1,5 @@
 /* evidence.c - content-addressed blobs under .sfma/evidence. */
 #include "evidence.h"
-#include "atomic.h"
 #include "canon.h"
 #include "ndjson.h"
 
