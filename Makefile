@@ -41,7 +41,7 @@ LIBS_sfma-exec     := -lseccomp
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
                 bubblewrap util-linux valgrind python3 procps nodejs chromium \
-                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel
+                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean

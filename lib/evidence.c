@@ -51,13 +51,16 @@ struct rec_list {
 
 struct evidence_store {
 	int dirfd;                     /* .sfma/evidence, or -1 */
-	int dir_dirty;                 /* a rename into dirfd not yet fsynced */
+	int dir_dirty;                 /* the journal's new name not yet fsynced (under lock) */
 	int writer;                    /* opened with create */
 	int journal_broken;              /* a journal write failed and could not be cut off */
 	int empty_at_open;             /* a writer found no blob filed: none can exist but its own */
 	/* The writer's journal, opened at the first blob it takes. */
 	int journal_fd;                /* or -1 */
-	int journal_dirty;             /* records written, not yet fdatasynced */
+	/* Records written (appended_gen) and known durable (synced_gen), under
+	 * lock: evidence_sync may run on another thread than the appends, and
+	 * covers exactly the records written before its fdatasync began. */
+	uint64_t appended_gen, synced_gen;
 	uint64_t journal_end;
 	/* Records to file under their names: filed[0..next_to_file) are done.
 	 * Shared with the filing thread, under lock, signalled by work. */
@@ -721,23 +724,41 @@ static int recover_journal(struct evidence_store *s, struct sfma_err *e)
 	return rc;
 }
 
+int evidence_sync_pending(struct evidence_store *s)
+{
+	if (s->dirfd < 0)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	int pending = s->appended_gen > s->synced_gen || s->dir_dirty;
+	pthread_mutex_unlock(&s->lock);
+	return pending;
+}
+
 int evidence_sync(struct evidence_store *s, struct sfma_err *e)
 {
 	if (s->dirfd < 0)
 		return 0;
-	if (s->journal_dirty) {
-		if (fdatasync(s->journal_fd) < 0)
-			return err_set(e, "%s: journal: fdatasync: %s", EVIDENCE_DIR, strerror(errno));
-		s->journal_dirty = 0;
-	}
+	pthread_mutex_lock(&s->lock);
+	uint64_t upto = s->appended_gen;
+	int journal_fd = s->journal_fd, dir_dirty = s->dir_dirty;
+	int need = upto > s->synced_gen;
+	pthread_mutex_unlock(&s->lock);
+	/* Every record counted in upto was written before this fdatasync
+	 * starts, so it is durable when it returns; records appended
+	 * meanwhile wait for the next call. */
+	if (need && fdatasync(journal_fd) < 0)
+		return err_set(e, "%s: journal: fdatasync: %s", EVIDENCE_DIR, strerror(errno));
 	/* The journal's own name, once, when this writer created it. A
 	 * directory that cannot be fsynced (some file systems refuse) has
 	 * still been updated atomically. */
-	if (s->dir_dirty) {
-		if (fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS)
-			return err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
+	if (dir_dirty && fsync(s->dirfd) < 0 && errno != EINVAL && errno != EROFS)
+		return err_set(e, "%s: fsync: %s", EVIDENCE_DIR, strerror(errno));
+	pthread_mutex_lock(&s->lock);
+	if (upto > s->synced_gen)
+		s->synced_gen = upto;
+	if (dir_dirty)
 		s->dir_dirty = 0;
-	}
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -748,12 +769,15 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
                           struct sfma_err *e)
 {
 	if (s->journal_fd < 0) {
-		s->journal_fd = openat(s->dirfd, JOURNAL_NAME,
-		                       O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (s->journal_fd < 0)
+		int fd = openat(s->dirfd, JOURNAL_NAME, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+		                0600);
+		if (fd < 0)
 			return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
-		s->journal_end = 0;
+		pthread_mutex_lock(&s->lock);
+		s->journal_fd = fd;
 		s->dir_dirty = 1;
+		pthread_mutex_unlock(&s->lock);
+		s->journal_end = 0;
 		if (pthread_create(&s->filer, NULL, filer_main, s) == 0)
 			s->filer_started = 1; /* else evidence_finish files them itself */
 	}
@@ -794,8 +818,8 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
 	r.bytes = n;
 	r.off = s->journal_end + JOURNAL_HEADER_LEN;
 	s->journal_end += want;
-	s->journal_dirty = 1;
 	pthread_mutex_lock(&s->lock);
+	s->appended_gen++;
 	rec_push(&s->to_file, &r);
 	if (s->to_file.n - s->next_to_file == FILER_BATCH)
 		pthread_cond_signal(&s->work);
@@ -875,7 +899,7 @@ int evidence_finish(struct evidence_store *s, struct sfma_err *e)
 		return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
 	close(s->journal_fd);
 	s->journal_fd = -1;
-	s->journal_dirty = 0;
+	s->appended_gen = s->synced_gen = 0;
 	s->journal_end = 0;
 	s->to_file.n = s->next_to_file = 0;
 	return 0;

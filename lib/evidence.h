@@ -83,8 +83,12 @@ json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struc
 json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e);
 /* Make every blob put so far durable: one fdatasync of the journal when
  * it took anything since the last (and, once, an fsync of the directory
- * that holds its new name). 0, or -1 with e filled. */
+ * that holds its new name). 0, or -1 with e filled. It may run on another
+ * thread than the puts (one at a time): it then covers every put that
+ * returned before it was called. */
 int evidence_sync(struct evidence_store *s, struct sfma_err *e);
+/* Whether evidence_sync has anything to do: a blob put since the last. */
+int evidence_sync_pending(struct evidence_store *s);
 /* At the end of a run: every blob filed under its name, the file system
  * synced once (syncfs(2)), the journal removed. 0, or -1 with e filled -
  * then the journal stays, durable, and the next writer files it. */

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,57 +115,58 @@ static int any_ref(void *arg, const char *name, const struct evidence_ref *ref)
 	return 0;
 }
 
-/* Build the chained entry for one event; returns its canonical line. */
-static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long *line_no)
+/* Build the chained entry for one event into line (canonical, with its
+ * newline). 0, or -1 with fail saying what is wrong with the event. */
+static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *line_no, struct sfma_err *fail)
 {
 	struct sfma_err e;
 	if (!json_is_object(ev))
-		die("event %lld: not a JSON object", *line_no);
+		return err_set(fail, "event %lld: not a JSON object", *line_no);
 	const char *key;
 	json_t *v;
 	json_object_foreach(ev, key, v) {
 		if (strcmp(key, "kind") && strcmp(key, "data") && strcmp(key, "loop") &&
 		    strcmp(key, "refs") && strcmp(key, "class") && strcmp(key, EVIDENCE_MEMBER))
-			die("event %lld: unknown field %s", *line_no, key);
+			return err_set(fail, "event %lld: unknown field %s", *line_no, key);
 	}
 	const char *kind = json_string_value(json_object_get(ev, "kind"));
 	int known = 0;
 	for (const char *const *k = kinds; kind && *k; k++)
 		known |= strcmp(*k, kind) == 0;
 	if (!known)
-		die("event %lld: kind must be one of the trace kinds of sfma-formats(5)", *line_no);
+		return err_set(fail, "event %lld: kind must be one of the trace kinds of sfma-formats(5)", *line_no);
 	json_t *data = json_object_get(ev, "data");
 	if (!json_is_object(data))
-		die("event %lld: data must be an object", *line_no);
+		return err_set(fail, "event %lld: data must be an object", *line_no);
 	long long loop = 0;
 	json_t *lv = json_object_get(ev, "loop");
 	if (lv && (!json_integer_of(lv, &loop) || loop < 0 || loop > 1000000))
-		die("event %lld: loop must be an integer >= 0", *line_no);
+		return err_set(fail, "event %lld: loop must be an integer >= 0", *line_no);
 	json_t *refs = json_object_get(ev, "refs");
 	if (refs) {
 		size_t i;
 		json_t *r;
 		if (!json_is_array(refs))
-			die("event %lld: refs must be an array of entry ids", *line_no);
+			return err_set(fail, "event %lld: refs must be an array of entry ids", *line_no);
 		json_array_foreach(refs, i, r)
 			if (!json_is_string(r))
-				die("event %lld: refs must be an array of entry ids", *line_no);
+				return err_set(fail, "event %lld: refs must be an array of entry ids", *line_no);
 	}
 	json_t *cls = json_object_get(ev, "class");
 	if (cls && !(json_is_string(cls) && (strcmp(json_string_value(cls), "reasoning") == 0 ||
 	                                     strcmp(json_string_value(cls), "mechanical") == 0)))
-		die("event %lld: class must be reasoning or mechanical", *line_no);
+		return err_set(fail, "event %lld: class must be reasoning or mechanical", *line_no);
 	/* References are checked for shape only: the blobs are the sender's
 	 * to have stored (durably) before it sends the event. */
 	json_t *evidence = json_object_get(ev, EVIDENCE_MEMBER);
 	uint64_t nrefs;
 	if (evidence && evidence_entry_refs(ev, any_ref, NULL, &nrefs, &e) < 0)
-		die("event %lld: %s", *line_no, e.text);
+		return err_set(fail, "event %lld: %s", *line_no, e.text);
 
 	/* seq strictly increases over the whole file and stays an exact double. */
 	double seq = t->seq + 1;
 	if (seq > CHAIN_MAX_SEQ)
-		die("seq would exceed 2^53-1");
+		return err_set(fail, "seq would exceed 2^53-1");
 	char id[CHAIN_ID_MAX];
 	snprintf(id, sizeof id, "%s-%.0f", kind, seq);
 
@@ -185,7 +187,7 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	char hash[65];
 	buf_reset(line);
 	if (canon_dump(entry, line, &e) < 0)
-		die("event %lld: %s", *line_no, e.text);
+		return err_set(fail, "event %lld: %s", *line_no, e.text);
 	sha256_hex(line->p, line->len, hash);
 	json_object_set_new(entry, "hash", json_string(hash));
 	buf_reset(line);
@@ -197,11 +199,13 @@ static void make_entry(struct trace *t, json_t *ev, struct buf *line, long long 
 	memcpy(t->head, hash, sizeof t->head);
 	if (strcmp(kind, "clock-anchor") == 0)
 		snprintf(t->anchor, sizeof t->anchor, "%s", id);
+	return 0;
 }
 
 /* One write per entry: a crash leaves either the whole line or a torn tail,
  * which the next writer reports instead of extending. A short write is
- * undone by truncating back to the last whole line. */
+ * undone by truncating back to the last whole line. Not yet durable:
+ * sync_and_report makes it so before anyone hears of it. */
 static void append_line(struct trace *t, const struct buf *line)
 {
 	ssize_t w;
@@ -215,9 +219,6 @@ static void append_line(struct trace *t, const struct buf *line)
 			    t->path, strerror(saved), strerror(errno));
 		die("%s: write: %s", t->path, strerror(saved));
 	}
-	/* The trace is evidence: each entry is on disk before it is reported. */
-	if (fdatasync(t->fd) < 0)
-		die("%s: fdatasync: %s", t->path, strerror(errno));
 	chain_digest_add(t->digest, line->p, line->len);
 	t->sum.last_offset = (uint64_t)t->size;
 	t->size += (off_t)line->len;
@@ -227,6 +228,31 @@ static void append_line(struct trace *t, const struct buf *line)
 	t->sum.last_seq = t->seq;
 	memcpy(t->sum.head, t->head, sizeof t->sum.head);
 	memcpy(t->sum.anchor, t->anchor, sizeof t->sum.anchor);
+}
+
+/* The trace is evidence: every entry is on disk before it is reported.
+ * The entries appended since the last call (a group: events that arrived
+ * together) share one fdatasync, then each is reported, in order. */
+static void sync_and_report(struct trace *t, struct buf *reports)
+{
+	if (!reports->len)
+		return;
+	if (fdatasync(t->fd) < 0)
+		die("%s: fdatasync: %s", t->path, strerror(errno));
+	if (fwrite(reports->p, 1, reports->len, stdout) != reports->len || fflush(stdout) != 0)
+		die("stdout: %s", strerror(errno));
+	buf_reset(reports);
+}
+
+/* Another event is already here: a whole line in the reader's buffer, or
+ * bytes waiting on the input. It joins the group instead of waiting for a
+ * sync of its own. */
+static int more_waiting(const struct line_reader *r)
+{
+	if (r->buf && r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start))
+		return 1;
+	struct pollfd p = {.fd = r->fd, .events = POLLIN};
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
 /* --recover-torn: keep the torn bytes aside, cut them off, and append a
@@ -263,16 +289,21 @@ static int recover_torn(struct trace *t)
 	                       "tornSha256", digest, "savedAs", base ? base + 1 : saved);
 	struct buf line = {0};
 	long long no = 1;
-	make_entry(t, ev, &line, &no);
+	struct sfma_err e;
+	if (make_entry(t, ev, &line, &no, &e) < 0)
+		die("%s", e.text);
 	append_line(t, &line);
-	fwrite(line.p, 1, line.len, stdout);
+	sync_and_report(t, &line);
 	json_decref(ev);
 	buf_free(&line);
-	return fflush(stdout) == 0 ? 0 : 1;
+	return 0;
 }
 
 /* The longest event line --max-line may allow. */
 #define MAX_LINE_LIMIT (1ul << 30)
+/* Entries that may share one fdatasync: a bound on how long the first of
+ * them waits to be reported. */
+#define GROUP_MAX 64
 
 static const char usage_text[] =
 	"usage: sfma-chain [--no-wait] [--max-line BYTES] [--head-cache FILE] TRACE < events\n"
@@ -329,21 +360,34 @@ int main(int argc, char **argv)
 	char warm[65];
 	sha256_hex("", 0, warm);
 	lr_init(&r, 0, max_line);
+	struct buf reports = {0};
+	size_t grouped = 0;
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
 		long long no = (long long)r.line_no;
 		json_t *ev = json_parse_strict(text, len, &e);
-		if (!ev)
+		if (!ev) {
+			/* What was appended before it is reported first. */
+			sync_and_report(&t, &reports);
 			die("event %lld: %s", no, e.text);
+		}
 		if (t.fd < 0) {
 			struct chain_summary sum;
 			trace_open(&t, no_wait, 0, &sum);
 		}
-		make_entry(&t, ev, &line, &no);
+		if (make_entry(&t, ev, &line, &no, &e) < 0) {
+			sync_and_report(&t, &reports);
+			die("%s", e.text);
+		}
 		json_decref(ev);
 		append_line(&t, &line);
-		if (fwrite(line.p, 1, line.len, stdout) != line.len || fflush(stdout) != 0)
-			die("stdout: %s", strerror(errno));
+		buf_add(&reports, line.p, line.len);
+		if (++grouped < GROUP_MAX && more_waiting(&r))
+			continue;
+		sync_and_report(&t, &reports);
+		grouped = 0;
 	}
+	sync_and_report(&t, &reports);
+	buf_free(&reports);
 	if (rc < 0)
 		die("stdin: %s", e.text);
 	lr_free(&r);

@@ -139,6 +139,38 @@ seal_and_verify() {
 	[ "$(wc -l < "$T")" -eq 2 ]
 }
 
+@test "events that arrive together share one fdatasync, and none is echoed before it" {
+	require strace
+	# One write of five events: all are waiting when the first is appended.
+	for i in 1 2 3 4 5; do printf '{"kind":"task","data":{"n":%d}}\n' "$i"; done >five
+	strace -qq -e trace=fdatasync,write -o sys.log sfma-chain "$T" <five >out
+	[ "$(wc -l <out)" -eq 5 ]
+	cmp out "$T"
+	[ "$(grep -c '^fdatasync(' sys.log)" -eq 1 ]
+	# every append, then the one sync, then the five echoes
+	order=$(sed -nE 's/^(fdatasync|write)\(([0-9]+)[,)].*/\1 \2/p' sys.log | uniq -c | awk '{print $1, $2, $3}')
+	tfd=$(head -1 <<<"$order" | cut -d' ' -f3)
+	[ "$order" = "5 write $tfd
+1 fdatasync $tfd
+1 write 1" ]
+	seal_and_verify
+	# One at a time, each is synced on its own before it is echoed.
+	for i in 6 7; do printf '{"kind":"task","data":{"n":%d}}\n' "$i"; sleep 0.2; done |
+		strace -qq -e trace=fdatasync -o sys2.log sfma-chain "$T" >/dev/null
+	[ "$(grep -c '^fdatasync(' sys2.log)" -eq 2 ]
+}
+
+@test "an event refused after others that arrived with it: those are on disk and echoed, nothing after" {
+	{ printf '{"kind":"task","data":{"n":1}}\n{"kind":"task","data":{"n":2}}\n{"kind":"bogus","data":{}}\n'
+	  printf '{"kind":"task","data":{"n":4}}\n'; } >four
+	run sfma-chain "$T" <four
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[[ "${lines[2]}" == "sfma-chain: event 3: kind must be one of"* ]]
+	[ "$(wc -l <"$T")" -eq 2 ]
+	[ "$(jq -r .data.n "$T" | tr '\n' ' ')" = "1 2 " ]
+}
+
 @test "a trace path that is a directory or a symlink is refused" {
 	mkdir ws/.sfma/dir
 	run sfma-chain ws/.sfma/dir <<<'{"kind":"task","data":{}}'

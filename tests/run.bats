@@ -44,6 +44,53 @@ trace_has() {
 	verified
 }
 
+@test "a command or a write reaches sfma-exec only once every entry before it is on disk" {
+	# Stand-ins beside sfma: a chain that holds every event back 50 ms
+	# before the real sfma-chain appends it, so that an entry still owed
+	# would show; an exec that notes, at each request, what the trace on
+	# disk holds, then hands the request to the real sfma-exec.
+	mkdir bin
+	cp "$SFMA_BINDIR"/sfma* bin/
+	cat >bin/sfma-chain <<PY
+#!/usr/bin/env python3
+import subprocess, sys, threading, time
+p = subprocess.Popen(["$SFMA_BINDIR/sfma-chain"] + sys.argv[1:], stdin=subprocess.PIPE)
+for line in sys.stdin.buffer:
+    time.sleep(0.05)
+    p.stdin.write(line)
+    p.stdin.flush()
+p.stdin.close()
+sys.exit(p.wait())
+PY
+	cat >bin/sfma-exec <<PY
+#!/usr/bin/env python3
+import json, subprocess, sys
+p = subprocess.Popen(["$SFMA_BINDIR/sfma-exec"] + sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+log = open("$BATS_TEST_TMPDIR/exec.log", "a")
+for line in sys.stdin.buffer:
+    with open("$BATS_TEST_TMPDIR/ws/.sfma/trace.jsonl") as t:
+        entries = [json.loads(l) for l in t]
+    log.write(json.dumps({"request": json.loads(line), "ondisk": len(entries), "last": entries[-1]}) + "\n")
+    log.flush()
+    p.stdin.write(line)
+    p.stdin.flush()
+    sys.stdout.buffer.write(p.stdout.readline())
+    sys.stdout.buffer.flush()
+p.stdin.close()
+sys.exit(p.wait())
+PY
+	chmod +x bin/sfma-chain bin/sfma-exec
+	cp "$REPO/examples/hello/manifest.json" .
+	run bin/sfma run manifest.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	verified
+	# a write and a command, each sent with its task entry the last on
+	# disk and no entry before it missing
+	[ "$(jq -r .request.call.tool exec.log | tr '\n' ' ')" = "write run " ]
+	run jq -c 'select(.last.kind != "task" or .last.data.call.tool != .request.call.tool or .ondisk != .last.seq)' exec.log
+	[ -z "$output" ] || { echo "sent too early: $output"; return 1; }
+}
+
 @test "a dry run records writes without applying them and completes" {
 	cp "$REPO/examples/hello/manifest.json" .
 	run sfma run manifest.json

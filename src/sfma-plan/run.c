@@ -118,34 +118,9 @@ void run_open_workspace(struct run *r)
 
 /* ---- the trace ------------------------------------------------------------ */
 
-json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls)
+/* The event sfma-chain makes an entry of; consumes data, evidence, refs. */
+static json_t *event(const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs, const char *cls)
 {
-	return trace_ev(r, kind, data, NULL, loop, refs, cls);
-}
-
-json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
-                 const char *cls)
-{
-	if (!r->chain_alive) {
-		json_decref(data);
-		json_decref(evidence);
-		json_decref(refs);
-		return NULL;
-	}
-	/* Every blob the entry names is durable before the entry exists: the
-	 * turn's blobs went to the store's journal, synced here in one
-	 * fdatasync (lib/evidence.h). A store that cannot make them
-	 * durable fails the run, and the entry goes without its references. */
-	struct sfma_err se;
-	if (evidence && r->evidence && evidence_sync(r->evidence, &se) < 0) {
-		/* the store's messages name it already ("evidence ...") */
-		const char *why = strncmp(se.text, "evidence", 8) == 0 ? "" : "evidence: ";
-		end_with(r, "failed", "%s%s", why, se.text);
-		progress(r, "%s%s", why, se.text);
-		json_decref(evidence);
-		evidence = NULL;
-	}
-	int is_task = strcmp(kind, "task") == 0;
 	json_t *ev = json_pack("{s:s, s:o, s:i}", "kind", kind, "data", data, "loop", loop);
 	/* sfma-chain copies the member into the entry as it is. */
 	if (evidence)
@@ -154,42 +129,49 @@ json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence
 		json_object_set_new(ev, "refs", refs);
 	if (cls)
 		json_object_set_new(ev, "class", json_string(cls));
-	/* The chain's answer is awaited whatever other stages do: an entry it
-	 * has appended is part of the run, and its reply must be read (a
-	 * reply never read would kill it with SIGPIPE). */
-	static const struct wait_opts chain_wait = {0};
-	enum wait_why why;
-	struct sfma_err e = {""};
-	json_t *entry = NULL;
-	if (stage_send(STAGE_CHAIN, ev) == 0)
-		entry = stage_wait(STAGE_CHAIN, &chain_wait, &why, &e);
-	else
-		err_set(&e, "stage sfma-chain died");
-	json_decref(ev);
-	if (!entry) {
-		r->chain_alive = 0;
-		if (!r->error[0])
-			snprintf(r->error, sizeof r->error, "trace: %s", e.text);
+	return ev;
+}
+
+/* Every blob the entry names is durable before the entry exists: the
+ * tracer syncs the store's journal before it hands the entry on
+ * (tracer.c). */
+static json_t *append(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
+                      const char *cls, int wait)
+{
+	if (!r->chain_alive) {
+		json_decref(data);
+		json_decref(evidence);
+		json_decref(refs);
 		return NULL;
 	}
-	double seq = json_number_value(json_object_get(entry, "seq"));
-	if (r->first_seq == 0)
-		r->first_seq = seq;
-	r->last_seq = seq;
-	/* The entries of a loop's task, which its soft verdict refers to. */
-	if (is_task && r->loops && entry_id(entry))
-		json_array_append_new(r->loops[r->cur].entries, json_string(entry_id(entry)));
+	json_t *ev = event(kind, data, evidence, loop, refs, cls);
+	tracer_post(r, ev, wait);
+	json_decref(ev);
+	json_t *entry = NULL;
+	if (wait)
+		tracer_settle(r, &entry);
 	return entry;
+}
+
+json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls)
+{
+	return append(r, kind, data, NULL, loop, refs, cls, 1);
+}
+
+json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
+                 const char *cls)
+{
+	return append(r, kind, data, evidence, loop, refs, cls, 1);
 }
 
 void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs)
 {
-	json_decref(trace(r, kind, data, loop, refs, NULL));
+	append(r, kind, data, NULL, loop, refs, NULL, 0);
 }
 
 void trace_quiet_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs)
 {
-	json_decref(trace_ev(r, kind, data, evidence, loop, refs, NULL));
+	append(r, kind, data, evidence, loop, refs, NULL, 0);
 }
 
 const char *entry_id(json_t *entry)
@@ -251,7 +233,7 @@ json_t *evidence(struct run *r, const void *data, size_t n)
 	if (!r->evidence)
 		err_set(&e, "%s", r->evidence_error);
 	else
-		ref = evidence_put_nosync(r->evidence, data, n, &e); /* synced by trace_ev */
+		ref = evidence_put_nosync(r->evidence, data, n, &e); /* synced by the tracer */
 	if (!ref) {
 		/* the store's messages name it already ("evidence ...") */
 		const char *why = strncmp(e.text, "evidence", 8) == 0 ? "" : "evidence: ";
@@ -408,6 +390,9 @@ int run_begin(struct run *r)
 		return -2;
 	}
 	clock_anchor(r);
+	/* The first entry is waited for: a chain that refuses it ends the
+	 * run before anything else happens. */
+	tracer_settle(r, NULL);
 	if (!r->chain_alive)
 		return -1;
 	json_t *pinned = memory_pinned(&r->mem);
@@ -616,9 +601,13 @@ int run_end(struct run *r)
 {
 	if (!r->verdict)
 		end_with(r, "failed", "run ended without a verdict");
+	tracer_settle(r, NULL);
 	if (!r->chain_alive && strcmp(r->verdict, "completed") == 0)
 		end_with(r, "failed", "trace writer died");
 	finish(r);
+	/* Every entry acknowledged, on disk, before the record commits to
+	 * the trace. */
+	tracer_stop(r);
 	/* Every entry is appended: the blobs go under their own names, and
 	 * the journal that made them durable goes. */
 	struct sfma_err fe;
@@ -674,6 +663,7 @@ void run_free(struct run *r)
 	json_decref(r->message_ref);
 	json_decref(r->summary);
 	loops_free(r);
+	tracer_stop(r);
 	memory_free(&r->mem);
 	store_close(&r->store);
 	manifest_free(r->m);

@@ -95,6 +95,13 @@ static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
 	enum wait_why why = WAIT_DIED;
 	struct sfma_err e;
 	json_t *reply = NULL;
+	/* Nothing acts on the world before every entry that led to it is on
+	 * disk (tracer.c). */
+	if (s == STAGE_EXEC && tracer_settle(r, NULL) < 0) {
+		json_decref(req);
+		end_with(r, "failed", "%s", r->error);
+		return NULL;
+	}
 	if (stage_send(s, req) == 0)
 		reply = stage_wait(s, &o, &why, &e);
 	else
