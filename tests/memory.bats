@@ -227,12 +227,40 @@ run_a() {
 	run_a
 	PATH="$PWD/wrap:$PATH" run_a
 	# The second run: the guard's rev-parse, the hash-object of the record
-	# over fastTierMaxBytes, one fast-import (which starts unpack-objects
-	# itself, not through PATH).
+	# over fastTierMaxBytes, one fast-import, which keeps its pack (no
+	# unpack-objects after it).
 	[ "$(grep -c . git.log)" -le 3 ] || { cat git.log; return 1; }
 	grep -q ' rev-parse --absolute-git-dir' git.log
 	grep -q ' fast-import' git.log
 	run grep -E ' (add|commit|config|maintenance|--version)( |$)' git.log
 	[ "$status" -eq 1 ] || { cat git.log; return 1; }
+	verified
+}
+
+@test "each run's commit is one pack, not loose objects; past 32 packs they are folded into one, history whole" {
+	packs() { find ws/.sfma/mem/.git/objects/pack -name '*.pack' | wc -l; }
+	# the commit fast-import wrote is in the pack, not a loose object
+	commit_loose() { h=$(git -C ws/.sfma/mem rev-parse HEAD); [ -e "ws/.sfma/mem/.git/objects/${h:0:2}/${h:2}" ]; }
+	mock "$(cand one)" "$finish" "$done_"
+	sfma run m.json >/dev/null 2>&1
+	[ "$(packs)" -eq 1 ]
+	commit_loose && return 1
+	n=1
+	while [ "$n" -lt 32 ]; do
+		mock "$(cand one)" "$finish" "$done_"
+		sfma run m.json >/dev/null 2>&1
+		n=$((n + 1))
+	done
+	[ "$(packs)" -eq 32 ]
+	mock "$(cand one)" "$finish" "$done_"
+	sfma run m.json >/dev/null 2>&1
+	[ "$(packs)" -eq 1 ]
+	[ "$(git -C ws/.sfma/mem rev-list --count HEAD)" -eq 33 ]
+	git -C ws/.sfma/mem fsck --strict --no-dangling
+	# every run's memory.json is still there to be read back
+	[ "$(git -C ws/.sfma/mem log --format=%H -- memory.json | wc -l)" -eq 33 ]
+	mock "$(cand one)" "$finish" "$done_"
+	sfma run m.json >/dev/null 2>&1
+	[ "$(packs)" -eq 2 ]
 	verified
 }

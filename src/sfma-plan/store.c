@@ -30,12 +30,14 @@
 #define RECALL_MAX_TEXT 8192
 #define GIT_MAX_OUTPUT (256u << 10)
 
-/* A handful of objects a run: fast-import writes a pack and explodes it
- * into loose objects (fastimport.unpackLimit), so the pack's own fsync
- * buys nothing; the loose objects are as durable as `git commit` leaves
- * them. */
-static const char *const fast_import_args[] = {"-c", "core.fsync=-pack,-pack-metadata", "fast-import", "--quiet",
-                                               NULL};
+/* A handful of objects a run: fast-import keeps what it wrote as one pack
+ * (fastimport.unpackLimit=1), fsynced like every pack git writes, instead
+ * of starting unpack-objects to explode it into loose objects - a second
+ * git process on every run. store_close folds the packs into one (git
+ * repack) once there are more than PACKS_MAX, so that reading the history
+ * never searches more packs than that. */
+static const char *const fast_import_args[] = {"-c", "fastimport.unpackLimit=1", "fast-import", "--quiet", NULL};
+#define PACKS_MAX 32
 
 /* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
 static double elapsed_ms(double t0)
@@ -986,14 +988,38 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 		memcpy(st->parent, commit, out.len + 1);
 		json_object_set_new(entry, "sha", json_string(commit));
 		*sha = commit;
+		st->committed = 1;
 	}
 	buf_free(&out);
 	return entry;
 }
 
+/* How many packs the store's repository holds (objects/pack, *.pack). */
+static int count_packs(struct store *st)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/objects/pack", st->git_dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		n += len > 5 && strcmp(de->d_name + len - 5, ".pack") == 0;
+	}
+	closedir(d);
+	return n;
+}
+
 void store_close(struct store *st)
 {
 	stop_importer(st);
+	/* After the seal: a fold that fails leaves the packs as they were,
+	 * every object still in them. */
+	static const char *const fold[] = {"repack", "-a", "-d", "-q", NULL};
+	if (st->git_available && st->committed && count_packs(st) > PACKS_MAX)
+		git(st, 1, fold, NULL);
 	json_decref(st->inproc);
 	st->inproc = NULL;
 }

@@ -25,6 +25,7 @@ struct store {
 	char git_dir[PATH_MAX];     /* <ws>/.sfma/mem/.git (real path once checked) */
 	char trace_path[PATH_MAX];
 	int git_available;
+	int committed;              /* this run's commit landed */
 	char parent[65];           /* the branch's commit when the run began, "" if none yet */
 	char git_unavailable_why[200];
 	double latency_inproc, latency_file, latency_git;
