@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,19 +77,18 @@ static int is_hex64(const char *s)
 
 /* Hash of a canonical line with its top-level "hash" member cut out: the
  * canonical form of the entry without `hash`, without building a tree. */
-static void hash_without_member(EVP_MD_CTX *ctx, const EVP_MD *md, const char *line, size_t n,
-                                const struct canon_member *m, unsigned char out[32])
+static void hash_without_member(const char *line, size_t n, const struct canon_member *m, unsigned char out[32])
 {
 	size_t cut_from = m->member_off, cut_to = m->member_off + m->member_len;
 	if (line[cut_from - 1] == ',')
 		cut_from--;             /* ",\"hash\":..." */
 	else if (line[cut_to] == ',')
 		cut_to++;               /* first member: "\"hash\":...," */
-	unsigned int mdlen;
-	EVP_DigestInit_ex(ctx, md, NULL);
-	EVP_DigestUpdate(ctx, line, cut_from);
-	EVP_DigestUpdate(ctx, line + cut_to, n - cut_to);
-	EVP_DigestFinal_ex(ctx, out, &mdlen);
+	struct sha256 ctx;
+	sha256_init(&ctx);
+	sha256_update(&ctx, line, cut_from);
+	sha256_update(&ctx, line + cut_to, n - cut_to);
+	sha256_final(&ctx, out);
 }
 
 /* 1 if the 64 hex digits at hex spell the 32 bytes of md. */
@@ -170,7 +168,7 @@ static void check_evidence(struct line_info *li, const json_t *entry, const stru
 }
 
 /* Fast path: the line is already canonical. Returns 1 if handled. */
-static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *md)
+static int check_canonical(struct line_info *li)
 {
 	struct canon_scan sc;
 	if (!canon_scan(li->text, li->len, &sc))
@@ -206,7 +204,7 @@ static int check_canonical(struct line_info *li, EVP_MD_CTX *ctx, const EVP_MD *
 	li->hash = hash;
 	li->prev = prev;
 	unsigned char got[32];
-	hash_without_member(ctx, md, li->text, li->len, &sc.hash, got);
+	hash_without_member(li->text, li->len, &sc.hash, got);
 	if (!hex_matches(hash, got))
 		fail(li, "hash mismatch (the entry's content was altered)");
 	return 1;
@@ -442,26 +440,18 @@ static void check_canonical_evidence(struct line_info *li, const struct chain_op
 struct work {
 	struct line_info *lines;
 	size_t from, to;
-	const EVP_MD *md;
 	const struct chain_opts *opts;
 };
 
 static void *worker(void *arg)
 {
 	struct work *w = arg;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (!ctx) { /* without a context every line takes the tree path */
-		for (size_t i = w->from; i < w->to; i++)
-			check_tree(&w->lines[i], w->opts);
-		return NULL;
-	}
 	for (size_t i = w->from; i < w->to; i++) {
-		if (!check_canonical(&w->lines[i], ctx, w->md))
+		if (!check_canonical(&w->lines[i]))
 			check_tree(&w->lines[i], w->opts);
 		else if (w->opts->evidence)
 			check_canonical_evidence(&w->lines[i], w->opts);
 	}
-	EVP_MD_CTX_free(ctx);
 	return NULL;
 }
 
@@ -555,7 +545,7 @@ static void load_block(struct reader *rd, struct block *b)
 #define LINES_PER_THREAD 256
 
 /* Hand the lines of b to worker threads; tiny blocks are not worth one. */
-static void start_workers(struct block *b, int threads, const EVP_MD *md, const struct chain_opts *opts)
+static void start_workers(struct block *b, int threads, const struct chain_opts *opts)
 {
 	int t = b->n ? threads : 0;
 	if ((size_t)t > b->n / LINES_PER_THREAD + 1)
@@ -564,7 +554,7 @@ static void start_workers(struct block *b, int threads, const EVP_MD *md, const 
 	b->started = 0;
 	for (int k = 0; k < t; k++)
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
-		                        b->n * (size_t)(k + 1) / (size_t)t, md, opts};
+		                        b->n * (size_t)(k + 1) / (size_t)t, opts};
 	if (b->n < LINES_PER_THREAD)
 		return; /* one share, checked by join_workers on this thread */
 	for (int k = 0; k < t; k++) {
@@ -585,7 +575,7 @@ static void join_workers(struct block *b)
 struct verifier {
 	const struct chain_opts *opts;
 	struct chain_summary *sum;
-	EVP_MD_CTX *legacy;
+	struct sha256 legacy;
 	int seen_chained;
 };
 
@@ -598,14 +588,9 @@ static void mark_here(struct verifier *v, const struct line_info *li)
 		memcpy(s->mark_head, li->hash, 64);
 		s->mark_head[64] = '\0';
 	} else {
-		EVP_MD_CTX *copy = EVP_MD_CTX_new();
+		struct sha256 copy = v->legacy;
 		unsigned char md[32];
-		unsigned int mdlen;
-		if (!copy || !EVP_MD_CTX_copy_ex(copy, v->legacy) || !EVP_DigestFinal_ex(copy, md, &mdlen)) {
-			EVP_MD_CTX_free(copy);
-			return; /* not found: the caller reports the prefix as not matching */
-		}
-		EVP_MD_CTX_free(copy);
+		sha256_final(&copy, md);
 		hex_encode(md, 32, s->mark_head);
 	}
 	s->mark_seq = li->seq;
@@ -624,8 +609,8 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 		if (!li->chained) {
 			if (v->seen_chained)
 				return err_set(e, "line %llu: unchained line after chained entries", (unsigned long long)no);
-			EVP_DigestUpdate(v->legacy, li->text, li->len);
-			EVP_DigestUpdate(v->legacy, "\n", 1);
+			sha256_update(&v->legacy, li->text, li->len);
+			sha256_update(&v->legacy, "\n", 1);
 			s->legacy++;
 		} else {
 			const char *want = s->head;
@@ -633,8 +618,7 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 			if (!v->seen_chained) {
 				if (s->legacy > 0) {
 					unsigned char md[32];
-					unsigned int mdlen;
-					EVP_DigestFinal_ex(v->legacy, md, &mdlen);
+					sha256_final(&v->legacy, md);
 					hex_encode(md, 32, legacy_hex);
 					want = legacy_hex;
 				} else {
@@ -739,16 +723,8 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	}
 	if (threads > MAX_THREADS)
 		threads = MAX_THREADS;
-	/* Fetched once: the implicit fetch behind EVP_sha256() takes a lock on
-	 * every EVP_DigestInit_ex, which showed in profiles. */
-	EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
-	struct verifier v = {opts, out, EVP_MD_CTX_new(), opts->resume != NULL};
-	if (!md || !v.legacy) {
-		EVP_MD_free(md);
-		EVP_MD_CTX_free(v.legacy);
-		return err_set(e, "SHA-256 is not available");
-	}
-	EVP_DigestInit_ex(v.legacy, md, NULL);
+	struct verifier v = {.opts = opts, .sum = out, .seen_chained = opts->resume != NULL};
+	sha256_init(&v.legacy);
 
 	struct reader rd = {fd, 0, 0, opts->max_line ? opts->max_line : NDJSON_DEFAULT_MAX};
 	rd.cap = BLOCK > rd.max_line + 1 ? BLOCK : rd.max_line + 1;
@@ -764,7 +740,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	int rc = 0;
 	load_block(&rd, cur);
 	for (;;) {
-		start_workers(cur, threads, md, opts);
+		start_workers(cur, threads, opts);
 		/* Read ahead while the workers check. */
 		int more = cur->pending == PEND_NONE && !(rd.eof && cur->used == cur->have);
 		if (more) {
@@ -790,8 +766,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	}
 	if (rc == 0 && !v.seen_chained && out->legacy > 0) {
 		unsigned char digest[32];
-		unsigned int mdlen;
-		EVP_DigestFinal_ex(v.legacy, digest, &mdlen);
+		sha256_final(&v.legacy, digest);
 		hex_encode(digest, 32, out->head);
 	}
 	if (rc == 0 && opts->trusted_count && out->entries < opts->trusted_count)
@@ -803,8 +778,6 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 		free(blk[i].lines);
 		free(blk[i].buf);
 	}
-	EVP_MD_CTX_free(v.legacy);
-	EVP_MD_free(md);
 	return rc;
 }
 
@@ -847,33 +820,26 @@ json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_e
 /* ---- the verified-head cache ------------------------------------------------ */
 
 struct chain_digest {
-	EVP_MD_CTX *ctx;
+	struct sha256 ctx;
 };
 
 #define CACHE_MAX 4096
 
 void chain_digest_add(struct chain_digest *dg, const void *data, size_t n)
 {
-	if (dg && dg->ctx)
-		EVP_DigestUpdate(dg->ctx, data, n);
+	if (dg)
+		sha256_update(&dg->ctx, data, n);
 }
 
 void chain_digest_free(struct chain_digest *dg)
 {
-	if (!dg)
-		return;
-	EVP_MD_CTX_free(dg->ctx);
 	free(dg);
 }
 
 static struct chain_digest *digest_new(void)
 {
 	struct chain_digest *dg = xcalloc(1, sizeof *dg);
-	dg->ctx = EVP_MD_CTX_new();
-	if (!dg->ctx || !EVP_DigestInit_ex(dg->ctx, EVP_sha256(), NULL)) {
-		chain_digest_free(dg);
-		return NULL;
-	}
+	sha256_init(&dg->ctx);
 	return dg;
 }
 
@@ -888,7 +854,7 @@ static int digest_range(struct chain_digest *dg, int fd, uint64_t from, uint64_t
 			continue;
 		if (got <= 0)
 			return -1;
-		EVP_DigestUpdate(dg->ctx, buf, (size_t)got);
+		sha256_update(&dg->ctx, buf, (size_t)got);
 		from += (uint64_t)got;
 	}
 	return 0;
@@ -909,14 +875,9 @@ static void cache_check(const char prefix_hex[65], const struct chain_summary *s
 /* The digest so far, as hex, leaving dg running. */
 static int digest_hex(const struct chain_digest *dg, char out[65])
 {
-	EVP_MD_CTX *copy = EVP_MD_CTX_new();
+	struct sha256 copy = dg->ctx;
 	unsigned char md[32];
-	unsigned int mdlen;
-	if (!copy || !EVP_MD_CTX_copy_ex(copy, dg->ctx) || !EVP_DigestFinal_ex(copy, md, &mdlen)) {
-		EVP_MD_CTX_free(copy);
-		return -1;
-	}
-	EVP_MD_CTX_free(copy);
+	sha256_final(&copy, md);
 	hex_encode(md, 32, out);
 	return 0;
 }

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <openssl/evp.h>
 
 /* Blobs found intact, so that one referenced again (a repeated reminder,
  * the same tool result) is not read again: direct-mapped on the digest,
@@ -77,7 +76,6 @@ struct evidence_store {
 	struct durable_slot durable[CACHE_SLOTS]; /* writers only; not locked */
 	enum evidence_state dir_state; /* what every check answers when dirfd < 0 */
 	char dir_error[SFMA_ERR_MAX];  /* with EVIDENCE_ERROR */
-	EVP_MD *md;                    /* fetched once: the implicit fetch locks per use */
 	pthread_mutex_t lock;          /* guards cache */
 	struct cache_slot cache[CACHE_SLOTS];
 };
@@ -144,13 +142,7 @@ static int no_blob_filed(int dirfd)
 
 struct evidence_store *evidence_open(int sfma_dirfd, int create, struct sfma_err *e)
 {
-	EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
-	if (!md) {
-		err_set(e, "SHA-256 is not available");
-		return NULL;
-	}
 	struct evidence_store *s = xcalloc(1, sizeof *s);
-	s->md = md;
 	s->dirfd = -1;
 	s->journal_fd = -1;
 	s->writer = create;
@@ -227,7 +219,6 @@ void evidence_close(struct evidence_store *s)
 		close(s->journal_fd);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
-	EVP_MD_free(s->md);
 	free(s->to_file.v);
 	free(s->index.v);
 	pthread_cond_destroy(&s->work);
@@ -339,16 +330,11 @@ static void cache_add(struct evidence_store *s, const struct evidence_ref *ref)
  * more (a file that grew since its fstat is seen as altered without
  * reading all of it); the bytes go to keep (ref->bytes + 1 bytes of room)
  * when keep is not NULL. */
-static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t off,
-                                      const struct evidence_ref *ref, int probe_past, char *keep,
-                                      uint64_t keep_max, struct sfma_err *e)
+static enum evidence_state hash_range(int fd, uint64_t off, const struct evidence_ref *ref, int probe_past,
+                                      char *keep, uint64_t keep_max, struct sfma_err *e)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (!ctx || EVP_DigestInit_ex(ctx, s->md, NULL) != 1) {
-		EVP_MD_CTX_free(ctx);
-		err_set(e, "SHA-256 is not available");
-		return EVIDENCE_ERROR;
-	}
+	struct sha256 ctx;
+	sha256_init(&ctx);
 	char chunk[64 << 10];
 	uint64_t total = 0, limit = ref->bytes + (probe_past ? 1 : 0);
 	for (;;) {
@@ -367,18 +353,16 @@ static enum evidence_state hash_range(struct evidence_store *s, int fd, uint64_t
 			continue;
 		if (got < 0) {
 			err_set(e, "evidence %s: read: %s", ref->sha256, strerror(errno));
-			EVP_MD_CTX_free(ctx);
 			return EVIDENCE_ERROR;
 		}
 		if (got == 0)
 			break;
-		EVP_DigestUpdate(ctx, dst, (size_t)got);
+		sha256_update(&ctx, dst, (size_t)got);
 		total += (uint64_t)got;
 	}
 	unsigned char md[32];
 	char hex[SHA256_HEX_LEN + 1];
-	EVP_DigestFinal_ex(ctx, md, NULL);
-	EVP_MD_CTX_free(ctx);
+	sha256_final(&ctx, md);
 	hex_encode(md, sizeof md, hex);
 	if (total != ref->bytes || memcmp(hex, ref->sha256, SHA256_HEX_LEN) != 0)
 		return EVIDENCE_ALTERED;
@@ -417,7 +401,7 @@ static enum evidence_state read_journal(struct evidence_store *s, const struct e
 			break;
 		}
 	pthread_mutex_unlock(&s->lock);
-	enum evidence_state state = have ? hash_range(s, fd, found.off, ref, 0, keep, keep_max, e) : EVIDENCE_MISSING;
+	enum evidence_state state = have ? hash_range(fd, found.off, ref, 0, keep, keep_max, e) : EVIDENCE_MISSING;
 	close(fd);
 	return state;
 }
@@ -460,7 +444,7 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 		close(fd);
 		return EVIDENCE_ALTERED;
 	}
-	enum evidence_state state = hash_range(s, fd, 0, ref, 1, keep, keep_max, e);
+	enum evidence_state state = hash_range(fd, 0, ref, 1, keep, keep_max, e);
 	if (state == EVIDENCE_OK && fd_out)
 		*fd_out = fd;
 	else
@@ -709,7 +693,7 @@ static int recover_journal(struct evidence_store *s, struct sfma_err *e)
 		ref.bytes = r.bytes;
 		struct sfma_err ignored;
 		/* A record that is not what its header says is not evidence. */
-		if (hash_range(s, fd, r.off, &ref, 0, NULL, 0, &ignored) != EVIDENCE_OK)
+		if (hash_range(fd, r.off, &ref, 0, NULL, 0, &ignored) != EVIDENCE_OK)
 			break;
 		if (read_blob_at(s, &ref, NULL, 0, NULL, 0, &ignored) != EVIDENCE_OK)
 			rc = file_record(s, fd, &r, e);

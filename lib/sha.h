@@ -1,10 +1,27 @@
-/* sha.h - SHA-256 (libcrypto) as lowercase hex. */
+/* sha.h - SHA-256 (libcrypto) as lowercase hex, and as a stream.
+ *
+ * Through libcrypto's SHA256_Init/Update/Final, not EVP: OpenSSL 3 loads
+ * its default provider and builds its algorithm name map at the first EVP
+ * fetch, 1.5 to 2 ms of CPU in every process that hashes - more than all
+ * the hashing a stage does in a small run - while these functions run the
+ * same assembly with no set-up at all. They are deprecated in OpenSSL 3.0
+ * (for EVP's sake, not for a flaw) and still shipped; only sha.c calls
+ * them. Ed25519 (lib/sign.c) goes through EVP, which it needs. */
 #ifndef SFMA_SHA_H
 #define SFMA_SHA_H
 
 #include <stddef.h>
+#include <openssl/sha.h>
 
 #define SHA256_HEX_LEN 64
+
+/* A SHA-256 in progress; copied by assignment (a digest so far). */
+struct sha256 {
+	SHA256_CTX c;
+};
+void sha256_init(struct sha256 *s);
+void sha256_update(struct sha256 *s, const void *data, size_t n);
+void sha256_final(struct sha256 *s, unsigned char md[32]);
 
 /* out receives 64 hex digits and a NUL. */
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX_LEN + 1]);

@@ -355,10 +355,6 @@ int main(int argc, char **argv)
 	char *text;
 	size_t len;
 	int rc;
-	/* libcrypto loads its configuration and providers at the first
-	 * digest: done before the first event arrives, not after. */
-	char warm[65];
-	sha256_hex("", 0, warm);
 	lr_init(&r, 0, max_line);
 	struct buf reports = {0};
 	size_t grouped = 0;

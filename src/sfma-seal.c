@@ -145,12 +145,6 @@ int main(int argc, char **argv)
 		close(o.key_ready_fd);
 	}
 
-	/* libcrypto loads its configuration and providers at the first
-	 * digest; done now, while the run works, not after its body arrives
-	 * (the seal is the last step before a run's end). */
-	char warm[SHA256_HEX_LEN + 1];
-	sha256_hex("", 0, warm);
-
 	/* 1. The body. */
 	struct sfma_err e;
 	size_t len;
