@@ -137,7 +137,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ "$(grep -c '^sfma-seal ' started)" -eq 1 ] || { cat started; return 1; }
 	run grep -e '--check-key' started
 	[ "$status" -eq 1 ]
-	# the seal came after the planner's --check and before every other stage
+	# the seal came right after the planner and before every other stage
 	[ "$(sed -n 2p started | cut -d' ' -f1)" = sfma-seal ]
 	grep -q '^sfma-seal --allow-empty --key-ready-fd [0-9]* ' started
 	jq -e '.integrity.signature.algorithm == "ed25519"' ws/.sfma/result.json
