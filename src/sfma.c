@@ -6,9 +6,10 @@
  *
  * The pipeline is a star centred on the planner (PIPELINE.md): sfma-plan
  * talks to sfma-model, sfma-exec, sfma-chain and sfma-seal over eight pipes,
- * and no stage talks to another. sfma decides nothing about a run. It asks
- * `sfma-plan --check` whether the manifest is valid, starts every stage with
- * an environment holding only what that stage needs, forwards SIGINT and
+ * and no stage talks to another. sfma decides nothing about a run. It starts
+ * the planner first, which validates the manifest and says how to wire the
+ * run (struct wiring), starts every other stage with an environment holding
+ * only what that stage needs, then lets the planner go; it forwards SIGINT and
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,7 +68,8 @@ struct opts {
 	long max_runs;          /* 0: unbounded */
 };
 
-/* What `sfma-plan --check` reported about a valid manifest. */
+/* What the planner announced about a valid manifest (the line
+ * `sfma-plan --check` prints). */
 struct checked {
 	json_t *doc;            /* owns the strings below */
 	const char *workspace, *trace;
@@ -407,66 +410,6 @@ static pid_t spawn(const char *path, char *const argv[], char *const envp[],
 	return spawn_confirm(&c);
 }
 
-static void checked_free(struct checked *c)
-{
-	json_decref(c->doc);
-	*c = (struct checked){0};
-}
-
-/* Run `sfma-plan --check`. Returns 0 with *c filled, 2 for an invalid
- * manifest (the planner has said why), 1 on any other failure. */
-static int check_manifest(const struct opts *o, const char *manifest, struct checked *c)
-{
-	struct checked none = {0};
-	*c = none;
-	char *argv[] = { stage_path[PLAN], "--check", (char *)manifest, o->apply ? "--apply" : NULL, NULL };
-	int out[2];
-	if (pipe2(out, O_CLOEXEC) < 0)
-		die("pipe: %s", strerror(errno));
-	char **env = stage_env(PLAN, c);
-	pid_t pid = spawn(stage_path[PLAN], argv, env, -1, out[1], NULL, 0, false);
-	env_free(env);
-	if (pid < 0)
-		die("%s: %s", stage_path[PLAN], strerror(errno));
-	close(out[1]);
-	struct sfma_err e;
-	size_t len = 0;
-	char *reply = read_all_fd(out[0], CHECK_REPLY_MAX, &len, &e);
-	close(out[0]);
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
-		free(reply);
-		return 2;
-	}
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		free(reply);
-		if (WIFSIGNALED(st))
-			warnx("sfma-plan --check killed by signal %d", WTERMSIG(st));
-		else
-			warnx("sfma-plan --check exited with status %d", WEXITSTATUS(st));
-		return 1;
-	}
-	if (!reply || !(c->doc = json_parse_strict(reply, len, &e))) {
-		warnx("sfma-plan --check: %s", e.text);
-		free(reply);
-		return 1;
-	}
-	free(reply);
-	json_t *dry = json_object_get(c->doc, "dryRun");
-	c->workspace = json_string_value(json_object_get(c->doc, "workspace"));
-	c->trace = json_string_value(json_object_get(c->doc, "trace"));
-	c->model_env = json_object_get(c->doc, "modelEnv");
-	if (!c->workspace || !c->trace || !json_is_boolean(dry) || (c->model_env && !json_is_array(c->model_env))) {
-		warnx("sfma-plan --check: reply lacks workspace, trace, dryRun or modelEnv");
-		checked_free(c);
-		return 1;
-	}
-	c->dry_run = json_is_true(dry);
-	return 0;
-}
-
 static double now_seconds(void)
 {
 	return mono_ms_frac() / 1000.0;
@@ -644,35 +587,146 @@ static int start_seal_first(const char *manifest, const struct checked *c, int i
 	return -1;
 }
 
-static void close_pipes(int to[PLAN][2], int from[PLAN][2])
+static void close_fd(int *fd)
 {
-	for (int s = 0; s < PLAN; s++) {
-		close(to[s][0]), close(to[s][1]);
-		close(from[s][0]), close(from[s][1]);
-	}
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
 }
 
-/* One run on an already checked manifest: eight pipes, five processes.
- * announce (or NULL) is said once the signing key is known to be usable.
- * Returns the run's exit status, or -1 when the signing key is unusable
- * (nothing was started). */
-static int run_checked(const struct opts *o, const char *manifest, const struct checked *c,
-                       const char *announce)
-{
-	int to[PLAN][2], from[PLAN][2];       /* named from the planner's side */
-	int keep[2 * PLAN];
-	char fdpath[2 * PLAN][32], flag[2 * PLAN][16];
-	char *argv[8 + 4 * PLAN], *stage_argv[6];
-	size_t n = 0;
-	pid_t pid[N_STAGES];
+/* A run being started. The planner is started first: it validates the
+ * manifest and tells sfma on the handshake socket what --check would print
+ * (sfma-plan(1), --handshake-fd), then waits for one byte, the go, before
+ * it touches anything on disk or writes to a stage. So one process both
+ * checks and runs, and the stages, whose arguments and environments depend
+ * on that reply, start while it waits. */
+struct wiring {
+	int to[PLAN][2], from[PLAN][2];   /* named from the planner's side; -1 once closed */
+	pid_t planner;
+	int handshake;                    /* sfma's end of the socket pair; -1 once closed */
+	struct checked c;                 /* what the planner announced */
+};
 
+static void checked_free(struct checked *c)
+{
+	json_decref(c->doc);
+	*c = (struct checked){0};
+}
+
+static void close_pipes(struct wiring *w)
+{
 	for (int s = 0; s < PLAN; s++)
-		if (pipe2(to[s], O_CLOEXEC) < 0 || pipe2(from[s], O_CLOEXEC) < 0)
+		for (int end = 0; end < 2; end++)
+			close_fd(&w->to[s][end]), close_fd(&w->from[s][end]);
+}
+
+static int reap(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid: %s", strerror(errno));
+	return st;
+}
+
+/* No go: end of input on the handshake makes the planner exit, quietly and
+ * having touched nothing. Returns its wait status. */
+static int release_planner(struct wiring *w)
+{
+	close_fd(&w->handshake);
+	close_pipes(w);
+	int st = reap(w->planner);
+	w->planner = -1;
+	checked_free(&w->c);
+	return st;
+}
+
+/* The planner ended without announcing the run. Returns sfma's exit status:
+ * 2 for an invalid manifest (the planner has said why), else 1. */
+static int planner_ended_early(struct wiring *w)
+{
+	int st = release_planner(w);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 2)
+		return 2;
+	if (WIFSIGNALED(st))
+		warnx("stage sfma-plan killed by signal %d", WTERMSIG(st));
+	else if (WEXITSTATUS(st) != 1) /* 1: it has said why */
+		warnx("sfma-plan exited with status %d before the run started", WEXITSTATUS(st));
+	return 1;
+}
+
+/* Read the planner's one line (the reply --check prints) into w->c. The
+ * planner has only read its manifest by then, a bounded task, so this is a
+ * plain blocking read; an operator's signal meanwhile stays pending and is
+ * taken right after (operator_stopped). Returns 0, or the exit status once
+ * the planner has been reaped. */
+static int read_announcement(struct wiring *w)
+{
+	size_t len = 0, cap = 4096;
+	char *line = xmalloc(cap), *nl = NULL;
+	while (!nl) {
+		if (len == cap) {
+			if (cap >= CHECK_REPLY_MAX) {
+				warnx("sfma-plan handshake: a reply longer than %u bytes", CHECK_REPLY_MAX);
+				free(line);
+				release_planner(w);
+				return 1;
+			}
+			line = xrealloc(line, cap *= 2);
+		}
+		ssize_t r = read(w->handshake, line + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			free(line);
+			return planner_ended_early(w);
+		}
+		nl = memchr(line + len, '\n', (size_t)r);
+		len += (size_t)r;
+	}
+	struct sfma_err e;
+	struct checked *c = &w->c;
+	c->doc = json_parse_strict(line, (size_t)(nl - line), &e);
+	free(line);
+	if (!c->doc) {
+		warnx("sfma-plan handshake: %s", e.text);
+		release_planner(w);
+		return 1;
+	}
+	json_t *dry = json_object_get(c->doc, "dryRun");
+	c->workspace = json_string_value(json_object_get(c->doc, "workspace"));
+	c->trace = json_string_value(json_object_get(c->doc, "trace"));
+	c->model_env = json_object_get(c->doc, "modelEnv");
+	if (!c->workspace || !c->trace || !json_is_boolean(dry) || (c->model_env && !json_is_array(c->model_env))) {
+		warnx("sfma-plan handshake: reply lacks workspace, trace, dryRun or modelEnv");
+		release_planner(w);
+		return 1;
+	}
+	c->dry_run = json_is_true(dry);
+	return 0;
+}
+
+/* Create the eight pipes and the handshake, start the planner, and read
+ * what it says about the manifest. Returns 0 with the planner waiting for
+ * its go, or the exit status (1, or 2 for an invalid manifest) with nothing
+ * left running. */
+static int start_planner(const struct opts *o, struct wiring *w)
+{
+	int sv[2], keep[2 * PLAN + 1];
+	char fdpath[2 * PLAN][32], flag[2 * PLAN][16], handshake_fd[16];
+	char *argv[10 + 4 * PLAN];
+	size_t n = 0;
+
+	*w = (struct wiring){.planner = -1, .handshake = -1};
+	for (int s = 0; s < PLAN; s++)
+		if (pipe2(w->to[s], O_CLOEXEC) < 0 || pipe2(w->from[s], O_CLOEXEC) < 0)
 			die("pipe: %s", strerror(errno));
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
 
 	argv[n++] = stage_path[PLAN];
 	argv[n++] = "run";
-	argv[n++] = (char *)manifest;
+	argv[n++] = o->manifest;
 	if (o->apply)
 		argv[n++] = "--apply";
 	if (o->task)
@@ -682,7 +736,7 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 	for (int s = 0; s < PLAN; s++) {
 		/* Opened by the planner in this order: to-model, from-model, ... */
 		for (int dir = 0; dir < 2; dir++) {
-			int k = 2 * s + dir, fd = dir == 0 ? to[s][1] : from[s][0];
+			int k = 2 * s + dir, fd = dir == 0 ? w->to[s][1] : w->from[s][0];
 			snprintf(flag[k], sizeof flag[k], "--%s-%s", dir == 0 ? "to" : "from", stage_flag[s]);
 			snprintf(fdpath[k], sizeof fdpath[k], "/dev/fd/%d", fd);
 			keep[k] = fd;
@@ -690,23 +744,58 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 			argv[n++] = fdpath[k];
 		}
 	}
+	snprintf(handshake_fd, sizeof handshake_fd, "%d", sv[1]);
+	keep[2 * PLAN] = sv[1];
+	argv[n++] = "--handshake-fd";
+	argv[n++] = handshake_fd;
 	argv[n] = NULL;
+
+	/* The planner's environment does not depend on the manifest. */
+	struct checked none = {0};
+	char **env = stage_env(PLAN, &none);
+	w->planner = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN + 1, true);
+	int err = errno;
+	env_free(env);
+	/* Its ends are the planner's alone now: EOF travels as it exits. */
+	close(sv[1]);
+	for (int s = 0; s < PLAN; s++)
+		close_fd(&w->to[s][1]), close_fd(&w->from[s][0]);
+	if (w->planner < 0) {
+		warnx("%s: %s", stage_path[PLAN], strerror(err));
+		close(sv[0]);
+		close_pipes(w);
+		return 1;
+	}
+	w->handshake = sv[0];
+	return read_announcement(w);
+}
+
+/* Start the other stages of an announced run, send the planner its go and
+ * supervise. announce (or NULL) is said once the signing key is known to be
+ * usable. Returns the run's exit status, or -1 when the signing key is
+ * unusable; either way the planner has been reaped. */
+static int start_stages(const struct opts *o, struct wiring *w, const char *announce)
+{
+	const struct checked *c = &w->c;
+	char *stage_argv[6];
+	pid_t pid[N_STAGES];
+	for (int s = 0; s < N_STAGES; s++)
+		pid[s] = -1;
+	pid[PLAN] = w->planner;
 
 	/* With a signing key the seal stage starts first and loads it; the
 	 * other stages then start only with a usable key. */
 	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
 	bool seal_first = key && *key;
-	for (int s = 0; s < N_STAGES; s++)
-		pid[s] = -1;
-	if (seal_first && start_seal_first(manifest, c, to[SEAL][0], from[SEAL][1], &pid[SEAL]) < 0) {
-		close_pipes(to, from);
+	if (seal_first && start_seal_first(o->manifest, c, w->to[SEAL][0], w->from[SEAL][1], &pid[SEAL]) < 0) {
+		release_planner(w);
 		return -1;
 	}
 	if (announce)
 		warnx("%s", announce);
 	/* The other stages are forked first and their execs confirmed after:
 	 * they load their programs at the same time instead of one after
-	 * another. The planner starts only once all have, so a stage that
+	 * another. The planner gets its go only once all have, so a stage that
 	 * cannot start leaves nothing behind. */
 	struct started st[PLAN];
 	int failed = -1, failed_errno = 0, n_forked = 0;
@@ -714,9 +803,10 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 		st[s] = (struct started){.pid = -1, .report = -1};
 		if (s == SEAL && seal_first)
 			continue;
-		stage_args(s, manifest, c, -1, stage_argv);
+		stage_args(s, o->manifest, c, -1, stage_argv);
 		char **env = stage_env(s, c);
-		int rc = spawn_start(stage_path[s], stage_argv, env, to[s][0], from[s][1], NULL, 0, false, &st[s]);
+		int rc = spawn_start(stage_path[s], stage_argv, env, w->to[s][0], w->from[s][1], NULL, 0, false,
+		                     &st[s]);
 		env_free(env);
 		if (rc < 0) {
 			failed = s;
@@ -739,39 +829,37 @@ static int run_checked(const struct opts *o, const char *manifest, const struct 
 			if (pid[t] < 0)
 				continue;
 			kill(pid[t], SIGKILL);
-			waitpid(pid[t], NULL, 0);
+			reap(pid[t]);
 		}
-		close_pipes(to, from);
+		release_planner(w);
 		return 1;
 	}
-	char **env = stage_env(PLAN, c);
-	pid[PLAN] = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN, true);
-	int err = errno;
-	env_free(env);
 	/* Only the stages hold pipe ends now: EOF travels as each one exits. */
-	close_pipes(to, from);
-	if (pid[PLAN] < 0) {
-		warnx("%s: %s", stage_path[PLAN], strerror(err));
-		for (int s = 0; s < PLAN; s++)
-			waitpid(pid[s], NULL, 0);
-		return 1;
-	}
+	close_pipes(w);
+	/* A planner that has gone meanwhile is supervise()'s to report; its
+	 * closed socket must not kill sfma (MSG_NOSIGNAL: no SIGPIPE). */
+	ssize_t sent;
+	while ((sent = send(w->handshake, "g", 1, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	(void)sent;
+	close_fd(&w->handshake);
+	w->planner = -1;
 	return supervise(pid);
 }
 
 static int cmd_run(const struct opts *o)
 {
-	struct checked c;
-	int status = check_manifest(o, o->manifest, &c);
+	struct wiring w;
+	int status = start_planner(o, &w);
 	if (status != 0)
 		return status;
 	if (operator_stopped()) {
 		warnx("interrupted before the run started");
-		checked_free(&c);
+		release_planner(&w);
 		return 1;
 	}
-	status = run_checked(o, o->manifest, &c, NULL);
-	checked_free(&c);
+	status = start_stages(o, &w, NULL);
+	checked_free(&w.c);
 	return status < 0 ? 1 : status;
 }
 
@@ -783,9 +871,10 @@ static bool halt_requested(const char *workspace)
 	return lstat(path, &st) == 0;
 }
 
-/* Bounded runs one after another, each exactly `sfma run`. The manifest is
- * checked again before every run so that an operator may edit it between
- * runs; a signal lets the current run halt and seal, then ends the relay. */
+/* Bounded runs one after another, each exactly `sfma run`. Each run's
+ * planner validates the manifest again, so that an operator may edit it
+ * between runs; a signal lets the current run halt and seal, then ends the
+ * relay. */
 static int cmd_relay(const struct opts *o)
 {
 	char bound[32] = "inf";
@@ -794,23 +883,23 @@ static int cmd_relay(const struct opts *o)
 	int status = 0;
 	for (long i = 1; !interrupted && (o->max_runs == 0 || i <= o->max_runs); i++) {
 		double started = now_seconds();
-		struct checked c;
-		int checked = check_manifest(o, o->manifest, &c);
+		struct wiring w;
+		int checked = start_planner(o, &w);
 		if (checked != 0)
 			return checked;
-		if (halt_requested(c.workspace)) {
+		if (halt_requested(w.c.workspace)) {
 			warnx("relay: halted by .sfma/HALT");
-			checked_free(&c);
+			release_planner(&w);
 			break;
 		}
 		if (operator_stopped()) {
-			checked_free(&c);
+			release_planner(&w);
 			break;
 		}
 		char announce[80];
 		snprintf(announce, sizeof announce, "relay: run %ld/%s", i, bound);
-		status = run_checked(o, o->manifest, &c, announce);
-		checked_free(&c);
+		status = start_stages(o, &w, announce);
+		checked_free(&w.c);
 		/* A bad key fails every run alike: the relay ends here. */
 		if (status < 0)
 			return 1;

@@ -74,8 +74,8 @@ start_run() { # start_run MOCK: sfma in the background, stdout in out, stderr in
 	sfma_pid=$!
 }
 
-# stage_pid NAME: the pid of that stage among sfma's children (the planner
-# of the run, not the `sfma-plan --check` before it).
+# stage_pid NAME: the pid of that stage among sfma's children (for the
+# planner, its `sfma-plan run` process).
 stage_pid() {
 	local p argv
 	for p in $(pgrep -P "$sfma_pid"); do

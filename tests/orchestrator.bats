@@ -137,7 +137,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ "$(grep -c '^sfma-seal ' started)" -eq 1 ] || { cat started; return 1; }
 	run grep -e '--check-key' started
 	[ "$status" -eq 1 ]
-	# the seal came after the planner's --check and before every other stage
+	# the seal came right after the planner and before every other stage
 	[ "$(sed -n 2p started | cut -d' ' -f1)" = sfma-seal ]
 	grep -q '^sfma-seal --allow-empty --key-ready-fd [0-9]* ' started
 	jq -e '.integrity.signature.algorithm == "ed25519"' ws/.sfma/result.json
@@ -270,6 +270,108 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[[ "$output" == *TASK_INVALID* ]]
 	[[ "$output" == *"modelAdapter was replaced by modelEndpoints"* ]]
 	[ ! -e ws ]
+}
+
+# strace ARGS...: LeakSanitizer cannot work under ptrace, so a sanitized
+# build runs without it here.
+strace() {
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 command strace "$@"
+}
+
+# The programs execve'd under `strace -f -o FILE ...`, one per line, in
+# order (a call strace shows as unfinished is resumed later; failed calls,
+# = -1, are left out).
+execs() { grep -v ' = -1 ' "$1" | sed -n 's/^[0-9]* *execve("\([^"]*\)".*/\1/p' | sed 's|.*/||'; }
+
+@test "run: one sfma-plan process both validates the manifest and runs it" {
+	require strace
+	cp "$BATS_TEST_DIRNAME/../examples/hello/manifest.json" hello.json
+	strace -f -qq -e trace=execve -o trace.st sfma run hello.json --apply >out 2>err
+	[[ "$(cat out)" == "COMPLETED turns=4 dryRun=false "* ]] || { cat out err; return 1; }
+	[ "$(execs trace.st | grep -cx sfma-plan)" -eq 1 ] || { execs trace.st; return 1; }
+	# Every stage once, the planner first of them.
+	[ "$(execs trace.st | grep -x 'sfma-[a-z]*' | head -1)" = sfma-plan ]
+	for s in sfma-model sfma-exec sfma-chain sfma-seal; do
+		[ "$(execs trace.st | grep -cx "$s")" -eq 1 ]
+	done
+	sfma-verify ws
+	# A relay: one planner per run.
+	SFMA_MOCK=$QUICK strace -f -qq -e trace=execve -o relay.st sfma relay manifest.json --max-runs=2 >out 2>err
+	[ "$(execs relay.st | grep -cx sfma-plan)" -eq 2 ] || { execs relay.st; return 1; }
+}
+
+@test "run: an invalid manifest in an existing workspace exits 2, starts no other stage, creates no .sfma" {
+	require strace
+	mkdir ws
+	echo '{"name":"bad","workspace":"ws","modelAdapter":"x"}' >bad.json
+	strace -f -qq -e trace=execve -o trace.st sfma run bad.json --apply >out 2>err && return 1
+	run sfma run bad.json --apply
+	[ "$status" -eq 2 ]
+	[ "${lines[0]}" = TASK_INVALID ] || { echo "$output"; return 1; }
+	[[ "$output" == *"modelAdapter was replaced by modelEndpoints"* ]]
+	[ "$(execs trace.st | grep -x 'sfma-[a-z]*' | tr '\n' ' ')" = "sfma-plan " ] || { execs trace.st; return 1; }
+	[ -z "$(ls -A ws)" ]
+}
+
+# A copy of the programs in which stage $1 is a file that cannot be
+# executed (its interpreter is missing), so that it fails only at its
+# execve, after sfma has found it and the planner has started.
+broken_stage() {
+	mkdir -p broken
+	cp "$SFMA_BINDIR"/sfma* broken/
+	printf '#!/no/such/interpreter\n' >"broken/$1"
+	chmod +x "broken/$1"
+}
+
+@test "run: a stage that cannot start ends the run at once, exit 1, leaving nothing behind" {
+	for stage in sfma-exec sfma-model sfma-chain sfma-seal; do
+		rm -rf broken ws
+		broken_stage "$stage"
+		SFMA_MOCK=$QUICK PATH=/usr/bin:/bin run --separate-stderr broken/sfma run manifest.json
+		[ "$status" -eq 1 ] || { echo "$stage: $status $stderr"; return 1; }
+		# The one message is sfma's: the planner, never let go, is silent.
+		[ "$stderr" = "sfma: $PWD/broken/$stage: No such file or directory" ] || { echo "$stage: $stderr"; return 1; }
+		[ -z "$output" ]
+		[ ! -e ws ]
+	done
+	# The same with the workspace in place: no .sfma, no lock, no trace.
+	mkdir ws
+	SFMA_MOCK=$QUICK PATH=/usr/bin:/bin run broken/sfma run manifest.json
+	[ "$status" -eq 1 ]
+	[ -z "$(ls -A ws)" ]
+	# A relay ends there too, before any run.
+	SFMA_MOCK=$QUICK PATH=/usr/bin:/bin run broken/sfma relay manifest.json --max-runs=2
+	[ "$status" -eq 1 ]
+	[ -z "$(ls -A ws)" ]
+}
+
+# A copy of the programs in which stage $1 first sends SIGTERM to sfma (its
+# parent), then becomes itself: the operator's signal arrives while sfma
+# is still starting the run.
+signalling_stage() {
+	mkdir -p signalling
+	cp "$SFMA_BINDIR"/sfma* signalling/
+	rm "signalling/$1"
+	printf '#!/bin/sh\nkill -TERM $PPID\nexec %s/%s "$@"\n' "$SFMA_BINDIR" "$1" >"signalling/$1"
+	chmod +x "signalling/$1"
+}
+
+@test "run: a signal while the planner validates the manifest starts no run and touches nothing" {
+	signalling_stage sfma-plan
+	mkdir ws
+	SFMA_MOCK=$QUICK run --separate-stderr signalling/sfma run manifest.json
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma: interrupted before the run started" ]
+	[ -z "$(ls -A ws)" ]
+}
+
+@test "run: a signal while the other stages start reaches the planner, which halts and seals" {
+	signalling_stage sfma-model
+	SFMA_MOCK=$QUICK run --separate-stderr signalling/sfma run manifest.json
+	[ "$status" -eq 1 ]
+	[[ "$output" == "HALTED-OPERATOR turns="* ]] || { echo "$output $stderr"; return 1; }
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
+	sfma-verify ws
 }
 
 @test "usage errors exit 2 with the usage on stderr" {

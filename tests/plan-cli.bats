@@ -62,6 +62,11 @@ quick() {
 	check sfma-plan run m.json
 	check sfma-plan walk m.json
 	check sfma-plan run m.json --task
+	check sfma-plan --check m.json --handshake-fd 5
+	check sfma-plan --tools --handshake-fd 5
+	check sfma-plan run m.json --handshake-fd 2
+	[[ "$stderr" == *"--handshake-fd 2: expected a descriptor number above 2"* ]]
+	check sfma-plan run m.json --handshake-fd x
 	check sfma-seal
 	check sfma-seal a b
 	check sfma-seal --bogus ws
@@ -69,6 +74,36 @@ quick() {
 	check sfma run m.json --max-runs 2
 	check sfma relay m.json --max-runs two
 	[[ "$stderr" == *"--max-runs two: expected a positive integer"* ]]
+	[ ! -e ws ]
+}
+
+@test "sfma-plan run --handshake-fd: the --check line first, and nothing touched until the go" {
+	peer="$BATS_TEST_DIRNAME/plan-handshake-peer.py"
+	plan=$(command -v sfma-plan)
+	# End of input instead of the go: a quiet exit 1, nothing on disk.
+	run --separate-stderr "$peer" "$plan" m.json eof
+	[ "$status" -eq 1 ]
+	[ "$output" = "$(sfma-plan --check m.json)" ]
+	[ -z "$stderr" ]
+	[ ! -e ws ]
+	mkdir ws
+	run --separate-stderr "$peer" "$plan" m.json eof
+	[ "$status" -eq 1 ]
+	[ -z "$stderr" ]
+	[ -z "$(ls -A ws)" ]
+	# The go lets it start (here on stages that are not there: it says so).
+	run --separate-stderr "$peer" "$plan" m.json go
+	[ "$status" -eq 1 ]
+	[ "$output" = "$(sfma-plan --check m.json)" ]
+	[[ "$stderr" == *"the run did not start"* ]]
+	[ -d ws/.sfma ]
+	# An invalid manifest: no line, its reasons, exit 2, as --check.
+	rm -rf ws
+	echo '{"name":"bad"}' >bad.json
+	run --separate-stderr "$peer" "$plan" bad.json go
+	[ "$status" -eq 2 ]
+	[ -z "$output" ]
+	[ "${stderr_lines[0]}" = TASK_INVALID ]
 	[ ! -e ws ]
 }
 

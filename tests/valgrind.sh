@@ -5,6 +5,7 @@
 set -eu
 bin=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../bin" && pwd)}
 interop=${SFMA_INTEROP:-$(cd "$(dirname "$0")" && pwd)/fixtures/interop}
+tests=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 vg="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible"
@@ -33,6 +34,10 @@ check sfma-seal sh -c "jq -c '{manifest:., verdict:\"completed\"}' m.json | $vg 
 check sfma-verify sh -c "$vg $bin/sfma-verify ws && $vg $bin/sfma-verify $interop/unicode/ws && $vg $bin/sfma-verify $interop/legacy/ws"
 check sfma-verify-invalid sh -c "echo '{' > ws/.sfma/result.json; $vg $bin/sfma-verify ws; test \$? -eq 1"
 check sfma-plan-check sh -c "$vg $bin/sfma-plan --check m.json"
+# The planner's handshake (sfma-plan(1), --handshake-fd) ended without the go.
+printf '#!/bin/sh\nexec %s %s/sfma-plan "$@"\n' "$vg" "$bin" >vg-plan
+chmod +x vg-plan
+check sfma-plan-handshake sh -c "python3 $tests/plan-handshake-peer.py ./vg-plan m.json eof; test \$? -eq 1"
 printf '%s\n' '{"id":1,"system":"s","messages":[{"role":"user","content":"go"}],"class":"reasoning","deadlineMs":9999999999999,"callsLeft":5}' \
 	'{"id":2,"system":"s","messages":[{"role":"user","content":"go"}],"class":"mechanical","deadlineMs":9999999999999,"callsLeft":5}' \
 	'not json' >model.in

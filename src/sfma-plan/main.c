@@ -2,14 +2,17 @@
  *
  *   sfma-plan --check MANIFEST [--apply]
  *   sfma-plan --tools
- *   sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] --to-model P --from-model P
- *             --to-exec P --from-exec P --to-chain P --from-chain P --to-seal P --from-seal P
+ *   sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] [--handshake-fd FD]
+ *             --to-model P --from-model P --to-exec P --from-exec P
+ *             --to-chain P --from-chain P --to-seal P --from-seal P
  *
  * `--check` validates a manifest (sfma-manifest(5)) and prints what the
  * orchestrator needs to wire a run. `run` drives one bounded run through the
  * other stages, which it reaches only through the given pipes: it asks the
  * model, hands tool calls to the hard tier, records every event in the
- * trace, keeps the budgets, and ends every path in a sealed record.
+ * trace, keeps the budgets, and ends every path in a sealed record. With
+ * --handshake-fd, `run` first tells the orchestrator what --check would
+ * print and waits for its go, so one process both validates and runs.
  * Exit: 0 completed, 1 any other verdict or a runtime failure, 2 an invalid
  * manifest or usage. */
 #include "plan.h"
@@ -18,15 +21,19 @@
 #include "cli.h"
 #include "tools.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_text[] =
 	"usage: sfma-plan --check MANIFEST [--apply]\n"
 	"       sfma-plan --tools\n"
-	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress]\n"
+	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] [--handshake-fd FD]\n"
 	"                 --to-model P --from-model P --to-exec P --from-exec P\n"
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
 	"       sfma-plan --version | --help\n";
@@ -35,12 +42,23 @@ struct options {
 	int check, apply, progress, tools;
 	const char *task;
 	const char *manifest;
+	int handshake_fd;                   /* -1: none */
 	const char *paths[2 * STAGE_COUNT]; /* to-model, from-model, to-exec, ... */
 };
 
+/* A descriptor number given on the command line: above the standard three,
+ * which are never the handshake. */
+static int parse_fd(const char *arg)
+{
+	unsigned long n;
+	if (cli_parse_ulong(arg, 3, INT_MAX, &n) < 0)
+		cli_usage_error(usage_text, "--handshake-fd %s: expected a descriptor number above 2", arg);
+	return (int)n;
+}
+
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_VERSION = 'V', OPT_PATH = 0x100 };
+	enum { OPT_VERSION = 'V', OPT_HANDSHAKE = 'H', OPT_PATH = 0x100 };
 	static const struct option longopts[] = {
 		{"check", no_argument, NULL, 'c'}, {"apply", no_argument, NULL, 'a'},
 		{"task", required_argument, NULL, 't'}, {"progress", no_argument, NULL, 'v'},
@@ -49,10 +67,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{"to-chain", required_argument, NULL, OPT_PATH + 4}, {"from-chain", required_argument, NULL, OPT_PATH + 5},
 		{"to-seal", required_argument, NULL, OPT_PATH + 6}, {"from-seal", required_argument, NULL, OPT_PATH + 7},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
-		{"tools", no_argument, NULL, 'T'},
+		{"tools", no_argument, NULL, 'T'}, {"handshake-fd", required_argument, NULL, OPT_HANDSHAKE},
 		{NULL, 0, NULL, 0},
 	};
-	*o = (struct options){0};
+	*o = (struct options){.handshake_fd = -1};
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
@@ -72,9 +90,13 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->tools = 1;
 		else if (c == OPT_VERSION)
 			cli_version();
+		else if (c == OPT_HANDSHAKE)
+			o->handshake_fd = parse_fd(optarg);
 		else
 			cli_bad_option(usage_text, c, argv);
 	}
+	if ((o->tools || o->check) && o->handshake_fd >= 0)
+		cli_usage_error(usage_text, "--handshake-fd is an option of run only");
 	if (o->tools) {
 		if (o->check || optind != argc)
 			cli_usage_error(usage_text, "--tools takes no other argument");
@@ -124,17 +146,61 @@ static json_t *model_env_names(const struct manifest *m)
 	return names;
 }
 
+/* What the orchestrator needs to wire a run of a valid manifest: the
+ * workspace, the trace, whether the run is dry, the model's variables. */
+static json_t *wiring(const struct manifest *m, int apply)
+{
+	char trace_path[PATH_MAX];
+	path_join(trace_path, m->workspace_path, ".sfma/trace.jsonl");
+	return json_pack("{s:s, s:s, s:b, s:o}", "workspace", m->workspace_path, "trace", trace_path,
+	                 "dryRun", m->dry_run_default && !apply, "modelEnv", model_env_names(m));
+}
+
 static int cmd_check(const char *path, int apply)
 {
 	struct manifest *m = load_or_exit(path);
-	char trace_path[PATH_MAX];
-	path_join(trace_path, m->workspace_path, ".sfma/trace.jsonl");
-	json_t *out = json_pack("{s:s, s:s, s:b, s:o}", "workspace", m->workspace_path, "trace", trace_path,
-	                        "dryRun", m->dry_run_default && !apply, "modelEnv", model_env_names(m));
+	json_t *out = wiring(m, apply);
 	int rc = json_print_line(stdout, out) < 0 ? 1 : 0;
 	json_decref(out);
 	manifest_free(m);
 	return rc;
+}
+
+/* The handshake with the orchestrator (sfma-plan(1), --handshake-fd): the
+ * line --check prints goes to fd, then one byte back is the go. Until then
+ * nothing on disk has been touched and no stage has been written to, so
+ * end of input instead (the orchestrator could not start a stage, or the
+ * signing key is unusable, and has said why) ends the run quietly with
+ * nothing left behind. Returns 0 on the go, -1 otherwise. */
+static int handshake(int fd, const struct manifest *m, int apply)
+{
+	/* Not for the git processes a run starts. */
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+		warnx("--handshake-fd %d: %s", fd, strerror(errno));
+		return -1;
+	}
+	json_t *reply = wiring(m, apply);
+	struct buf line = {0};
+	int rc = canon_dump(reply, &line, NULL);
+	json_decref(reply);
+	if (rc == 0) {
+		buf_addc(&line, '\n');
+		rc = write_all(fd, line.p, line.len);
+	}
+	buf_free(&line);
+	if (rc < 0) {
+		/* A peer that has gone is the same quiet end as a refusal. */
+		if (errno != EPIPE && errno != ECONNRESET)
+			warnx("--handshake-fd %d: %s", fd, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	char go;
+	ssize_t n;
+	while ((n = read(fd, &go, 1)) < 0 && errno == EINTR)
+		;
+	close(fd);
+	return n == 1 ? 0 : -1;
 }
 
 /* The tool definitions offered to an endpoint with native tool use, as the
@@ -178,7 +244,15 @@ static int cmd_run(const struct options *o)
 {
 	struct run r;
 	/* The contract first: nothing is touched before it validates. */
-	run_init(&r, load_or_exit(o->manifest), o->apply, o->task, o->progress);
+	struct manifest *m = load_or_exit(o->manifest);
+	/* A peer gone from the handshake or a stage's pipe is an error seen. */
+	signal(SIGPIPE, SIG_IGN);
+	if (o->handshake_fd >= 0 && handshake(o->handshake_fd, m, o->apply) < 0) {
+		manifest_free(m);
+		return 1;
+	}
+	/* The budgets' clock starts here, once every stage is up. */
+	run_init(&r, m, o->apply, o->task, o->progress);
 	take_halt_signals();
 	stages_open(o->paths);
 	run_open_workspace(&r);

@@ -110,25 +110,26 @@ def breakdown(who):
                     bins[who] + "/sfma", "run", "manifest.json", "--apply"], cwd=d, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     prog, started, ended, pending = {}, {}, {}, {}
-    events, first_plan = [], [None]
+    events, run_plan = [], [None]
     procs, syncs = collections.Counter(), collections.Counter()
     for line in open(log):
         f = line.split(None, 2)
         if len(f) < 3:
             continue
         pid, ts, rest = f[0], float(f[1]), f[2]
-        m = re.match(r'execve\("([^"]+)"', rest)
+        # (strace cuts argv strings at 32 bytes: "..." after the quote)
+        m = re.match(r'execve\("([^"]+)", \["[^"]*"(?:\.\.\.)?(?:, "([^"]*)")?', rest)
         if m:
-            pending[pid] = os.path.basename(m.group(1))
+            pending[pid] = (os.path.basename(m.group(1)), m.group(2))
         # an execve that succeeded, on its own line or resumed on another
         if (m or rest.startswith("<... execve resumed>")) and re.search(r"\) = 0$", rest.strip()) and pid in pending:
-            name = pending.pop(pid)
+            name, arg1 = pending.pop(pid)
             prog[pid] = name
             started[pid] = ts
             procs[name] += 1
             events.append((pid, ts, "exec"))
-            if name == "sfma-plan" and first_plan[0] is None:
-                first_plan[0] = pid  # the --check
+            if name == "sfma-plan" and arg1 == "run" and run_plan[0] is None:
+                run_plan[0] = pid  # not a base's `sfma-plan --check` before it
         elif rest.startswith("exit_group") or "+++ exited" in rest:
             ended.setdefault(pid, ts)
             events.append((pid, ts, "exit"))
@@ -149,7 +150,7 @@ def breakdown(who):
     def last(pred):
         ts = [t for (p, t, what) in events if pred(p, what)]
         return "%.0f" % ((max(ts) - t0) * 1000) if ts else "-"
-    marks = [("planner", first(lambda p, w: w == "exec" and prog.get(p) == "sfma-plan" and p != first_plan[0])),
+    marks = [("planner", first(lambda p, w: w == "exec" and p == run_plan[0])),
              ("first entry", first(lambda p, w: w == "sync" and prog.get(p) == "sfma-chain")),
              ("echo", first(lambda p, w: w == "exec" and prog.get(p) == "echo")),
              ("last git", last(lambda p, w: w == "exit" and prog.get(p) == "git")),
