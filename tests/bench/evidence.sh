@@ -3,17 +3,26 @@
 # 98 reads of a small file, done) with the programs under test, against the
 # same programs built without evidence (sfma-plan compiled with
 # -DSFMA_BENCH_NO_EVIDENCE into a temporary directory; no built program has
-# that switch). Two scripts: the same read repeated (replies and results
-# repeat, so the store deduplicates them) and reads that differ in every
-# reply and result (every turn stores new blobs: appended to the store's
-# journal, one fdatasync before the entry that names them, filed under
-# their names by a thread beside the run, one syncfs at the end). Best of
-# ROUNDS runs each, interleaved.
+# that switch), and against the programs as they were before evidence
+# existed (PRE_EVIDENCE, a commit: built from its own tree with git
+# archive; left out when the source has no git history). Two scripts: the
+# same read repeated (replies and results repeat, so the store
+# deduplicates them) and reads that differ in every reply and result
+# (every turn stores new blobs: appended to the store's journal, synced
+# once before the entry that names them, filed under their names by a
+# thread beside the run, one syncfs at the end). Best of ROUNDS runs each,
+# interleaved, each run in a workspace of its own: no workspace is removed
+# until the end, because on ext4 without a journal the inode allocator
+# skips every inode freed in the last minutes (fs/ext4/ialloc.c,
+# recently_deleted()), and a bench that removes what it just made would
+# measure that instead of the run.
 # Budget: both scripts at most 1.2x.
 set -eu
 BIN=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../../bin" && pwd)}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 ROUNDS=${ROUNDS:-5}
+# The last commit before evidence was kept.
+PRE_EVIDENCE=${PRE_EVIDENCE:-b8395c9}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 make -s -C "$SRC" BUILD="$tmp/build" BINDIR="$tmp/bin" \
@@ -24,11 +33,18 @@ for p in "$BIN"/sfma*; do ln -s "$p" "$tmp/base/"; done
 rm "$tmp/base/sfma-plan" "$tmp/base/sfma"
 cp "$tmp/bin/sfma-plan" "$tmp/base/"
 cp "$BIN/sfma" "$tmp/base/" # sfma starts the stages found beside it
+pre=""
+if git -C "$SRC" cat-file -e "$PRE_EVIDENCE^{commit}" 2>/dev/null; then
+	mkdir "$tmp/pre-src"
+	git -C "$SRC" archive "$PRE_EVIDENCE" | tar -x -C "$tmp/pre-src"
+	make -s -j2 -C "$tmp/pre-src" BUILD="$tmp/pre-build" BINDIR="$tmp/pre" >/dev/null
+	pre="$tmp/pre"
+fi
 
 cd "$tmp"
-mkdir ws
+mkdir inputs
 i=0
-while [ $i -lt 100 ]; do echo "file $i" >"ws/f$i.txt"; i=$((i + 1)); done
+while [ $i -lt 100 ]; do echo "file $i" >"inputs/f$i.txt"; i=$((i + 1)); done
 cat >m.json <<'JSON'
 {"name":"bench","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
  "allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":200,"maxModelCalls":300,
@@ -45,27 +61,35 @@ script() { # script same|distinct
 	done
 	printf ',{"tool":"done","summary":"read them"}]'
 }
-once() { # once BINDIR: wall time of one run in ms
-	rm -rf ws/.sfma
+once() { # once BINDIR: wall time of one run in ms, in a workspace of its own
+	d=$(mktemp -d "$tmp/run.XXXXXX")
+	echo "$d" >"$tmp/last"
+	cp -r inputs "$d/ws"
+	cp m.json "$d/"
 	t0=$(date +%s%N)
-	"$1/sfma" run m.json --apply >/dev/null 2>&1 || { echo "run failed" >&2; exit 1; }
+	(cd "$d" && "$1/sfma" run m.json --apply >/dev/null 2>&1) || { echo "run failed" >&2; exit 1; }
 	t1=$(date +%s%N)
 	echo $(( (t1 - t0) / 1000000 ))
 }
 min() { if [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 for kind in same distinct; do
 	SFMA_MOCK=$(script $kind)
 	export SFMA_MOCK
-	# Interleaved, so that the machine's other load falls on both alike.
-	without="" with=""
+	# Interleaved, so that the machine's other load falls on all alike.
+	without="" with="" before=""
 	r=0
 	while [ $r -lt "$ROUNDS" ]; do
+		if [ -n "$pre" ]; then before=$(min "$before" "$(once "$pre")"); fi
 		without=$(min "$without" "$(once "$tmp/base")")
 		with=$(min "$with" "$(once "$BIN")")
 		r=$((r + 1))
 	done
-	turns=$(jq .turns ws/.sfma/result.json)
-	blobs=$(ls ws/.sfma/evidence | wc -l)
-	ratio=$(awk -v a="$with" -v b="$without" 'BEGIN { printf "%.2f", a / b }')
-	echo "evidence: $kind replies, $turns turns: ${without} ms without, ${with} ms with ($blobs blobs): ${ratio}x"
+	last=$(cat "$tmp/last") # a run with evidence: the last of each round
+	turns=$(jq .turns "$last/ws/.sfma/result.json")
+	blobs=$(ls "$last/ws/.sfma/evidence" | wc -l)
+	echo "evidence: $kind replies, $turns turns: ${without} ms without, ${with} ms with ($blobs blobs): $(ratio "$with" "$without")x"
+	if [ -n "$pre" ]; then
+		echo "  before evidence ($PRE_EVIDENCE): ${before} ms: $(ratio "$with" "$before")x"
+	fi
 done
