@@ -675,17 +675,32 @@ static int take_calls(struct endpoint *ep, struct attempt *a)
 	return 0;
 }
 
-/* What a mock request weighs: the canonical {system, messages, tools}. */
+static size_t tool_table_bytes;
+
+static void count_tool_table(void)
+{
+	json_t *defs = tools_definitions();
+	if (canon_size(defs, &tool_table_bytes, NULL) < 0)
+		die("cannot serialize the tool definitions"); /* constants of lib/tools.c */
+	json_decref(defs);
+}
+
+/* What a mock request weighs: the length of the canonical {"messages":..,
+ * "system":.., "tools":..} (tools when offered), counted rather than
+ * written out - every request carries the whole conversation so far; the
+ * tool table's share, the same every time, is counted once. */
 static size_t mock_request_bytes(const struct model_request *rq)
 {
-	json_t *o = json_pack("{s:o,s:O}", "system", str(rq->system, rq->system_len), "messages", rq->messages);
-	if (rq->tools)
-		json_object_set_new(o, "tools", tools_definitions());
-	struct buf b = {0};
-	canon_dump(o, &b, NULL);
-	size_t n = b.len;
-	buf_free(&b);
-	json_decref(o);
+	size_t messages;
+	if (canon_size(rq->messages, &messages, NULL) < 0)
+		die("cannot serialize a request"); /* the strict reader admits finite numbers only */
+	size_t n = strlen("{\"messages\":") + messages + strlen(",\"system\":") +
+	           canon_string_size(rq->system, rq->system_len) + strlen("}");
+	if (rq->tools) {
+		static pthread_once_t counted = PTHREAD_ONCE_INIT;
+		pthread_once(&counted, count_tool_table);
+		n += strlen(",\"tools\":") + tool_table_bytes;
+	}
 	return n;
 }
 
