@@ -7,8 +7,8 @@
  * milliseconds of the load are spent by the request that needs them, and
  * threads that arrive meanwhile wait in pthread_once for its result.
  * curl_global_init is part of the load: it runs before any handle exists
- * and exactly once (libcurl(3): call it once, before other threads use
- * libcurl). */
+ * and exactly once, as curl_global_init(3) asks (before libcurl 7.84 it is
+ * not thread-safe, and no other libcurl call may run beside it). */
 #include "curl-load.h"
 
 #include <dlfcn.h>
@@ -78,9 +78,9 @@ static void load(void)
 	}
 	libcurl = api;
 	loaded = 1;
-	/* The library stays mapped to the end, as a linked one would: its
-	 * dependencies (OpenSSL among them) register exit-time handlers that
-	 * must find their code. */
+	/* The library stays mapped to the end, as a linked one would: a
+	 * dependency that registered an exit handler (OpenSSL's libcrypto
+	 * does, with atexit(3)) must still find its code at exit. */
 }
 
 /* Said once on stderr: every attempt at an HTTP endpoint fails the same
