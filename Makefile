@@ -34,7 +34,14 @@ LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
 LIBA     := $(BUILD)/libsfma.a
 
 BASE_LIBS := -ljansson -lcrypto -lpthread -lm
-LIBS_sfma-model    := -lcurl
+# sfma-model is not linked with libcurl: it dlopen()s it when a request
+# first needs HTTP (src/sfma-model/curl-load.c; dlopen is in glibc's libc
+# since 2.34), by the SONAME the linker records for -lcurl, read here from
+# the development library. Empty when it cannot be read: curl-load.c then
+# names libcurl.so.4.
+CURL_SONAME := $(shell readelf -d "$$($(CC) -print-file-name=libcurl.so)" 2>/dev/null | \
+                 sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
+CPPFLAGS += $(if $(CURL_SONAME),-DSFMA_CURL_SONAME='"$(CURL_SONAME)"')
 LIBS_sfma-telegram := -lcurl
 LIBS_sfma-exec     := -lseccomp
 
@@ -101,7 +108,6 @@ FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
 FUZZ_SRC_reply     := $(wildcard src/sfma-plan/*.c)
 FUZZ_SRC_hardtier  := src/sfma-exec/text.c
 FUZZ_SRC_providers := $(filter-out src/sfma-model/http.c src/sfma-model/providers.c,$(wildcard src/sfma-model/*.c))
-FUZZ_LIBS_providers := -lcurl
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))
 
 $(FUZZ_DIR)/obj/%.o: %.c $(wildcard lib/*.h src/*/*.h) Makefile

@@ -402,6 +402,88 @@ int canon_dump_pretty(const json_t *v, struct buf *out, struct sfma_err *e)
 	return dump(v, out, e, 1, 0);
 }
 
+/* ---- sizes ------------------------------------------------------------ */
+
+size_t canon_string_size(const char *s, size_t n)
+{
+	size_t size = n + 2; /* the bytes themselves, and the quotes */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		switch (c) {
+		case '"': case '\\': case '\b': case '\f': case '\n': case '\r': case '\t':
+			size += 1; /* a two-byte escape */
+			break;
+		default:
+			size += 5; /* \u00XX */
+		}
+	}
+	return size;
+}
+
+/* The length of "%lld" of v. */
+static size_t integer_size(long long v)
+{
+	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+	size_t n = v < 0;
+	do {
+		n++;
+		u /= 10;
+	} while (u);
+	return n;
+}
+
+/* dump's walk, counting instead of writing (member order does not change
+ * a length: no sorting either). */
+static int size_of(const json_t *v, size_t *size, struct sfma_err *e)
+{
+	char num[40];
+	switch (json_typeof(v)) {
+	case JSON_NULL: *size += 4; return 0;
+	case JSON_TRUE: *size += 4; return 0;
+	case JSON_FALSE: *size += 5; return 0;
+	case JSON_STRING:
+		*size += canon_string_size(json_string_value(v), json_string_length(v));
+		return 0;
+	case JSON_INTEGER:
+		*size += integer_size((long long)json_integer_value(v));
+		return 0;
+	case JSON_REAL: {
+		int n = canon_number(json_real_value(v), num);
+		if (n < 0)
+			return err_set(e, "number has no JSON form (NaN or infinity)");
+		*size += (size_t)n;
+		return 0;
+	}
+	case JSON_ARRAY: {
+		size_t n = json_array_size(v);
+		*size += n ? 2 + (n - 1) : 2; /* brackets and commas */
+		for (size_t i = 0; i < n; i++)
+			if (size_of(json_array_get(v, i), size, e) < 0)
+				return -1;
+		return 0;
+	}
+	case JSON_OBJECT: {
+		size_t n = json_object_size(v);
+		*size += n ? 2 + (n - 1) + n : 2; /* braces, commas and colons */
+		for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+			*size += canon_string_size(json_object_iter_key(it), json_object_iter_key_len(it));
+			if (size_of(json_object_iter_value(it), size, e) < 0)
+				return -1;
+		}
+		return 0;
+	}
+	}
+	return err_set(e, "unknown JSON type");
+}
+
+int canon_size(const json_t *v, size_t *size, struct sfma_err *e)
+{
+	*size = 0;
+	return size_of(v, size, e);
+}
+
 /* ---- one-pass checker ------------------------------------------------- */
 
 #define SCAN_MAX_DEPTH 64

@@ -20,12 +20,19 @@ int canon_dump(const json_t *v, struct buf *out, struct sfma_err *e);
  * strings and numbers exactly as in the canonical form. Ends without '\n'. */
 int canon_dump_pretty(const json_t *v, struct buf *out, struct sfma_err *e);
 
+/* *size = the number of bytes canon_dump would append for v, counted
+ * without writing them. Returns 0, or -1 (e filled) where canon_dump fails. */
+int canon_size(const json_t *v, size_t *size, struct sfma_err *e);
+
 /* Write the ECMAScript form of d into out (at least 32 bytes). Returns the
  * length, or -1 if d is not finite. */
 int canon_number(double d, char *out);
 
 /* Append s (n bytes of UTF-8) as a canonical JSON string literal, quotes included. */
 void canon_string(const char *s, size_t n, struct buf *out);
+
+/* The length of canon_string's literal of s. */
+size_t canon_string_size(const char *s, size_t n);
 
 /* Compare two UTF-8 strings by their UTF-16 code units (the JCS key order). */
 int utf16_cmp(const char *a, size_t an, const char *b, size_t bn);

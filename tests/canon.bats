@@ -234,3 +234,47 @@ PY
 	run sh -c "sfma-verify --canonicalize < '$fixtures/regressions.jsonl' | cmp - '$fixtures/regressions.expected'"
 	[ "$status" -eq 0 ]
 }
+
+# canon_size counts what canon_dump writes without writing it (sfma-model
+# weighs every mock request by it): a small driver prints both lengths for
+# each line, read with every number a double and with integers kept.
+@test "canon_size is the length of canon_dump: escapes, unicode, numbers, nesting, U+0000" {
+	local liba=${SFMA_LIBA:-}
+	[ -n "$liba" ] || for liba in "$SFMA_BINDIR/../libsfma.a" "$REPO/build/libsfma.a"; do
+		[ -f "$liba" ] && break
+	done
+	[ -f "$liba" ] || { echo "no libsfma.a for the test driver (set SFMA_LIBA)" >&2; return 1; }
+	local cc=cc flags=
+	[ -z "${SFMA_SANITIZED:-}" ] || { cc=clang; flags="-fsanitize=address,undefined -fno-omit-frame-pointer"; }
+	# shellcheck disable=SC2086
+	$cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$REPO/lib" $flags -o canon-size \
+		"$REPO/tests/fixtures/canon/canon-size.c" "$liba" -ljansson -lcrypto -lpthread -lm
+	cat > in <<'LINES'
+[null, true, false, ""]
+["plain ascii"]
+["\u0000\u0001\u0007\b\t\n\u000b\f\r\u000e\u001f\u007f"]
+["\"quoted\" and \\backslashed\\ /"]
+["é ﬁ \u2028\u2029 \ud83d\ude00 😀"]
+[0, -0, 0.1, 1e21, 1e-7, 5e-324, 9007199254740991, 1e20, 1e300, 123.456, -2.5e-8, 1e-6, 0.30000000000000004, 1.7976931348623157e308, 12345678901234567890.0]
+[9223372036854775807, -9223372036854775808, -1, 10, 99, 100, -100000]
+[]
+{}
+[[], {}, [[]], {"": {}}]
+{"b": [1, 2.50, {"d": true, "c": null}], "a": "x", "\ud83d\ude00": 1, "\ufb01": 2, "é": [false]}
+{"a\u0000b": 1, "\u0000": "v\u0000w", "k\n": "\t"}
+{"messages": [{"role": "user", "content": "héllo\n"}, {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "read", "input": {"path": "a.txt", "n": 1.5e-7}}]}], "system": "be \"brief\""}
+[1, 2
+LINES
+	run ./canon-size < in
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 14 ]
+	[ "${lines[13]}" = invalid ]
+	local l dump size dump2 size2
+	for l in "${lines[@]:0:13}"; do
+		read -r dump size dump2 size2 <<<"$l"
+		[ "$dump" -gt 0 ] && [ "$dump" = "$size" ] && [ "$dump2" = "$size2" ] || { echo "differs: $l"; return 1; }
+	done
+	# U+0000 keys only through json_parse_strict; the rest both ways
+	[ "$(grep -c -- ' - -$' <<<"$output")" -eq 1 ]
+	[[ "${lines[11]}" == *" - -" ]]
+}

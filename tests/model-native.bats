@@ -214,6 +214,29 @@ print(len(json.dumps({"system": r["system"], "messages": r["messages"]}, sort_ke
 	[ "$with_tools" -gt $((want + 1000)) ]
 }
 
+# A mock request is weighed without being written out (canon_size): still
+# to the byte the canonical text sfma-verify --canonicalize makes of it,
+# escapes, raw unicode and numbers in every part of the conversation.
+@test "a mock request weighs its canonical {messages, system, tools} to the byte, tools offered or not" {
+	manifest '[{"name":"m","provider":"mock","model":"m"}]'
+	export SFMA_MOCK='["a","b"]'
+	local msgs
+	msgs=$(native_messages c1 c2 | jq -c '.[0].content = "tab\there \u0001\u001f \u2028 ﬁ é 😀 \\ \"q\"" |
+		.[1].toolCalls[0].input = {"path":"dir/é\u0000\n","n":[0.1,1e21,-0,5e-324,1e-7,123456789012345678,1.5,-2]}')
+	{
+		req 1 mechanical 3 10000 ".messages = $msgs | .system = \"s\\u0000ÿs \\\"\""
+		req 2 mechanical 3 10000 ".messages = $msgs | .tools = true"
+	} > requests.jsonl
+	model
+	local plain tools
+	plain=$(sed -n 1p requests.jsonl | jq -c '{messages, system}' | sfma-verify --canonicalize | head -c -1 | wc -c)
+	tools=$(sed -n 2p requests.jsonl | jq -c --argjson t "$(sfma-plan --tools)" '{messages, system, tools: $t}' |
+		sfma-verify --canonicalize | head -c -1 | wc -c)
+	line 1 ".ok and .calls[0].requestBytes == $plain"
+	line 2 ".ok and .calls[0].requestBytes == $tools"
+	[ "$tools" -gt $((plain + 1000)) ]
+}
+
 @test "bad native replies are a clear error (reply class), never a crash, and fail over" {
 	serve '{"/v1/chat/completions":[
 		{"json":{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"read","arguments":"{not json"}}]}}]}},

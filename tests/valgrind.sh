@@ -6,6 +6,7 @@ set -eu
 bin=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../bin" && pwd)}
 interop=${SFMA_INTEROP:-$(cd "$(dirname "$0")" && pwd)/fixtures/interop}
 tests=$(cd "$(dirname "$0")" && pwd)
+fake_server=$tests/fixtures/model/fake_server.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 vg="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible"
@@ -47,6 +48,17 @@ printf '%s\n' '{"id":1,"purpose":"work","task":"t1","messages":[{"role":"user","
 	'{"id":2,"purpose":"judge","task":"t1","avoid":"mock","verdicts":[{"endpoint":"mock","class":"mechanical","pass":true}],"system":"sfma soft-tier judgment 1","messages":[{"role":"user","content":"judge"}],"class":"reasoning","deadlineMs":9999999999999,"callsLeft":5}' \
 	'{"id":3,"purpose":"bootstrap","messages":[{"role":"user","content":"go"}],"class":"reasoning","deadlineMs":9999999999999,"callsLeft":5}' >model-loops.in
 check sfma-model-at-once sh -c "SFMA_MOCK_LATENCY_MS=50 SFMA_MOCK='{\"tasks\":{\"t1\":[\"a\"]},\"judge\":[\"{}\"]}' $vg $bin/sfma-model m.json <model-loops.in && test \$(wc -l < $tmp/sfma-model-at-once.out) -eq 3"
+# An HTTP endpoint: libcurl, loaded by the first attempt that needs it
+# (dlopen), and a mock behind it.
+printf '%s' '{"/v1/chat/completions":[{"json":{"choices":[{"message":{"role":"assistant","content":"hi"}}]}}]}' >fake.json
+python3 "$fake_server" fake.json fake.log fake.port 2>fake.err &
+fake=$!
+for _ in $(seq 200); do [ -s fake.port ] && break; sleep 0.05; done
+jq --arg base "http://127.0.0.1:$(cat fake.port)" \
+	'.modelEndpoints = [{name:"o",provider:"openai",model:"g",baseUrl:$base}] + .modelEndpoints' m.json >m-http.json
+check sfma-model-http sh -c "OPENAI_API_KEY=k $vg $bin/sfma-model m-http.json <model.in &&
+	test \$(jq -s 'map(select(.endpoint == \"o\")) | length' $tmp/sfma-model-http.out) -eq 2"
+kill "$fake"; wait "$fake" 2>/dev/null || true
 printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}' \
 	'{"id":2,"call":{"tool":"read","path":"out.txt"}}' \
 	'{"id":3,"call":{"tool":"write","path":"../x","content":"x"}}' \

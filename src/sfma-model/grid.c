@@ -144,7 +144,7 @@ void grid_free(struct grid *g)
 	for (size_t i = 0; i < g->n; i++) {
 		struct endpoint *ep = &g->eps[i];
 		while (ep->n_pool)
-			curl_easy_cleanup(ep->pool[--ep->n_pool]);
+			libcurl.easy_cleanup(ep->pool[--ep->n_pool]);
 		pthread_mutex_destroy(&ep->pool_lock);
 		oauth_free(ep->oauth);
 	}
@@ -167,7 +167,7 @@ CURL *endpoint_handle(struct endpoint *ep)
 #else
 	(void)ep;
 #endif
-	if (!c && !(c = curl_easy_init()))
+	if (!c && !(c = libcurl.easy_init()))
 		die("cannot start libcurl");
 	return c;
 }
@@ -183,7 +183,7 @@ void endpoint_handle_back(struct endpoint *ep, CURL *c)
 #endif
 	pthread_mutex_unlock(&ep->pool_lock);
 	if (c)
-		curl_easy_cleanup(c);
+		libcurl.easy_cleanup(c);
 }
 
 /* ---- the measured state ------------------------------------------------ */

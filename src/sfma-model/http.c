@@ -112,7 +112,7 @@ static void retry_hint(struct http_reply *out, const char *p, size_t n)
 	if (*stop == '\0' && isfinite(d) && d >= 0 && d < 1e12)
 		hint = (long long)(ms ? d : d * 1000);
 	else if (!ms) {
-		time_t at = curl_getdate(value, NULL); /* every HTTP-date form */
+		time_t at = libcurl.getdate(value, NULL); /* every HTTP-date form */
 		if (at != -1) {
 			long long left = (long long)at * 1000 - wall_ms();
 			hint = left > 0 ? left : 0;
@@ -134,7 +134,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
 
 #define SET(opt, val) \
 	do { \
-		if (curl_easy_setopt(c, opt, val) != CURLE_OK) \
+		if (libcurl.easy_setopt(c, opt, val) != CURLE_OK) \
 			return err_set(e, "cannot set %s", #opt); \
 	} while (0)
 
@@ -153,7 +153,7 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	buf_reset(&out->body);
 
 	/* reset keeps the connection cache: consecutive calls reuse a connection. */
-	curl_easy_reset(c);
+	libcurl.easy_reset(c);
 	SET(CURLOPT_URL, url);
 	SET(CURLOPT_PROTOCOLS_STR, "http,https");
 	SET(CURLOPT_FOLLOWLOCATION, 0L);
@@ -180,12 +180,12 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	/* HTTP/2 where TLS offers it (ALPN), HTTP/1.1 otherwise: one
 	 * connection per endpoint, kept alive between calls either way. A
 	 * libcurl built without HTTP/2 refuses the option: HTTP/1.1 then. */
-	curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+	libcurl.easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
 	SET(CURLOPT_TCP_KEEPALIVE, 1L);
 	SET(CURLOPT_ERRORBUFFER, errbuf);
 
-	CURLcode rc = curl_easy_perform(c);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+	CURLcode rc = libcurl.easy_perform(c);
+	libcurl.easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
 	if (k.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
 		err_set(e, "response larger than %u bytes", MODEL_BODY_MAX);
 		return -2;
@@ -193,8 +193,8 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	if (rc == CURLE_OPERATION_TIMEDOUT)
 		return err_set(e, "deadline reached (gave up after %lld ms)", left);
 	if (rc != CURLE_OK)
-		return err_set(e, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+		return err_set(e, "%s", errbuf[0] ? errbuf : libcurl.easy_strerror(rc));
+	libcurl.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
 	return 0;
 }
 
@@ -244,7 +244,7 @@ void headers_wipe_free(struct curl_slist *h)
 {
 	for (struct curl_slist *p = h; p; p = p->next)
 		explicit_bzero(p->data, strlen(p->data));
-	curl_slist_free_all(h);
+	libcurl.slist_free_all(h);
 }
 
 /* ---- Server-Sent Events (codex) ---------------------------------------- */

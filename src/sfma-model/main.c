@@ -361,8 +361,6 @@ int main(int argc, char **argv)
 	struct manifest *m = manifest_load(manifest_path, &why);
 	if (!m)
 		cli_task_invalid(&why);
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-		die("cannot initialise libcurl");
 	struct grid g;
 	grid_init(&g, m);
 	int has_mock = 0;
@@ -378,7 +376,7 @@ int main(int argc, char **argv)
 	provider_free_all();
 	grid_free(&g);
 	secret_free_all();
-	curl_global_cleanup();
+	curl_unload(); /* after grid_free: the pooled handles go first */
 	manifest_free(m);
 	return 0;
 }

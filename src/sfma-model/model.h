@@ -1,17 +1,17 @@
 /* model.h - the parts of sfma-model: request loop (main.c), endpoint grid
  * (grid.c), providers (providers.c), HTTP and SSE (http.c), OAuth2 client
- * credentials (oauth.c), the offline mock (mock.c) and secret scrubbing
- * (secret.c). */
+ * credentials (oauth.c), the offline mock (mock.c), secret scrubbing
+ * (secret.c) and libcurl, loaded on first need (curl-load.c). */
 #ifndef SFMA_MODEL_H
 #define SFMA_MODEL_H
 
 #include <pthread.h>
 #include <stddef.h>
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "buf.h"
 #include "clock.h"
+#include "curl-load.h"
 #include "err.h"
 #include "manifest.h"
 

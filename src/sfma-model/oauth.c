@@ -18,14 +18,14 @@
 
 static void form_field(struct buf *b, CURL *c, const char *key, const char *value)
 {
-	char *esc = curl_easy_escape(c, value, 0);
+	char *esc = libcurl.easy_escape(c, value, 0);
 	if (!esc)
 		die("out of memory");
 	if (b->len)
 		buf_addc(b, '&');
 	buf_printf(b, "%s=%s", key, esc);
 	explicit_bzero(esc, strlen(esc));
-	curl_free(esc);
+	libcurl.free(esc);
 }
 
 static int token_from_reply(struct oauth *o, const struct http_reply *r, struct sfma_err *e)
@@ -71,8 +71,8 @@ static int token_locked(struct oauth *o, CURL *c, long long deadline_ms, struct 
 	if (o->scope)
 		form_field(&form, c, "scope", o->scope);
 	struct curl_slist *h = NULL;
-	h = curl_slist_append(h, "Content-Type: application/x-www-form-urlencoded");
-	h = curl_slist_append(h, "Accept: application/json");
+	h = libcurl.slist_append(h, "Content-Type: application/x-www-form-urlencoded");
+	h = libcurl.slist_append(h, "Accept: application/json");
 	if (!h)
 		die("out of memory");
 
@@ -80,7 +80,7 @@ static int token_locked(struct oauth *o, CURL *c, long long deadline_ms, struct 
 	int rc = http_post(c, o->token_url, h, form.p, form.len, deadline_ms, NULL, &r, e);
 	explicit_bzero(form.p, form.len);
 	buf_free(&form);
-	curl_slist_free_all(h);
+	libcurl.slist_free_all(h);
 	if (rc < 0)
 		err_prefix(e, "token endpoint");
 	else if (r.status < 200 || r.status > 299) {

@@ -488,23 +488,23 @@ static char *url_of(const struct endpoint *ep, const char *path)
 
 static char *gemini_url(const struct endpoint *ep, CURL *c, const char *key)
 {
-	char *model = curl_easy_escape(c, ep->cfg->model, 0);
+	char *model = libcurl.easy_escape(c, ep->cfg->model, 0);
 	if (!model)
 		die("out of memory");
 	struct buf path = {0};
 	buf_printf(&path, "/v1beta/models/%s:generateContent", model);
-	curl_free(model);
+	libcurl.free(model);
 	char *url = url_of(ep, path.p);
 	buf_free(&path);
 	if (!key)
 		return url;
-	char *k = curl_easy_escape(c, key, 0);
+	char *k = libcurl.easy_escape(c, key, 0);
 	if (!k)
 		die("out of memory");
 	struct buf u = {0};
 	buf_printf(&u, "%s?key=%s", url, k);
 	explicit_bzero(k, strlen(k));
-	curl_free(k);
+	libcurl.free(k);
 	free(url);
 	return u.p;
 }
@@ -513,7 +513,7 @@ static struct curl_slist *header(struct curl_slist *h, const char *fmt, const ch
 {
 	struct buf line = {0};
 	buf_printf(&line, fmt, value);
-	struct curl_slist *n = curl_slist_append(h, line.p);
+	struct curl_slist *n = libcurl.slist_append(h, line.p);
 	explicit_bzero(line.p, line.len);
 	buf_free(&line);
 	if (!n)
@@ -675,17 +675,32 @@ static int take_calls(struct endpoint *ep, struct attempt *a)
 	return 0;
 }
 
-/* What a mock request weighs: the canonical {system, messages, tools}. */
+static size_t tool_table_bytes;
+
+static void count_tool_table(void)
+{
+	json_t *defs = tools_definitions();
+	if (canon_size(defs, &tool_table_bytes, NULL) < 0)
+		die("cannot serialize the tool definitions"); /* constants of lib/tools.c */
+	json_decref(defs);
+}
+
+/* What a mock request weighs: the length of the canonical {"messages":..,
+ * "system":.., "tools":..} (tools when offered), counted rather than
+ * written out - every request carries the whole conversation so far; the
+ * tool table's share, the same every time, is counted once. */
 static size_t mock_request_bytes(const struct model_request *rq)
 {
-	json_t *o = json_pack("{s:o,s:O}", "system", str(rq->system, rq->system_len), "messages", rq->messages);
-	if (rq->tools)
-		json_object_set_new(o, "tools", tools_definitions());
-	struct buf b = {0};
-	canon_dump(o, &b, NULL);
-	size_t n = b.len;
-	buf_free(&b);
-	json_decref(o);
+	size_t messages;
+	if (canon_size(rq->messages, &messages, NULL) < 0)
+		die("cannot serialize a request"); /* the strict reader admits finite numbers only */
+	size_t n = strlen("{\"messages\":") + messages + strlen(",\"system\":") +
+	           canon_string_size(rq->system, rq->system_len) + strlen("}");
+	if (rq->tools) {
+		static pthread_once_t counted = PTHREAD_ONCE_INIT;
+		pthread_once(&counted, count_tool_table);
+		n += strlen(",\"tools\":") + tool_table_bytes;
+	}
 	return n;
 }
 
@@ -748,6 +763,12 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, const str
 			mock_reply(rq, &a->text);
 		mock_delay(rq);
 		return 0;
+	}
+	/* The first attempt that needs HTTP loads libcurl; without it the
+	 * endpoint cannot be reached, as when its host cannot be. */
+	if (curl_load(&a->e) < 0) {
+		a->cls = EC_TRANSPORT;
+		return -1;
 	}
 	CURL *c = endpoint_handle(ep);
 	int rc = http_call(ep, c, rq, a);

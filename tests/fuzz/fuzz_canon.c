@@ -9,7 +9,8 @@
  *  - parse -> canon -> parse gives the same value (U+0000 in keys included)
  *    and canon -> parse -> canon the same bytes; the canonical form has its
  *    members in UTF-16 order (checked here without utf16_cmp); the pretty
- *    form reads back as the same value too;
+ *    form reads back as the same value too; canon_size counts exactly the
+ *    bytes canon_dump writes;
  *  - canon_scan (the one-pass "already canonical" check) says 1 only for a
  *    text equal to the canonical dump of its parse, and says 1 for every
  *    such text it is meant to handle (objects without escaped keys, nested
@@ -378,6 +379,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct buf c1 = {0}, c2 = {0}, pretty = {0};
 	FUZZ_CHECK(canon_dump(v, &c1, NULL) == 0, "canon_dump failed on a parsed value");
+	size_t counted;
+	FUZZ_CHECK(canon_size(v, &counted, NULL) == 0 && counted == c1.len,
+	           "canon_size counts %zu bytes, canon_dump wrote %zu", counted, c1.len);
 	json_t *v2 = json_parse_strict(c1.p, c1.len, NULL);
 	FUZZ_CHECK(v2, "the canonical form does not parse");
 	FUZZ_CHECK(fuzz_json_same(v, v2), "the canonical form reads back as another value");
