@@ -261,13 +261,12 @@ json_t *usage_json(const struct usage *u)
 
 /* ---- the context budget -------------------------------------------------------- */
 
+/* What canon_dump would write, counted without writing it (0 for what it
+ * refuses, as the empty buffer it would leave). */
 static size_t canon_len(const json_t *v)
 {
-	struct buf b = {0};
-	canon_dump(v, &b, NULL);
-	size_t n = b.len;
-	buf_free(&b);
-	return n;
+	size_t n = 0;
+	return canon_size(v, &n, NULL) < 0 ? 0 : n;
 }
 
 /* What an elided message becomes: its evidence reference and the recall
