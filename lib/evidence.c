@@ -36,7 +36,7 @@ struct durable_slot {
 #define JOURNAL_NAME "journal"
 #define JOURNAL_HEADER_LEN (SHA256_HEX_LEN + 1 + 16 + 1)
 /* Records the filing thread waits for before it sets to work. */
-#define FILER_BATCH 32
+#define FILER_BATCH 8
 
 struct journal_rec {
 	char sha256[SHA256_HEX_LEN];
@@ -805,7 +805,7 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
 	pthread_mutex_lock(&s->lock);
 	s->appended_gen++;
 	rec_push(&s->to_file, &r);
-	if (s->to_file.n - s->next_to_file == FILER_BATCH)
+	if (s->to_file.n - s->next_to_file >= FILER_BATCH)
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	return 0;

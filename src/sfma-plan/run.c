@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -597,6 +598,19 @@ static void report_failure(struct run *r)
 	      r->hard_failures, r->hard_failures == 1 ? " was" : "s were", r->first_refusal);
 }
 
+struct finishing {
+	struct evidence_store *store;
+	int failed;
+	struct sfma_err e;
+};
+
+static void *finish_evidence(void *arg)
+{
+	struct finishing *f = arg;
+	f->failed = f->store && evidence_finish(f->store, &f->e) < 0;
+	return NULL;
+}
+
 int run_end(struct run *r)
 {
 	if (!r->verdict)
@@ -609,11 +623,14 @@ int run_end(struct run *r)
 	 * the trace. */
 	tracer_stop(r);
 	/* Every entry is appended: the blobs go under their own names, and
-	 * the journal that made them durable goes. */
-	struct sfma_err fe;
-	if (r->evidence && evidence_finish(r->evidence, &fe) < 0)
-		warnx("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
-		      fe.text);
+	 * the journal that made them durable goes - while sfma-seal works:
+	 * the journal keeps every blob durable and readable until then, so
+	 * the record does not wait for the filing. */
+	struct finishing fin = {.store = r->evidence};
+	pthread_t finisher;
+	int beside = r->evidence && pthread_create(&finisher, NULL, finish_evidence, &fin) == 0;
+	if (!beside)
+		finish_evidence(&fin);
 	stage_close_input(STAGE_CHAIN);
 	stage_close_input(STAGE_MODEL);
 	stage_close_input(STAGE_EXEC);
@@ -621,6 +638,11 @@ int run_end(struct run *r)
 	struct sfma_err e;
 	int sealed = seal(body, &e);
 	json_decref(body);
+	if (beside)
+		pthread_join(finisher, NULL);
+	if (fin.failed)
+		warnx("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
+		      fin.e.text);
 
 	int completed = strcmp(r->verdict, "completed") == 0;
 	if (!completed && r->error[0])
