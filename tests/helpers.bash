@@ -11,6 +11,12 @@ require() {
 	command -v "$1" >/dev/null || { echo "required tool missing: $1" >&2; return 1; }
 }
 
+# strace ARGS...: LeakSanitizer cannot work under ptrace (it says so on
+# stderr and fails), so a sanitized build runs without it under strace.
+strace() {
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 command strace "$@"
+}
+
 # The SFMA_MOCK queue as a JSON array of the given JSON values.
 mock() {
 	local IFS=,

@@ -272,12 +272,6 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ ! -e ws ]
 }
 
-# strace ARGS...: LeakSanitizer cannot work under ptrace, so a sanitized
-# build runs without it here.
-strace() {
-	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 command strace "$@"
-}
-
 # The programs execve'd under `strace -f -o FILE ...`, one per line, in
 # order (a call strace shows as unfinished is resumed later; failed calls,
 # = -1, are left out).
