@@ -369,6 +369,20 @@ static enum evidence_state hash_range(int fd, uint64_t off, const struct evidenc
 	return EVIDENCE_OK;
 }
 
+/* Bring the reader's index of the journal (fd, size bytes) up to date,
+ * under s->lock. A journal shorter than the index is another journal
+ * (filed and begun again): it is indexed afresh. */
+static void index_journal(struct evidence_store *s, int fd, uint64_t size)
+{
+	if (size < s->index_end)
+		s->index.n = 0, s->index_end = 0;
+	struct journal_rec r;
+	while (journal_header(fd, s->index_end, size, &r)) {
+		rec_push(&s->index, &r);
+		s->index_end = r.off + r.bytes;
+	}
+}
+
 /* A reader's look into the journal for a blob not yet filed: the index
  * is brought up to the journal's current end first. */
 static enum evidence_state read_journal(struct evidence_store *s, const struct evidence_ref *ref, char *keep,
@@ -385,15 +399,7 @@ static enum evidence_state read_journal(struct evidence_store *s, const struct e
 	struct journal_rec found = {0};
 	int have = 0;
 	pthread_mutex_lock(&s->lock);
-	/* A journal shorter than the index is another journal (filed and
-	 * begun again): index it afresh. */
-	if ((uint64_t)st.st_size < s->index_end)
-		s->index.n = 0, s->index_end = 0;
-	struct journal_rec r;
-	while (journal_header(fd, s->index_end, (uint64_t)st.st_size, &r)) {
-		rec_push(&s->index, &r);
-		s->index_end = r.off + r.bytes;
-	}
+	index_journal(s, fd, (uint64_t)st.st_size);
 	for (size_t i = s->index.n; i-- > 0;)
 		if (s->index.v[i].bytes == ref->bytes && memcmp(s->index.v[i].sha256, ref->sha256, SHA256_HEX_LEN) == 0) {
 			found = s->index.v[i];
@@ -484,13 +490,7 @@ int evidence_find(struct evidence_store *s, const char *hex, struct evidence_ref
 	int rc = -1;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		pthread_mutex_lock(&s->lock);
-		if ((uint64_t)st.st_size < s->index_end)
-			s->index.n = 0, s->index_end = 0;
-		struct journal_rec r;
-		while (journal_header(fd, s->index_end, (uint64_t)st.st_size, &r)) {
-			rec_push(&s->index, &r);
-			s->index_end = r.off + r.bytes;
-		}
+		index_journal(s, fd, (uint64_t)st.st_size);
 		for (size_t i = s->index.n; i-- > 0 && rc < 0;)
 			if (memcmp(s->index.v[i].sha256, hex, SHA256_HEX_LEN) == 0) {
 				out->bytes = s->index.v[i].bytes;

@@ -21,6 +21,11 @@ void lr_init(struct line_reader *r, int fd, size_t max_line)
 	r->max_line = max_line ? max_line : NDJSON_DEFAULT_MAX;
 }
 
+int lr_has_line(const struct line_reader *r)
+{
+	return r->buf && r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start) != NULL;
+}
+
 void lr_free(struct line_reader *r)
 {
 	free(r->buf);

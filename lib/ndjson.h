@@ -41,6 +41,10 @@ int lr_next(struct line_reader *r, char **line, size_t *len, struct sfma_err *e)
  * input or on a read error (the reader is then at its end). */
 int lr_skip_line(struct line_reader *r);
 
+/* 1 when a whole line is already buffered: lr_next returns it without
+ * reading. */
+int lr_has_line(const struct line_reader *r);
+
 void lr_free(struct line_reader *r);
 
 /* Write all of data to fd, retrying on EINTR and short writes. 0 or -1/errno. */

@@ -249,7 +249,7 @@ static void sync_and_report(struct trace *t, struct buf *reports)
  * sync of its own. */
 static int more_waiting(const struct line_reader *r)
 {
-	if (r->buf && r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start))
+	if (lr_has_line(r))
 		return 1;
 	struct pollfd p = {.fd = r->fd, .events = POLLIN};
 	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);

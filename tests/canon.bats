@@ -239,16 +239,7 @@ PY
 # weighs every mock request by it): a small driver prints both lengths for
 # each line, read with every number a double and with integers kept.
 @test "canon_size is the length of canon_dump: escapes, unicode, numbers, nesting, U+0000" {
-	local liba=${SFMA_LIBA:-}
-	[ -n "$liba" ] || for liba in "$SFMA_BINDIR/../libsfma.a" "$REPO/build/libsfma.a"; do
-		[ -f "$liba" ] && break
-	done
-	[ -f "$liba" ] || { echo "no libsfma.a for the test driver (set SFMA_LIBA)" >&2; return 1; }
-	local cc=cc flags=
-	[ -z "${SFMA_SANITIZED:-}" ] || { cc=clang; flags="-fsanitize=address,undefined -fno-omit-frame-pointer"; }
-	# shellcheck disable=SC2086
-	$cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$REPO/lib" $flags -o canon-size \
-		"$REPO/tests/fixtures/canon/canon-size.c" "$liba" -ljansson -lcrypto -lpthread -lm
+	build_driver canon-size "$REPO/tests/fixtures/canon/canon-size.c"
 	cat > in <<'LINES'
 [null, true, false, ""]
 ["plain ascii"]

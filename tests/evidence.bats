@@ -5,21 +5,9 @@
 
 load helpers
 
-# The test driver, built once against the library of the programs under
-# test: BUILD/libsfma.a sits beside BINDIR for the sanitizer build
-# (build/san), else in build/ (SFMA_LIBA overrides).
+# The test driver, built once (build_driver, tests/helpers.bash).
 setup_file() {
-	local liba=${SFMA_LIBA:-}
-	[ -n "$liba" ] || for liba in "$SFMA_BINDIR/../libsfma.a" "$REPO/build/libsfma.a"; do
-		[ -f "$liba" ] && break
-	done
-	[ -f "$liba" ] || { echo "no libsfma.a for the test driver (set SFMA_LIBA)" >&2; return 1; }
-	local cc=cc flags=
-	[ -z "${SFMA_SANITIZED:-}" ] || { cc=clang; flags="-fsanitize=address,undefined -fno-omit-frame-pointer"; }
-	# shellcheck disable=SC2086
-	$cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$REPO/lib" $flags \
-		-o "$BATS_FILE_TMPDIR/evidence-tool" "$REPO/tests/fixtures/evidence/evidence-tool.c" \
-		"$liba" -ljansson -lcrypto -lpthread -lm
+	build_driver "$BATS_FILE_TMPDIR/evidence-tool" "$REPO/tests/fixtures/evidence/evidence-tool.c"
 }
 
 setup() {

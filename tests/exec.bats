@@ -481,11 +481,8 @@ PY
 # kernel's own, case by case: absolute and empty paths, "..", links out and
 # in, trailing slashes, "file/.", loops.
 @test "the openat2 fallback refuses exactly as openat2 RESOLVE_BENEATH does" {
-	local liba=${SFMA_LIBA:-$REPO/build/libsfma.a}
-	[ -f "$liba" ] || { echo "no $liba: run make first" >&2; return 1; }
-	cc -D_GNU_SOURCE -std=c11 -I"$REPO/lib" -I"$REPO/src/sfma-exec" -o "$W/beneath" \
-		"$REPO/tests/fixtures/exec/beneath.c" "$REPO/src/sfma-exec/hardtier.c" \
-		"$REPO/src/sfma-exec/text.c" "$liba" -ljansson -lcrypto -lpthread -lm
+	build_driver "$W/beneath" -I"$REPO/src/sfma-exec" "$REPO/tests/fixtures/exec/beneath.c" \
+		"$REPO/src/sfma-exec/hardtier.c" "$REPO/src/sfma-exec/text.c"
 	local d=$W/ws
 	mkdir -p "$d/d/e"
 	echo x >"$d/f"

@@ -11,6 +11,25 @@ require() {
 	command -v "$1" >/dev/null || { echo "required tool missing: $1" >&2; return 1; }
 }
 
+# build_driver OUT ARGS...: a small C test driver (ARGS: its sources and
+# any -I), built against the library of the programs under test -
+# BUILD/libsfma.a sits beside BINDIR for the sanitizer build (build/san),
+# else in build/ (SFMA_LIBA overrides) - and sanitized like them.
+build_driver() {
+	local liba=${SFMA_LIBA:-}
+	[ -n "$liba" ] || for liba in "$SFMA_BINDIR/../libsfma.a" "$REPO/build/libsfma.a"; do
+		[ -f "$liba" ] && break
+	done
+	[ -f "$liba" ] || { echo "no libsfma.a for the test driver (set SFMA_LIBA)" >&2; return 1; }
+	local cc=cc flags=
+	[ -z "${SFMA_SANITIZED:-}" ] || { cc=clang; flags="-fsanitize=address,undefined -fno-omit-frame-pointer"; }
+	local out=$1
+	shift
+	# shellcheck disable=SC2086 # flags: one word per flag
+	$cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$REPO/lib" $flags -o "$out" "$@" \
+		"$liba" -ljansson -lcrypto -lpthread -lm
+}
+
 # strace ARGS...: LeakSanitizer cannot work under ptrace (it says so on
 # stderr and fails), so a sanitized build runs without it under strace.
 strace() {
@@ -30,11 +49,13 @@ replays_ok() { # replays_ok RUNS
 	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
 }
 
-# rewrite PYTHON [JQ]: apply the Python statements to the trace entries
-# `es`, recompute every hash, and reseal the record after the jq filter -
-# what a host actor without the signing key can do to an unsigned record.
+# rewrite PYTHON [JQ [WORKSPACE]]: apply the Python statements to the
+# trace entries `es`, recompute every hash, and reseal the record after
+# the jq filter (WORKSPACE: ws) - what a host actor without the signing key
+# can do to an unsigned record.
 rewrite() {
-	python3 - ws/.sfma/trace.jsonl "$1" <<'PY'
+	local w=${3:-ws}
+	python3 - "$w/.sfma/trace.jsonl" "$1" <<'PY'
 import hashlib, json, subprocess, sys
 path, code = sys.argv[1], sys.argv[2]
 es = [json.loads(l) for l in open(path, encoding="utf-8").read().split("\n")[:-1]]
@@ -49,6 +70,6 @@ for e in es:
     out.append(json.dumps(e, ensure_ascii=False))
 open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
 PY
-	jq "del(.integrity) | ${2:-.}" ws/.sfma/result.json >body.json
-	sfma-seal ws <body.json >/dev/null
+	jq "del(.integrity) | ${2:-.}" "$w/.sfma/result.json" >body.json
+	sfma-seal "$w" <body.json >/dev/null
 }

@@ -126,54 +126,48 @@ run_a() {
 	verified
 }
 
-@test "guard: a .git file pointing into an enclosing repository; not one object lands there" {
+# An enclosing repository, outer/, with one commit; its state noted.
+outer_repository() {
 	git init -q outer
 	git -C outer -c user.name=t -c user.email=t@t commit -q --allow-empty -m base
-	before=$(find outer/.git/objects -type f | wc -l)
+	objects=$(find outer/.git -type f | wc -l)
+	refs=$(git -C outer for-each-ref)
 	commits=$(git -C outer rev-list --count --all)
-	mkdir -p outer/ws/.sfma/mem
-	echo "gitdir: $PWD/outer/.git" >outer/ws/.sfma/mem/.git
+}
+
+# refused_in_outer PHRASE: a run in outer/ws ends with PHRASE, exit 1,
+# nothing lands in outer's repository, and what was traced verifies.
+refused_in_outer() {
 	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
 	export SFMA_MOCK="[$(cand x),$finish,$done_]"
 	run sfma run outer.json
 	[ "$status" -eq 1 ]
-	[[ "$output" == *"must be a real repository directory"* ]]
-	[ "$(find outer/.git/objects -type f | wc -l)" -eq "$before" ]
+	[[ "$output" == *"$1"* ]] || { echo "$output"; return 1; }
+	[ "$(find outer/.git -type f | wc -l)" -eq "$objects" ]
+	[ "$(git -C outer for-each-ref)" = "$refs" ]
 	[ "$(git -C outer rev-list --count --all)" -eq "$commits" ]
 	run sfma-verify outer/ws
 	[ "$status" -eq 0 ]
 }
 
+@test "guard: a .git file pointing into an enclosing repository; not one object lands there" {
+	outer_repository
+	mkdir -p outer/ws/.sfma/mem
+	echo "gitdir: $PWD/outer/.git" >outer/ws/.sfma/mem/.git
+	refused_in_outer "must be a real repository directory"
+}
+
 @test "guard: a .git directory with a commondir into an enclosing repository; not one object lands there" {
-	git init -q outer
-	git -C outer -c user.name=t -c user.email=t@t commit -q --allow-empty -m base
-	before=$(find outer/.git/objects -type f | wc -l)
-	refs=$(git -C outer for-each-ref | wc -l)
+	outer_repository
 	git init -q outer/ws/.sfma/mem
 	echo "$PWD/outer/.git" > outer/ws/.sfma/mem/.git/commondir
-	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
-	export SFMA_MOCK="[$(cand x),$finish,$done_]"
-	run sfma run outer.json
-	[ "$status" -eq 1 ]
-	[[ "$output" == *"must be a real repository directory"* ]]
-	[ "$(find outer/.git/objects -type f | wc -l)" -eq "$before" ]
-	[ "$(git -C outer for-each-ref | wc -l)" -eq "$refs" ]
-	run sfma-verify outer/ws
-	[ "$status" -eq 0 ]
+	refused_in_outer "must be a real repository directory"
 }
 
 @test "guard: a store git does not resolve to itself is an enclosing repository" {
-	git init -q outer
+	outer_repository
 	mkdir -p outer/ws/.sfma/mem/.git  # an empty .git: git would look further up
-	before=$(find outer/.git -type f | wc -l)
-	sed 's/"workspace":"ws"/"workspace":"outer\/ws"/' m.json >outer.json
-	export SFMA_MOCK="[$(cand x),$finish,$done_]"
-	run sfma run outer.json
-	[ "$status" -eq 1 ]
-	[[ "$output" == *"enclosing repository"* ]]
-	[ "$(find outer/.git -type f | wc -l)" -eq "$before" ]
-	run sfma-verify outer/ws
-	[ "$status" -eq 0 ]
+	refused_in_outer "enclosing repository"
 }
 
 @test "without git on PATH runs complete, the store says unavailable, recall does not crash" {

@@ -195,29 +195,27 @@ for e in es:
 		{ echo "$output"; return 1; }
 }
 
+# two_runs JUDGMENT...: two runs of m.json, each completed, the stand-in
+# answering the judgments with JUDGMENT... and the criteria with CRIT.
+two_runs() {
+	for i in 1 2; do
+		standin '"a","b"' "$@" "$CRIT"
+		run sfma run m.json --apply
+		[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	done
+}
+
 @test "certification counts the soft window: completed runs whose judgments mostly failed are not certified" {
 	manifest '"a","b"' 1 '"certWindow":4,"certPass":0.85'
 	# every run completes, but half of its judgments fail (a retry each time)
-	for i in 1 2; do
-		standin '"a","b"' "$(fail "weak")" "$(pass "ok")" "$CRIT"
-		run sfma run m.json --apply
-		[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	done
+	two_runs "$(fail "weak")" "$(pass "ok")"
 	jq -e '.pinned == null and (.runs | map(.soft) == [{"judged":2,"passed":1},{"judged":2,"passed":1}])' ws/.sfma/memory.json
 	jq -e '.lifecycle | index("certified") == null' ws/.sfma/result.json
 	# four completed runs, but the last four judgments hold a failure: not yet
-	for i in 1 2; do
-		standin '"a","b"' "$(pass "ok")" "$CRIT"
-		run sfma run m.json --apply
-		[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	done
+	two_runs "$(pass "ok")"
 	jq -e '.pinned == null' ws/.sfma/memory.json
 	# judgments that pass fill the window and certify
-	for i in 1 2; do
-		standin '"a","b"' "$(pass "ok")" "$CRIT"
-		run sfma run m.json --apply
-		[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	done
+	two_runs "$(pass "ok")"
 	jq -e '.pinned.candidate.mission == "write out.txt"' ws/.sfma/memory.json
 	jq -e '.lifecycle | index("certified") != null' ws/.sfma/result.json
 	replays_ok 6

@@ -110,8 +110,17 @@ char *native_reply_blob(const char *provider, const char *text, const json_t *na
 /* 1 with *pass and *reason (malloc'd) set when text is a judgment, else
  * 0 with *reason REASON_JUDGE_INVALID. */
 int soft_judgment_parse(const char *text, int *pass, char **reason);
-/* The majority of n judgments of which passes passed: a tie fails. */
-int soft_majority(int passes, int n);
+/* Judgments counted as they come: the verdict is their majority (a tie
+ * fails), its reason the first passing judge's when it passes, else the
+ * first failing one's (REASON_JUDGE_INVALID without any). soft_tally_add
+ * takes why. */
+struct soft_tally {
+	int n, passes;
+	char *reason_pass, *reason_fail;
+};
+void soft_tally_add(struct soft_tally *t, int pass, char *why);
+int soft_tally_verdict(const struct soft_tally *t, const char **reason);
+void soft_tally_free(struct soft_tally *t);
 /* The judge's and the criteria judgment's system prompts. */
 extern const char soft_judge_prompt[], soft_criteria_prompt[];
 /* Task tool refusals. */

@@ -131,9 +131,35 @@ int soft_judgment_parse(const char *text, int *pass, char **reason)
 	return ok;
 }
 
-int soft_majority(int passes, int n)
+/* The majority of n judgments of which passes passed: a tie fails. */
+static int soft_majority(int passes, int n)
 {
 	return 2 * passes > n;
+}
+
+void soft_tally_add(struct soft_tally *t, int pass, char *why)
+{
+	t->n++;
+	t->passes += pass != 0;
+	char **keep = pass ? &t->reason_pass : &t->reason_fail;
+	if (!*keep)
+		*keep = why;
+	else
+		free(why);
+}
+
+int soft_tally_verdict(const struct soft_tally *t, const char **reason)
+{
+	int pass = soft_majority(t->passes, t->n);
+	*reason = pass ? t->reason_pass : t->reason_fail ? t->reason_fail : REASON_JUDGE_INVALID;
+	return pass;
+}
+
+void soft_tally_free(struct soft_tally *t)
+{
+	free(t->reason_pass);
+	free(t->reason_fail);
+	*t = (struct soft_tally){0};
 }
 
 /* ---- the blackboard -------------------------------------------------------- */

@@ -87,12 +87,6 @@ void stage_close_input(enum stage_id s)
 	stages[s].finished = 1; /* it may now exit: no longer a death to report */
 }
 
-/* A complete line already buffered by the reader needs no poll. */
-static int has_buffered_line(const struct line_reader *r)
-{
-	return r->buf && r->end > r->start && memchr(r->buf + r->start, '\n', r->end - r->start);
-}
-
 /* A stage that hung up: it died (its input was not closed on purpose). */
 static json_t *died(enum stage_id k, enum wait_why *why, struct sfma_err *e)
 {
@@ -111,7 +105,8 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 			err_set(e, "halted by signal");
 			return NULL;
 		}
-		if (!has_buffered_line(&stages[s].reader)) {
+		/* A complete line already buffered needs no poll. */
+		if (!lr_has_line(&stages[s].reader)) {
 			struct pollfd pfd[STAGE_COUNT];
 			int n = 0, map[STAGE_COUNT];
 			for (int k = 0; k < STAGE_COUNT; k++) {

@@ -88,6 +88,18 @@ static void halt_max_seconds(struct run *r)
 	end_halted(r, "halted-budget", "maxSeconds", "maxSeconds (%ld) reached", r->m->max_seconds);
 }
 
+/* A wait for a stage that ended without a reply ends the run: halted by
+ * the operator's signal, by maxSeconds, or failed with why. */
+static void end_waiting(struct run *r, enum wait_why why, const struct sfma_err *e)
+{
+	if (why == WAIT_HALT)
+		halt_operator_signal(r);
+	else if (why == WAIT_TIMEOUT)
+		halt_max_seconds(r);
+	else
+		end_with(r, "failed", "%s", e->text);
+}
+
 static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
 {
 	const struct wait_opts o = {.deadline_mono = r->deadline_mono + EXEC_GRACE_MS, .stop_on_halt = 1,
@@ -109,12 +121,7 @@ static json_t *ask_stage(struct run *r, enum stage_id s, json_t *req)
 	json_decref(req);
 	if (reply)
 		return reply;
-	if (why == WAIT_HALT)
-		halt_operator_signal(r);
-	else if (why == WAIT_TIMEOUT)
-		halt_max_seconds(r);
-	else
-		end_with(r, "failed", "%s", e.text);
+	end_waiting(r, why, &e);
 	return NULL;
 }
 
@@ -828,10 +835,10 @@ static void conclude_soft(struct run *r, int k)
 	use_loop(r, k);
 	struct loop *L = &r->loops[k];
 	struct bb_task *t = &r->tasks[L->task];
-	int n = (int)json_array_size(L->judge_replies), passes = 0, independent = 1;
+	int n = (int)json_array_size(L->judge_replies), independent = 1;
 	json_t *judgments = json_array(), *evidence_obj = NULL;
 	const char *judge = NULL;
-	char *reason_pass = NULL, *reason_fail = NULL;
+	struct soft_tally tally = {0};
 	attach_evidence(&evidence_obj, "request", L->judge_msg_ref ? json_incref(L->judge_msg_ref) : NULL);
 	for (int i = 0; i < n; i++) {
 		json_t *reply = json_array_get(L->judge_replies, i);
@@ -841,7 +848,6 @@ static void conclude_soft(struct run *r, int k)
 		int pass;
 		char *why;
 		soft_judgment_parse(text, &pass, &why);
-		passes += pass;
 		if (json_is_false(json_object_get(reply, "independent")))
 			independent = 0;
 		if (!judge)
@@ -851,14 +857,10 @@ static void conclude_soft(struct run *r, int k)
 		snprintf(name, sizeof name, i ? "reply%d" : "reply", i + 1);
 		if (text)
 			attach_evidence(&evidence_obj, name, evidence(r, text, strlen(text)));
-		char **keep = pass ? &reason_pass : &reason_fail;
-		if (!*keep)
-			*keep = why;
-		else
-			free(why);
+		soft_tally_add(&tally, pass, why);
 	}
-	int pass = soft_majority(passes, n);
-	const char *reason = pass ? reason_pass : reason_fail ? reason_fail : REASON_JUDGE_INVALID;
+	const char *reason;
+	int pass = soft_tally_verdict(&tally, &reason);
 	json_t *refs = json_deep_copy(L->entries);
 	json_array_extend(refs, L->judge_calls);
 	json_t *v = json_pack("{s:s, s:b, s:s, s:s, s:s, s:s, s:o}", "tier", "soft", "pass", pass, "reason", reason,
@@ -887,8 +889,7 @@ static void conclude_soft(struct run *r, int k)
 		t->state = TASK_FAILED;
 		end_with(r, "failed", "task %s failed the soft tier: %s", task_id_of(r, L->task), reason);
 	}
-	free(reason_pass);
-	free(reason_fail);
+	soft_tally_free(&tally);
 	L->judging = 0;
 	L->task = -1;
 	json_array_clear(L->entries);
@@ -1238,12 +1239,7 @@ void turns(struct run *r)
 				}
 			if (r->verdict)
 				break;
-			if (why == WAIT_HALT)
-				halt_operator_signal(r);
-			else if (why == WAIT_TIMEOUT)
-				halt_max_seconds(r);
-			else
-				end_with(r, "failed", "%s", e.text);
+			end_waiting(r, why, &e);
 			break;
 		}
 		json_t *idv = json_object_get(reply, "id");

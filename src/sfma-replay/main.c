@@ -418,6 +418,20 @@ static void expect_call(const json_t *task, const json_t *want)
 	diverged(task, shown("call %s", a.p), shown("call %s", b.p));
 }
 
+/* The task entry that shows a call: its tool and those of members (a NULL
+ * terminated list) that the call gives as strings, nothing else. */
+static json_t *expect_task(const json_t *v, const char *tool, const char *const members[], const char *what)
+{
+	json_t *shown_call = json_pack("{s:s}", "tool", tool);
+	for (size_t i = 0; members[i]; i++)
+		if (json_is_string(json_object_get(v, members[i])))
+			json_object_set(shown_call, members[i], json_object_get(v, members[i]));
+	json_t *task = expect_kind("task", what);
+	expect_call(task, shown_call);
+	json_decref(shown_call);
+	return task;
+}
+
 static void expect_protocol_verdict(const char *reason, const char *answer)
 {
 	json_t *e = expect_kind("verdict", "a protocol verdict");
@@ -609,14 +623,8 @@ static void count_refusal(const char *reason)
  * then the next entry). */
 static void carry_out(json_t *v, const char *tool)
 {
-	json_t *shown_call = json_pack("{s:s}", "tool", tool);
-	static const char *const recorded[] = {"path", "cmd", "mode"};
-	for (size_t i = 0; i < 3; i++)
-		if (json_is_string(json_object_get(v, recorded[i])))
-			json_object_set(shown_call, recorded[i], json_object_get(v, recorded[i]));
-	json_t *task = expect_kind("task", "a task entry");
-	expect_call(task, shown_call);
-	json_decref(shown_call);
+	static const char *const recorded[] = {"path", "cmd", "mode", NULL};
+	json_t *task = expect_task(v, tool, recorded, "a task entry");
 	static const struct { const char *tool, *member, *evidence; } carried[] = {
 		{"write", "content", "content"},
 		{"notify", "text", "text"},
@@ -723,12 +731,8 @@ static void carry_out(json_t *v, const char *tool)
  * fact, checked for its shape; a refusal counts like any other. */
 static void recall(json_t *v)
 {
-	json_t *shown_call = json_pack("{s:s}", "tool", "recall");
-	if (json_is_string(json_object_get(v, "mode")))
-		json_object_set(shown_call, "mode", json_object_get(v, "mode"));
-	json_t *task = expect_kind("task", "a recall task");
-	expect_call(task, shown_call);
-	json_decref(shown_call);
+	static const char *const recorded[] = {"mode", NULL};
+	expect_task(v, "recall", recorded, "a recall task");
 	json_t *e = expect_kind("verdict", "the recall's verdict");
 	const char *reason = str(data_of(e), "reason");
 	const char *has = ref_hex(e, "output");
@@ -806,10 +810,10 @@ static int soft_verdict(json_t *e, const char **reason_out)
 	if (!tier || strcmp(tier, "soft") != 0)
 		diverged(e, shown("tier %s", tier ? tier : "?"), shown("tier soft"));
 	json_t *judgments = json_object_get(d, "judgments");
-	int n = R.m->tuning.soft_calls, passes = 0;
+	int n = R.m->tuning.soft_calls;
 	if ((int)json_array_size(judgments) != n)
 		diverged(e, shown("%zu judgments", json_array_size(judgments)), shown("%d (tuning.softCalls)", n));
-	char *reason_pass = NULL, *reason_fail = NULL;
+	struct soft_tally tally = {0};
 	for (int i = 0; i < n; i++) {
 		char *text = judge_reply(e, i), *why;
 		int pass;
@@ -817,26 +821,19 @@ static int soft_verdict(json_t *e, const char **reason_out)
 		free(text);
 		json_t *j = json_array_get(judgments, (size_t)i);
 		if (json_is_true(json_object_get(j, "pass")) != pass || !str(j, "reason") || strcmp(str(j, "reason"), why)) {
-			free(reason_pass);
-			free(reason_fail);
+			soft_tally_free(&tally);
 			char *has = shown("judgment %d pass=%s", i + 1, json_is_true(json_object_get(j, "pass")) ? "true" : "false");
 			char *derives = shown("pass=%s \"%.200s\"", pass ? "true" : "false", why);
 			free(why);
 			diverged(e, has, derives);
 		}
-		passes += pass;
-		char **keep = pass ? &reason_pass : &reason_fail;
-		if (!*keep)
-			*keep = why;
-		else
-			free(why);
+		soft_tally_add(&tally, pass, why);
 	}
-	int pass = soft_majority(passes, n);
-	const char *reason = pass ? reason_pass : reason_fail ? reason_fail : REASON_JUDGE_INVALID;
+	const char *reason;
+	int pass = soft_tally_verdict(&tally, &reason);
 	int same = json_is_true(json_object_get(d, "pass")) == pass && str(d, "reason") && strcmp(str(d, "reason"), reason) == 0;
 	char *derives = same ? NULL : shown("soft pass=%s \"%.200s\"", pass ? "true" : "false", reason);
-	free(reason_pass);
-	free(reason_fail);
+	soft_tally_free(&tally);
 	if (!same)
 		diverged(e, shown("soft pass=%s", json_is_true(json_object_get(d, "pass")) ? "true" : "false"), derives);
 	*reason_out = str(d, "reason");
@@ -1288,12 +1285,8 @@ static void assign(void)
 /* {"tool":"task",...}: the same gate as the planner's. */
 static void post_task(json_t *v)
 {
-	json_t *shown_call = json_pack("{s:s}", "tool", "task");
-	if (json_is_string(json_object_get(v, "id")))
-		json_object_set(shown_call, "id", json_object_get(v, "id"));
-	json_t *task = expect_kind("task", "a task post");
-	expect_call(task, shown_call);
-	json_decref(shown_call);
+	static const char *const recorded[] = {"id", NULL};
+	expect_task(v, "task", recorded, "a task post");
 	char reason[300];
 	int pass = task_post_check(v, R.bb, rpending(), R.m->max_pending_tasks, reason, sizeof reason);
 	json_t *e = expect_kind("verdict", "the task post's verdict");
