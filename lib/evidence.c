@@ -571,8 +571,11 @@ static int file_record(struct evidence_store *s, int jfd, const struct journal_r
 	memcpy(name, r->sha256, SHA256_HEX_LEN);
 	name[SHA256_HEX_LEN] = '\0';
 	snprintf(tmp, sizeof tmp, ".filing-%s", name);
-	unlinkat(s->dirfd, tmp, 0); /* left by a filer that was killed */
 	int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) { /* left by a filer that was killed */
+		unlinkat(s->dirfd, tmp, 0);
+		fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	}
 	if (fd < 0)
 		return err_set(e, "%s: %s: %s", EVIDENCE_DIR, tmp, strerror(errno));
 	char chunk[64 << 10];
@@ -630,13 +633,21 @@ static void *filer_main(void *arg)
 			pthread_cond_wait(&s->work, &s->lock);
 		if (s->next_to_file == s->to_file.n)
 			break;
-		struct journal_rec r = s->to_file.v[s->next_to_file];
+		/* Every record queued so far, claimed under one lock: the
+		 * run's thread takes the same lock for each blob it appends. */
+		struct journal_rec batch[4 * FILER_BATCH];
+		size_t n = s->to_file.n - s->next_to_file;
+		if (n > sizeof batch / sizeof batch[0])
+			n = sizeof batch / sizeof batch[0];
+		memcpy(batch, s->to_file.v + s->next_to_file, n * sizeof batch[0]);
 		int failed = s->filer_error[0] != '\0';
 		pthread_mutex_unlock(&s->lock);
 		struct sfma_err e;
-		int rc = failed ? 0 : file_record(s, s->journal_fd, &r, &e);
+		int rc = 0;
+		for (size_t i = 0; i < n && !failed && rc == 0; i++)
+			rc = file_record(s, s->journal_fd, &batch[i], &e);
 		pthread_mutex_lock(&s->lock);
-		s->next_to_file++;
+		s->next_to_file += n;
 		if (rc < 0)
 			snprintf(s->filer_error, sizeof s->filer_error, "%s", e.text);
 	}
@@ -659,7 +670,11 @@ static void stop_filer(struct evidence_store *s)
 }
 
 /* Flush everything filed to the disk: one syncfs(2) for the store's file
- * system instead of an fsync per blob and one for the directory. syncfs
+ * system instead of an fsync per blob and one for the directory - on a
+ * journaling file system each fsync of a new file is a commit of its own:
+ * a 100-turn run that files 204 blobs took 1.48x the time of the same run
+ * without evidence on ext4 with a journal when each was fdatasynced,
+ * 1.16x with one syncfs (1.20x and 1.15x on ext4 without one). syncfs
  * reports write-back errors since Linux 5.8 (syncfs(2), BUGS). */
 static int sync_filed(struct evidence_store *s, struct sfma_err *e)
 {

@@ -149,6 +149,50 @@ in_evidence() {
 	refs_sound
 }
 
+@test "the journal goes only once every blob is filed under its name and the store is synced" {
+	mkdir ws
+	for i in 1 2 3; do echo "input $i" >ws/in$i.txt; done
+	mock "$CAND" '{"tool":"read","path":"in1.txt"}' '{"tool":"read","path":"in2.txt"}' \
+		'{"tool":"read","path":"in3.txt"}' '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	strace -f -ttt -qq -e trace=openat,syncfs,renameat,unlinkat -o sys.log sfma run m.json --apply
+	audit_ok
+	python3 - sys.log ws/.sfma/evidence <<'PY'
+import os, re, sys
+calls = []  # (time, tid, name, args, result), a call split by another thread joined up
+pending = {}
+for line in open(sys.argv[1]):
+    tid, t, rest = line.rstrip("\n").split(None, 2)
+    if rest.endswith("<unfinished ...>"):
+        pending[tid] = (t, rest[: -len("<unfinished ...>")].rstrip())
+        continue
+    m = re.match(r"<\.\.\. \w+ resumed>(.*)", rest)
+    if m and tid in pending:
+        t, start = pending.pop(tid)
+        rest = start + m[1]
+    m = re.match(r"(\w+)\((.*)\) += (-?\d+)", rest)
+    if m:
+        calls.append((float(t), tid, m[1], m[2], int(m[3])))
+assert calls, "strace saw nothing"
+blobs = set(os.listdir(sys.argv[2]))
+assert len(blobs) >= 10, blobs
+renamed = {}
+for i, (t, tid, name, args, res) in enumerate(calls):
+    m = re.search(r'"\.filing-([0-9a-f]{64})", \d+, "([0-9a-f]{64})"', args) if name == "renameat" else None
+    if not m:
+        continue
+    assert m[1] == m[2], args
+    assert res == 0, args
+    renamed[m[1]] = t
+assert blobs == set(renamed), "filed without the rename seen: %s" % (blobs ^ set(renamed))
+gone = [c for c in calls if c[2] == "unlinkat" and '"journal"' in c[3] and c[4] == 0]
+assert len(gone) == 1, gone
+t, tid, _, args, _ = gone[0]
+dirfd = args.split(",")[0]
+assert any(c[1] == tid and c[2] == "syncfs" and c[3] == dirfd and max(renamed.values()) < c[0] <= t for c in calls), \
+    "the journal went before the store was synced"
+PY
+}
+
 @test "a second run adds its evidence beside the first run's, and both stay sound" {
 	mock "$CAND" '{"tool":"write","path":"out.txt","content":"FIRST"}' '{"tool":"done","summary":"one"}'
 	run sfma run m.json --apply

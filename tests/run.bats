@@ -3,6 +3,7 @@
 # model scripted by SFMA_MOCK. Every run, whatever its verdict, must verify.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 CAND='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
 
@@ -44,21 +45,24 @@ trace_has() {
 	verified
 }
 
-@test "a command or a write reaches sfma-exec only once every entry before it is on disk" {
-	# Stand-ins beside sfma: a chain that holds every event back 50 ms
-	# before the real sfma-chain appends it, so that an entry still owed
-	# would show; an exec that notes, at each request, what the trace on
-	# disk holds, then hands the request to the real sfma-exec.
+# standins [CHAIN_PYTHON]: bin/ with sfma and its stages, where sfma-chain
+# is a stand-in that holds every event back 50 ms before the real
+# sfma-chain appends it (so that an entry still owed would show), or runs
+# CHAIN_PYTHON with the real one as p, and sfma-exec is one that notes in
+# exec.log, at each request, what the trace on disk holds, then hands the
+# request to the real sfma-exec.
+standins() {
+	local relay=${1:-'for line in sys.stdin.buffer:
+    time.sleep(0.05)
+    p.stdin.write(line)
+    p.stdin.flush()'}
 	mkdir bin
 	cp "$SFMA_BINDIR"/sfma* bin/
 	cat >bin/sfma-chain <<PY
 #!/usr/bin/env python3
 import subprocess, sys, threading, time
 p = subprocess.Popen(["$SFMA_BINDIR/sfma-chain"] + sys.argv[1:], stdin=subprocess.PIPE)
-for line in sys.stdin.buffer:
-    time.sleep(0.05)
-    p.stdin.write(line)
-    p.stdin.flush()
+$relay
 p.stdin.close()
 sys.exit(p.wait())
 PY
@@ -80,6 +84,10 @@ p.stdin.close()
 sys.exit(p.wait())
 PY
 	chmod +x bin/sfma-chain bin/sfma-exec
+}
+
+@test "a command or a write reaches sfma-exec only once every entry before it is on disk" {
+	standins
 	cp "$REPO/examples/hello/manifest.json" .
 	run bin/sfma run manifest.json --apply
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
@@ -89,6 +97,54 @@ PY
 	[ "$(jq -r .request.call.tool exec.log | tr '\n' ' ')" = "write run " ]
 	run jq -c 'select(.last.kind != "task" or .last.data.call.tool != .request.call.tool or .ondisk != .last.seq)' exec.log
 	[ -z "$output" ] || { echo "sent too early: $output"; return 1; }
+}
+
+@test "a read goes to sfma-exec at once; every entry is appended under the id the run gave it before" {
+	standins
+	manifest m.json
+	mkdir ws
+	echo "some input" >ws/in.txt
+	export SFMA_MOCK="[$CAND,{\"tool\":\"read\",\"path\":\"in.txt\"},{\"tool\":\"read\",\"path\":\"in.txt\"},{\"tool\":\"read\",\"path\":\"in.txt\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"run\",\"cmd\":\"echo hi\"},{\"tool\":\"done\",\"summary\":\"s\"}]"
+	run bin/sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	verified
+	run sfma replay ws
+	[[ "$output" == "REPLAY_OK runs=1 entries="* ]] || { echo "$output"; return 1; }
+	[ "$(jq -r .request.call.tool exec.log | tr '\n' ' ')" = "read read read write run " ]
+	# the write and the command still wait for every entry before them
+	run jq -c 'select(.request.call.tool != "read") | select(.last.kind != "task" or .ondisk != .last.seq)' exec.log
+	[ -z "$output" ] || { echo "sent too early: $output"; return 1; }
+	# a read was sent while its task entry was still held back (three
+	# reads, each entry 50 ms behind: not one of them waited)
+	jq -se '[.[] | select(.request.call.tool == "read" and .ondisk < .request.seq)] | length >= 1' exec.log
+	# the seq each request carried is its task entry's, as appended
+	jq -c '{seq: .request.seq, tool: .request.call.tool}' exec.log >sent
+	jq -c --slurpfile sent sent 'select(.kind == "task" and .data.call.tool != "done") | {seq, tool: .data.call.tool}' ws/.sfma/trace.jsonl >appended
+	diff sent appended
+	# and every id an entry refers to (a verdict to its task, ...) is
+	# that of an entry before it
+	jq -se '[.[] | select(.kind == "verdict" and (.refs | length) > 0)] | length >= 5' ws/.sfma/trace.jsonl
+	jq -se '. as $t | [range(length) as $i | $t[$i].refs[] as $r | any($t[:$i][]; .id == $r)] | all' ws/.sfma/trace.jsonl
+}
+
+@test "an entry appended under another id than the run gave it ends the run" {
+	# a stand-in that slips an event of its own in after the run's
+	# second: every acknowledgement after it is one seq off
+	standins 'n = 0
+for line in sys.stdin.buffer:
+    p.stdin.write(line)
+    n += 1
+    if n == 2:
+        p.stdin.write(b"{\"kind\":\"message\",\"data\":{\"dir\":\"in\",\"file\":\"slipped\"},\"loop\":0}\n")
+    p.stdin.flush()'
+	cp "$REPO/examples/hello/manifest.json" .
+	run --separate-stderr bin/sfma run manifest.json --apply
+	[ "$status" -eq 1 ] || { echo "$output $stderr"; return 1; }
+	[[ "$stderr" == *"trace: sfma-chain appended message-3 where "*"-3 was next"* ]] || { echo "$stderr"; return 1; }
+	# nothing acted on the world after it
+	[ ! -s exec.log ]
+	[ ! -e ws/hello.txt ]
+	verified
 }
 
 @test "a dry run records writes without applying them and completes" {

@@ -316,14 +316,17 @@ void trace_quiet_ev(struct run *r, const char *kind, json_t *data, json_t *evide
 const char *entry_id(json_t *entry);
 
 /* tracer.c: entries written behind the run. tracer_post hands sfma-chain
- * an event (its blobs made durable first) without waiting for the entry
- * (waiting: the caller settles next, so nothing is gained by a thread);
- * tracer_settle waits until every entry posted is acknowledged, on disk
- * (*last, if not NULL: the last one's entry, a new reference): 0, or -1
- * with the chain gone (r->chain_alive 0, r->error says why). Settled
- * before anything acts on the world and before the seal. tracer_stop
- * settles and ends the thread. */
-int tracer_post(struct run *r, const json_t *ev, int waiting);
+ * an event (its blobs made durable first) without waiting for the entry;
+ * with expected, the caller needs the entry's seq and id: *expected is
+ * {"seq","id"} as sfma-chain will append it, or NULL before the first
+ * acknowledgement, when only the entry itself can say (the caller then
+ * settles next). tracer_settle waits until every entry posted is
+ * acknowledged, on disk (*last, if not NULL: the last one's entry, a new
+ * reference), each under the id expected for it: 0, or -1 with the chain
+ * gone (r->chain_alive 0, r->error says why). Settled before anything
+ * acts on the world and before the seal. tracer_stop settles and ends the
+ * thread. */
+int tracer_post(struct run *r, const json_t *ev, json_t **expected);
 int tracer_settle(struct run *r, json_t **last);
 void tracer_stop(struct run *r);
 void lifecycle(struct run *r, const char *to);

@@ -146,10 +146,12 @@ static json_t *append(struct run *r, const char *kind, json_t *data, json_t *evi
 		return NULL;
 	}
 	json_t *ev = event(kind, data, evidence, loop, refs, cls);
-	tracer_post(r, ev, wait);
-	json_decref(ev);
+	/* An entry whose id is known in advance is not waited for: its
+	 * acknowledgement is checked against that id when it is read. */
 	json_t *entry = NULL;
-	if (wait)
+	tracer_post(r, ev, wait ? &entry : NULL);
+	json_decref(ev);
+	if (wait && !entry)
 		tracer_settle(r, &entry);
 	return entry;
 }

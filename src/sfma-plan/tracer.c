@@ -9,12 +9,21 @@
  *   - a blob is durable before sfma-chain sees the entry naming it;
  *   - sfma-chain fdatasyncs every entry before it acknowledges it;
  *   - the run reads every acknowledgement (tracer_settle) before anything
- *     acts on the world - a command or a write goes to sfma-exec only once
- *     every entry before it is on disk - before an entry whose id it needs
- *     (trace waits for its own), and before the record is sealed.
+ *     acts on the world - a command, a write or a message goes to
+ *     sfma-exec only once every entry before it is on disk - and before
+ *     the record is sealed.
  *
  * Entries reach sfma-chain in the order they were posted: one thread, one
- * queue. Acknowledgements are read by the run's own thread only. */
+ * queue. Acknowledgements are read by the run's own thread only.
+ *
+ * An entry's id is known before its acknowledgement: sfma-chain gives each
+ * event the seq after the last (sfma-chain(1)), so once the run's first
+ * entry is acknowledged the next is last + 1, and so on in posting order.
+ * The run goes on with the id it predicted (a task's id for its verdict,
+ * its seq for sfma-exec), and every acknowledgement is checked against
+ * the prediction: an entry appended under another id (an event the run
+ * never posted, one lost) ends the run, since what it referred to would
+ * be wrong. */
 #include "plan.h"
 #include "buf.h"
 #include "canon.h"
@@ -24,12 +33,19 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Acknowledgements owed before the run settles of its own accord: each is
- * a whole entry echoed back, and sfma-chain stops reading once the pipe
- * holding them is full (64 KiB on Linux, pipe(7)). */
-#define OWED_MAX 32
+/* What may be owed before the run settles of its own accord. Each
+ * acknowledgement is the whole entry echoed back, and sfma-chain stops
+ * reading events once the pipe holding its acknowledgements is full
+ * (64 KiB on Linux, pipe(7)), while the run's thread stops reading
+ * acknowledgements as it writes an event: with less than half of that
+ * owed, neither pipe fills. An acknowledgement is the event and at most
+ * ACK_EXTRA bytes more (seq, id, anchor, prevHash, hash). */
+#define OWED_MAX 64
+#define OWED_BYTES_MAX (32 << 10)
+#define ACK_EXTRA 256
 
 struct post {
 	struct post *next;
@@ -41,6 +57,7 @@ struct post {
 /* What the run needs from an acknowledgement when it arrives. */
 struct owed {
 	int task_of_loop;  /* a task entry of loops[task_of_loop]; -1: not one */
+	char id[48];       /* the id predicted for it ("" before the first ack) */
 };
 
 static struct {
@@ -49,7 +66,9 @@ static struct {
 	pthread_t thread;
 	int started;       /* the thread runs (else posts are written inline) */
 	int stop, busy;
+	int flush;         /* the run settles: no commit window */
 	struct post *head, *tail;
+	size_t queued;     /* posts in the queue */
 	int write_failed;  /* sfma-chain's input closed: nothing more reaches it */
 	char sync_error[SFMA_ERR_MAX]; /* the first evidence_sync failure */
 	int sync_reported;
@@ -57,42 +76,67 @@ static struct {
 	/* under the run's thread only */
 	struct owed *owed;
 	size_t n_owed, cap_owed;
+	size_t owed_bytes;
+	double next_seq;   /* the seq sfma-chain gives the next post; 0: unknown */
 } tq = {
 	.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER,
 };
 
-/* Blobs first, then the entry. A store that cannot make them durable
- * fails the run (reported by the run's thread), and the entry goes
- * without its references: it must not name what may not be there. */
-static void deliver(struct post *p)
+/* Blobs first, then the entries: posts taken from the queue together
+ * share one evidence_sync (it covers every blob appended before it
+ * starts, and each post's blobs were appended before it was posted) and
+ * reach sfma-chain in one write, which it appends under one fdatasync. A
+ * store that cannot make them durable fails the run (reported by the
+ * run's thread), and the entries go without their references: they must
+ * not name what may not be there. */
+static void deliver(struct post *list)
 {
-	const char *line = p->line;
-	size_t len = p->len;
-	if (p->bare && tq.evidence) {
+	int blobs = 0, bare = 0;
+	for (struct post *p = list; p; p = p->next)
+		blobs |= p->bare != NULL;
+	if (blobs && tq.evidence) {
 		struct sfma_err e;
 		if (evidence_sync(tq.evidence, &e) < 0) {
 			pthread_mutex_lock(&tq.lock);
 			if (!tq.sync_error[0])
 				snprintf(tq.sync_error, sizeof tq.sync_error, "%s", e.text);
 			pthread_mutex_unlock(&tq.lock);
-			line = p->bare;
-			len = p->bare_len;
+			bare = 1;
 		}
+	}
+	struct buf out = {0};
+	for (struct post *p = list; p; p = p->next) {
+		if (bare && p->bare)
+			buf_add(&out, p->bare, p->bare_len);
+		else
+			buf_add(&out, p->line, p->len);
 	}
 	pthread_mutex_lock(&tq.lock);
 	int failed = tq.write_failed;
 	pthread_mutex_unlock(&tq.lock);
 	/* EPIPE when sfma-chain is gone (SIGPIPE is ignored in the planner);
 	 * the run learns it from the acknowledgement that never comes. */
-	if (!failed && write_all(stages[STAGE_CHAIN].to, line, len) < 0) {
+	if (!failed && write_all(stages[STAGE_CHAIN].to, out.p, out.len) < 0) {
 		pthread_mutex_lock(&tq.lock);
 		tq.write_failed = 1;
 		pthread_mutex_unlock(&tq.lock);
 	}
-	free(p->line);
-	free(p->bare);
-	free(p);
+	buf_free(&out);
+	while (list) {
+		struct post *p = list;
+		list = p->next;
+		free(p->line);
+		free(p->bare);
+		free(p);
+	}
 }
+
+/* When the first post of a batch has waited COMMIT_DELAY_US, or
+ * COMMIT_BATCH posts are queued, or the run settles: a batch shares one
+ * journal fdatasync and one of sfma-chain's, and nothing waits on it in
+ * the meantime (a settle takes it at once). */
+#define COMMIT_DELAY_US 2000
+#define COMMIT_BATCH 16
 
 static void *tracer_main(void *arg)
 {
@@ -101,15 +145,26 @@ static void *tracer_main(void *arg)
 	for (;;) {
 		while (!tq.head && !tq.stop)
 			pthread_cond_wait(&tq.work, &tq.lock);
-		struct post *p = tq.head;
-		if (!p)
+		if (tq.head && !tq.stop && !tq.flush && tq.queued < COMMIT_BATCH) {
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_nsec += COMMIT_DELAY_US * 1000L;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			while (!tq.stop && !tq.flush && tq.queued < COMMIT_BATCH &&
+			       pthread_cond_clockwait(&tq.work, &tq.lock, CLOCK_MONOTONIC, &until) != ETIMEDOUT)
+				;
+		}
+		struct post *list = tq.head;
+		if (!list)
 			break;
-		tq.head = p->next;
-		if (!tq.head)
-			tq.tail = NULL;
+		tq.head = tq.tail = NULL;
+		tq.queued = 0;
 		tq.busy = 1;
 		pthread_mutex_unlock(&tq.lock);
-		deliver(p);
+		deliver(list);
 		pthread_mutex_lock(&tq.lock);
 		tq.busy = 0;
 		if (!tq.head)
@@ -150,9 +205,13 @@ static void report_sync_failure(struct run *r)
 	progress(r, "%s%s", prefix, why);
 }
 
-int tracer_post(struct run *r, const json_t *ev, int waiting)
+int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 {
 	report_sync_failure(r);
+	/* The caller settles next: nothing is gained by the thread. */
+	int waiting = expected && tq.next_seq == 0;
+	if (expected)
+		*expected = NULL;
 	struct post *p = calloc(1, sizeof *p);
 	if (!p || !(p->line = dump_line(ev, &p->len)))
 		die("out of memory");
@@ -175,9 +234,24 @@ int tracer_post(struct run *r, const json_t *ev, int waiting)
 		tq.cap_owed = cap;
 	}
 	const char *kind = json_string_value(json_object_get(ev, "kind"));
-	tq.owed[tq.n_owed++] = (struct owed){
+	tq.owed_bytes += p->len + ACK_EXTRA;
+	struct owed *o = &tq.owed[tq.n_owed++];
+	*o = (struct owed){
 		.task_of_loop = r->loops && kind && strcmp(kind, "task") == 0 ? r->cur : -1,
 	};
+	if (tq.next_seq > 0) {
+		snprintf(o->id, sizeof o->id, "%.40s-%.0f", kind ? kind : "", tq.next_seq);
+		if (expected && !(*expected = json_pack("{s:f, s:s}", "seq", tq.next_seq, "id", o->id)))
+			die("out of memory");
+		tq.next_seq++;
+	}
+	/* A loop's task entries are its task's from the moment they are
+	 * posted: by the time the acknowledgement is read the loop may be
+	 * judging that task, or on the next. */
+	if (o->id[0] && o->task_of_loop >= 0 && o->task_of_loop < r->n_loops) {
+		json_array_append_new(r->loops[o->task_of_loop].entries, json_string(o->id));
+		o->task_of_loop = -1;
+	}
 	tq.evidence = r->evidence;
 	/* Only an entry whose blobs still need their fdatasync, and that the
 	 * run does not wait for, goes to the thread: anything else costs a
@@ -203,17 +277,26 @@ int tracer_post(struct run *r, const json_t *ev, int waiting)
 		else
 			tq.head = p;
 		tq.tail = p;
-		pthread_cond_signal(&tq.work);
+		/* The thread waits out its commit window unwoken. */
+		if (++tq.queued == 1 || tq.queued == COMMIT_BATCH)
+			pthread_cond_signal(&tq.work);
 		pthread_mutex_unlock(&tq.lock);
 	}
-	if (tq.n_owed >= OWED_MAX)
+	if (tq.n_owed >= OWED_MAX || tq.owed_bytes >= OWED_BYTES_MAX)
 		return tracer_settle(r, NULL);
 	return 0;
 }
 
-/* One acknowledgement: the entry sfma-chain appended. */
-static void take_ack(struct run *r, const struct owed *o, json_t *entry)
+/* One acknowledgement: the entry sfma-chain appended, under the id the
+ * run predicted for it. */
+static int take_ack(struct run *r, const struct owed *o, json_t *entry)
 {
+	const char *id = entry_id(entry);
+	if (o->id[0] && (!id || strcmp(id, o->id) != 0)) {
+		snprintf(r->error, sizeof r->error, "trace: sfma-chain appended %.100s where %s was next", id ? id : "an entry without an id",
+		         o->id);
+		return -1;
+	}
 	double seq = json_number_value(json_object_get(entry, "seq"));
 	if (r->first_seq == 0)
 		r->first_seq = seq;
@@ -221,6 +304,7 @@ static void take_ack(struct run *r, const struct owed *o, json_t *entry)
 	/* The entries of a loop's task, which its soft verdict refers to. */
 	if (o->task_of_loop >= 0 && r->loops && o->task_of_loop < r->n_loops && entry_id(entry))
 		json_array_append_new(r->loops[o->task_of_loop].entries, json_string(entry_id(entry)));
+	return 0;
 }
 
 int tracer_settle(struct run *r, json_t **last)
@@ -228,8 +312,11 @@ int tracer_settle(struct run *r, json_t **last)
 	if (last)
 		*last = NULL;
 	pthread_mutex_lock(&tq.lock);
+	tq.flush = 1;
+	pthread_cond_signal(&tq.work);
 	while (tq.head || tq.busy)
 		pthread_cond_wait(&tq.idle, &tq.lock);
+	tq.flush = 0;
 	pthread_mutex_unlock(&tq.lock);
 	report_sync_failure(r);
 	/* The chain's answers are read whatever other stages do: an entry it
@@ -249,13 +336,21 @@ int tracer_settle(struct run *r, json_t **last)
 			rc = -1;
 			break;
 		}
-		take_ack(r, &tq.owed[i], entry);
+		if (take_ack(r, &tq.owed[i], entry) < 0) {
+			json_decref(entry);
+			r->chain_alive = 0;
+			rc = -1;
+			break;
+		}
 		if (last && i + 1 == tq.n_owed)
 			*last = entry;
 		else
 			json_decref(entry);
 	}
 	tq.n_owed = 0;
+	tq.owed_bytes = 0;
+	/* From here on the ids are known in advance. */
+	tq.next_seq = rc == 0 && r->last_seq > 0 ? r->last_seq + 1 : 0;
 	return rc;
 }
 
@@ -282,5 +377,7 @@ void tracer_stop(struct run *r)
 	free(tq.owed);
 	tq.owed = NULL;
 	tq.n_owed = tq.cap_owed = 0;
+	tq.owed_bytes = 0;
+	tq.next_seq = 0;
 	tq.evidence = NULL;
 }

@@ -9,18 +9,21 @@
 # same read repeated (replies and results repeat, so the store
 # deduplicates them) and reads that differ in every reply and result
 # (every turn stores new blobs: appended to the store's journal, synced
-# once before the entry that names them, filed under their names by a
-# thread beside the run, one syncfs at the end). Best of ROUNDS runs each,
+# before the entries that name them, filed under their names by a thread
+# beside the run, one syncfs at the end). The median of ROUNDS runs each
+# (the best of a few, on a virtual machine, measures its luckiest moment),
 # interleaved, each run in a workspace of its own: no workspace is removed
 # until the end, because on ext4 without a journal the inode allocator
 # skips every inode freed in the last minutes (fs/ext4/ialloc.c,
 # recently_deleted()), and a bench that removes what it just made would
-# measure that instead of the run.
+# measure that instead of the run. (A bench run just after another one
+# still meets the inodes that one freed: TMPDIR on another file system, or
+# a few minutes between, keeps the runs apart.)
 # Budget: both scripts at most 1.2x.
 set -eu
 BIN=${SFMA_BINDIR:-$(cd "$(dirname "$0")/../../bin" && pwd)}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-21}
 # The last commit before evidence was kept.
 PRE_EVIDENCE=${PRE_EVIDENCE:-b8395c9}
 tmp=$(mktemp -d)
@@ -61,35 +64,44 @@ script() { # script same|distinct
 	done
 	printf ',{"tool":"done","summary":"read them"}]'
 }
-once() { # once BINDIR: wall time of one run in ms, in a workspace of its own
+once() { # once BINDIR: wall time of one run in 0.1 ms, in a workspace of its own
 	d=$(mktemp -d "$tmp/run.XXXXXX")
 	echo "$d" >"$tmp/last"
 	cp -r inputs "$d/ws"
 	cp m.json "$d/"
+	# The workspace's files are on disk before the run starts, as they
+	# would be: a run that syncs its file system must not pay for them.
+	sync
 	t0=$(date +%s%N)
 	(cd "$d" && "$1/sfma" run m.json --apply >/dev/null 2>&1) || { echo "run failed" >&2; exit 1; }
 	t1=$(date +%s%N)
-	echo $(( (t1 - t0) / 1000000 ))
+	echo $(( (t1 - t0) / 100000 ))
 }
-min() { if [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
+# median FILE: the median of the times in FILE, in ms; best FILE: the least.
+median() { sort -n "$1" | awk '{ t[NR] = $1 } END { printf "%.1f", (NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2) / 10 }'; }
+best() { sort -n "$1" | awk 'NR == 1 { printf "%.1f", $1 / 10 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 for kind in same distinct; do
 	SFMA_MOCK=$(script $kind)
 	export SFMA_MOCK
 	# Interleaved, so that the machine's other load falls on all alike.
-	without="" with="" before=""
+	: >"$tmp/before"
+	: >"$tmp/without"
+	: >"$tmp/with"
 	r=0
 	while [ $r -lt "$ROUNDS" ]; do
-		if [ -n "$pre" ]; then before=$(min "$before" "$(once "$pre")"); fi
-		without=$(min "$without" "$(once "$tmp/base")")
-		with=$(min "$with" "$(once "$BIN")")
+		if [ -n "$pre" ]; then once "$pre" >>"$tmp/before"; fi
+		once "$tmp/base" >>"$tmp/without"
+		once "$BIN" >>"$tmp/with"
 		r=$((r + 1))
 	done
 	last=$(cat "$tmp/last") # a run with evidence: the last of each round
 	turns=$(jq .turns "$last/ws/.sfma/result.json")
 	blobs=$(ls "$last/ws/.sfma/evidence" | wc -l)
-	echo "evidence: $kind replies, $turns turns: ${without} ms without, ${with} ms with ($blobs blobs): $(ratio "$with" "$without")x"
+	without=$(median "$tmp/without") with=$(median "$tmp/with")
+	echo "evidence: $kind replies, $turns turns, median of $ROUNDS: $without ms without, $with ms with ($blobs blobs): $(ratio "$with" "$without")x (best: $(best "$tmp/without") and $(best "$tmp/with") ms)"
 	if [ -n "$pre" ]; then
-		echo "  before evidence ($PRE_EVIDENCE): ${before} ms: $(ratio "$with" "$before")x"
+		before=$(median "$tmp/before")
+		echo "  before evidence ($PRE_EVIDENCE): $before ms: $(ratio "$with" "$before")x (best: $(best "$tmp/before") ms)"
 	fi
 done
