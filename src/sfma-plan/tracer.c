@@ -252,7 +252,9 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 		json_array_append_new(r->loops[o->task_of_loop].entries, json_string(o->id));
 		o->task_of_loop = -1;
 	}
-	tq.evidence = r->evidence;
+	/* Read by the thread once it runs: set before it starts, never after. */
+	if (!tq.started)
+		tq.evidence = r->evidence;
 	/* Only an entry whose blobs still need their fdatasync, and that the
 	 * run does not wait for, goes to the thread: anything else costs a
 	 * write to a pipe, and a hand-over would cost more than it saves. */
