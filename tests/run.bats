@@ -147,6 +147,23 @@ for line in sys.stdin.buffer:
 	verified
 }
 
+@test "entries larger than a pipe, back to back, do not stall the run" {
+	# A 100 KB --task clarification and a 100 KB candidate: each entry's
+	# acknowledgement fills sfma-chain's output pipe on its own, so a
+	# planner that kept writing events without reading them would block
+	# on a chain blocked on it. Output to files: a stalled stage must not
+	# hold this test's pipe open.
+	manifest m.json
+	local big; big=$(head -c 100000 /dev/zero | tr '\0' m)
+	export SFMA_MOCK="[{\"mission\":\"$big\",\"successCriteria\":[\"out.txt exists\"],\"loopRoles\":[{\"name\":\"solo\",\"duty\":\"d\"}],\"firstTasks\":[],\"schedule\":[]},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"s\"}]"
+	local status=0
+	timeout -k 5 60 sfma run m.json --apply --task "${big//m/t}" >out.txt 2>err.txt </dev/null || status=$?
+	[ "$status" -eq 0 ] || { echo "status $status"; cat out.txt err.txt; return 1; }
+	grep -q '^COMPLETED' out.txt
+	verified
+	[ "$(jq -s '[.[] | select(.kind == "candidate" or .kind == "clarification") | tostring | length | select(. > 65536)] | length' ws/.sfma/trace.jsonl)" -eq 2 ]
+}
+
 @test "a dry run records writes without applying them and completes" {
 	cp "$REPO/examples/hello/manifest.json" .
 	run sfma run manifest.json

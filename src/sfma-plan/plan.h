@@ -303,8 +303,9 @@ int run_begin(struct run *r);
 int run_end(struct run *r);
 void run_free(struct run *r);
 
-/* Append one event through sfma-chain; the entry (new reference), or NULL
- * once the chain is gone. Consumes data and refs. */
+/* Append one event through sfma-chain: its seq and id, {"seq","id"} (the
+ * whole entry before the run's first acknowledgement; a new reference),
+ * or NULL once the chain is gone. Consumes data and refs. */
 json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls);
 void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs);
 /* trace with the event's top-level "evidence" member (sfma-formats(5),

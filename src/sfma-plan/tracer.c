@@ -1,10 +1,10 @@
 /* tracer.c - the trace, written behind the run.
  *
- * An entry the run does not need back (trace_quiet) goes to a thread that
- * makes the blobs it names durable (evidence_sync: one fdatasync of the
- * evidence journal) and then hands it to sfma-chain, while the run goes
- * on: the next model request is out while the last verdict is being
- * appended. Nothing about durability is given up:
+ * Entries go to sfma-chain while the run goes on: the next model request
+ * is out while the last verdict is being appended. One that names new
+ * blobs goes through a thread that first makes them durable
+ * (evidence_sync: one fdatasync of the evidence journal for a batch).
+ * Nothing about durability is given up:
  *
  *   - a blob is durable before sfma-chain sees the entry naming it;
  *   - sfma-chain fdatasyncs every entry before it acknowledges it;
@@ -54,9 +54,8 @@ struct post {
 	size_t len, bare_len;
 };
 
-/* What the run needs from an acknowledgement when it arrives. */
+/* An acknowledgement still to be read. */
 struct owed {
-	int task_of_loop;  /* a task entry of loops[task_of_loop]; -1: not one */
 	char id[48];       /* the id predicted for it ("" before the first ack) */
 };
 
@@ -81,6 +80,17 @@ static struct {
 } tq = {
 	.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER,
 };
+
+static void free_posts(struct post *list)
+{
+	while (list) {
+		struct post *p = list;
+		list = p->next;
+		free(p->line);
+		free(p->bare);
+		free(p);
+	}
+}
 
 /* Blobs first, then the entries: posts taken from the queue together
  * share one evidence_sync (it covers every blob appended before it
@@ -122,13 +132,7 @@ static void deliver(struct post *list)
 		pthread_mutex_unlock(&tq.lock);
 	}
 	buf_free(&out);
-	while (list) {
-		struct post *p = list;
-		list = p->next;
-		free(p->line);
-		free(p->bare);
-		free(p);
-	}
+	free_posts(list);
 }
 
 /* When the first post of a batch has waited COMMIT_DELAY_US, or
@@ -236,9 +240,7 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 	const char *kind = json_string_value(json_object_get(ev, "kind"));
 	tq.owed_bytes += p->len + ACK_EXTRA;
 	struct owed *o = &tq.owed[tq.n_owed++];
-	*o = (struct owed){
-		.task_of_loop = r->loops && kind && strcmp(kind, "task") == 0 ? r->cur : -1,
-	};
+	*o = (struct owed){{0}};
 	if (tq.next_seq > 0) {
 		snprintf(o->id, sizeof o->id, "%.40s-%.0f", kind ? kind : "", tq.next_seq);
 		if (expected && !(*expected = json_pack("{s:f, s:s}", "seq", tq.next_seq, "id", o->id)))
@@ -247,11 +249,10 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 	}
 	/* A loop's task entries are its task's from the moment they are
 	 * posted: by the time the acknowledgement is read the loop may be
-	 * judging that task, or on the next. */
-	if (o->id[0] && o->task_of_loop >= 0 && o->task_of_loop < r->n_loops) {
-		json_array_append_new(r->loops[o->task_of_loop].entries, json_string(o->id));
-		o->task_of_loop = -1;
-	}
+	 * judging that task, or on the next. (Loops start long after the
+	 * first acknowledgement: their ids are always known here.) */
+	if (o->id[0] && r->loops && r->cur >= 0 && r->cur < r->n_loops && kind && strcmp(kind, "task") == 0)
+		json_array_append_new(r->loops[r->cur].entries, json_string(o->id));
 	/* Read by the thread once it runs: set before it starts, never after. */
 	if (!tq.started)
 		tq.evidence = r->evidence;
@@ -295,17 +296,14 @@ static int take_ack(struct run *r, const struct owed *o, json_t *entry)
 {
 	const char *id = entry_id(entry);
 	if (o->id[0] && (!id || strcmp(id, o->id) != 0)) {
-		snprintf(r->error, sizeof r->error, "trace: sfma-chain appended %.100s where %s was next", id ? id : "an entry without an id",
-		         o->id);
+		snprintf(r->error, sizeof r->error, "trace: sfma-chain appended %.100s where %s was next",
+		         id ? id : "an entry without an id", o->id);
 		return -1;
 	}
 	double seq = json_number_value(json_object_get(entry, "seq"));
 	if (r->first_seq == 0)
 		r->first_seq = seq;
 	r->last_seq = seq;
-	/* The entries of a loop's task, which its soft verdict refers to. */
-	if (o->task_of_loop >= 0 && r->loops && o->task_of_loop < r->n_loops && entry_id(entry))
-		json_array_append_new(r->loops[o->task_of_loop].entries, json_string(entry_id(entry)));
 	return 0;
 }
 
@@ -368,14 +366,9 @@ void tracer_stop(struct run *r)
 		pthread_join(tq.thread, NULL);
 	tq.started = 0;
 	/* What the thread never delivered (a run that stops on a dead chain). */
-	while (tq.head) {
-		struct post *p = tq.head;
-		tq.head = p->next;
-		free(p->line);
-		free(p->bare);
-		free(p);
-	}
-	tq.tail = NULL;
+	free_posts(tq.head);
+	tq.head = tq.tail = NULL;
+	tq.queued = 0;
 	free(tq.owed);
 	tq.owed = NULL;
 	tq.n_owed = tq.cap_owed = 0;
