@@ -68,10 +68,6 @@ $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(w
 	@mkdir -p $(BINDIR)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter src/$*.c src/$*/%.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
-# sfma-replay compiles the hard tier and the reply parser in as they are
-# (src/sfma-replay/*.c include them): rebuild it when they change.
-$(BINDIR)/sfma-replay: src/sfma-exec/hardtier.c src/sfma-exec/text.c src/sfma-exec/exec.h src/sfma-plan/prompt.c src/sfma-plan/plan.h
-
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 check: all
 	sh tests/lint.sh
@@ -104,9 +100,8 @@ FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
 # A harness may link one program's own files; their main() is renamed.
-# providers and hardtier include the file they test (to reach its statics).
+# providers includes the file it tests (to reach its statics).
 FUZZ_SRC_reply     := $(wildcard src/sfma-plan/*.c)
-FUZZ_SRC_hardtier  := src/sfma-exec/text.c
 FUZZ_SRC_providers := $(filter-out src/sfma-model/http.c src/sfma-model/providers.c,$(wildcard src/sfma-model/*.c))
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))
 

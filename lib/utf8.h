@@ -3,6 +3,7 @@
 #ifndef SFMA_UTF8_H
 #define SFMA_UTF8_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /* Length (1..4) of the valid UTF-8 sequence at s[0..n), 0 if the bytes
@@ -11,5 +12,9 @@ size_t utf8_seq(const unsigned char *s, size_t n);
 
 /* 1 if s[0..n) is valid UTF-8 text with no NUL byte, else 0. */
 int utf8_text_ok(const char *s, size_t n);
+
+/* A JSON string of s[0..n) with every invalid UTF-8 byte replaced by U+FFFD
+ * (file contents and names are bytes; JSON text must be UTF-8). */
+json_t *json_text(const char *s, size_t n);
 
 #endif

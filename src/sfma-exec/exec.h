@@ -1,4 +1,5 @@
-/* exec.h - the parts of sfma-exec: hard tier, staging copy, sandbox, seccomp. */
+/* exec.h - the parts of sfma-exec: staging copy, sandbox, seccomp (the
+ * hard tier is lib/hardtier.c, which sfma-replay decides with too). */
 #ifndef SFMA_EXEC_H
 #define SFMA_EXEC_H
 
@@ -7,11 +8,13 @@
 #include <sys/types.h>
 #include <jansson.h>
 
+#include "beneath.h"
 #include "buf.h"
+#include "hardtier.h"
 #include "manifest.h"
+#include "utf8.h"
 
 #define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
-#define REASON_PATH_MAX   160                    /* path bytes quoted in a reason */
 
 /* Ceilings of a sandboxed command (sfma-exec(1)). Defaults stop a
  * fork bomb, a memory bomb and a disk bomb without getting in the way of
@@ -44,57 +47,11 @@ struct exec_ctx {
 	unsigned host_gid;
 };
 
-/* ---- hardtier.c ---- */
-
-/* A path argument made safe to quote in a one-line reason (owned). */
-char *quote_path(const char *s, size_t n);
-
-/* Resolve a model-given path for reading. Returns an open O_RDONLY fd, or -1
- * with *refusal set to a reason (pass false) or *error set (pass true,
- * an operational failure such as a missing file). Both owned by the caller. */
-int path_open_read(const struct exec_ctx *c, const char *path, size_t n,
-                   char **refusal, char **error);
-
-/* Gate a write of path: lexical rules, declared output, reserved, and where
- * the parent directory really is. On success returns 0 and, when create is
- * set (applied run), *dirfd is the parent directory (missing directories
- * made) and *name its last component (owned); with create unset *dirfd is
- * -1. On refusal returns -1 with *refusal set (owned). */
-int path_gate_write(const struct exec_ctx *c, const char *path, size_t n, int create,
-                    int *dirfd, char **name, char **refusal);
-
-/* Gate a command line. Returns a NULL-terminated argv (owned: free argv[0]
- * storage with argv_free) whose argv[0] is the allowed basename, or NULL
- * with *refusal set (owned). */
-char **command_gate(const struct manifest *m, const char *cmd, size_t n, char **refusal);
-void argv_free(char **argv);
-
-/* Open rel below dirfd (O_CLOEXEC added) the way openat2 RESOLVE_BENEATH
- * does: a symlink leading out, or ".." above dirfd, fails with EXDEV; with
- * no_symlinks every symlink fails with ELOOP. Returns an fd or -1/errno. */
-int open_beneath(int dirfd, const char *rel, int flags, int no_symlinks);
-
-/* The fallback of open_beneath, by hand, for kernels without openat2
- * (exported so that a test can hold it against the kernel's answers). */
-int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks);
-
-/* The host facts the gate of a read or write of the normalized path norm
- * rests on: each path the resolution looks at, in order, with what it is
- * ("dir", "file", "link" with its "target", "fifo", "other", or "missing",
- * where the walk ends), at most PATH_FACTS_MAX of them. sfma replay
- * rebuilds them to derive the same verdict (sfma-formats(5)). */
-#define PATH_FACTS_MAX 64
-json_t *path_facts(int dirfd, const char *norm);
-
-/* Open (creating if asked, never following links) the directory rel below
- * dirfd, one component at a time. Returns an fd or -1 with errno. */
-int open_dir_walk(int dirfd, const char *rel, int create, mode_t mode);
-
-/* ---- text.c ---- */
-
-/* A JSON string of s[0..n) with every invalid UTF-8 byte replaced by U+FFFD
- * (file contents and names are bytes; JSON text must be UTF-8). */
-json_t *json_text(const char *s, size_t n);
+/* The hard tier's view of the task at hand. */
+static inline struct gate_ctx gate_of(const struct exec_ctx *c)
+{
+	return (struct gate_ctx){.m = c->m, .ws_fd = c->ws_fd, .ws_real = c->ws_real};
+}
 
 /* ---- seccomp.c ---- */
 

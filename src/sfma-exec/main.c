@@ -103,24 +103,6 @@ static void emit_error(json_t *id, const char *text)
 	emit(r);
 }
 
-static const char *string_arg(json_t *call, const char *key, size_t *n)
-{
-	json_t *v = json_object_get(call, key);
-	if (!json_is_string(v))
-		return NULL;
-	*n = json_string_length(v);
-	return json_string_value(v);
-}
-
-static json_t *refuse_arg(json_t *r, const char *tool, const char *key)
-{
-	struct buf b = {0};
-	buf_printf(&b, "%s: %s must be a string", tool, key);
-	refuse(r, b.p);
-	buf_free(&b);
-	return r;
-}
-
 /* ---- tools ---- */
 
 /* The host facts the gate of path rests on, in the reply as "paths",
@@ -139,39 +121,27 @@ static json_t *record_paths(const struct exec_ctx *c, json_t *call)
 	return facts;
 }
 
-static json_t *do_read(const struct exec_ctx *c, json_t *call, json_t *r)
+/* A read that passed the gate: the file's first OUTPUT_CLIP bytes, or why
+ * it could not be opened (a pass: the model asked for something absent). */
+static json_t *do_read(struct gate_pass *g, json_t *r)
 {
-	size_t n;
-	const char *path = string_arg(call, "path", &n);
-	if (!path)
-		return refuse_arg(r, "read", "path");
-	char *refusal, *error;
-	int fd = path_open_read(c, path, n, &refusal, &error);
-	if (fd < 0) {
-		if (refusal) {
-			refuse(r, refusal);
-		} else {
-			/* Not a policy refusal: the model asked for something absent. */
-			accept(r, error, json_string(error));
-			json_object_set_new(r, "error", json_string(error));
-		}
-		free(refusal);
-		free(error);
+	if (g->fd < 0) {
+		accept(r, g->error, json_string(g->error));
+		json_object_set_new(r, "error", json_string(g->error));
 		return r;
 	}
 	struct stat st;
 	char data[OUTPUT_CLIP];
 	size_t got = 0;
 	while (got < sizeof data) {
-		ssize_t k = read(fd, data + got, sizeof data - got);
+		ssize_t k = read(g->fd, data + got, sizeof data - got);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
 			break;
 		got += (size_t)k;
 	}
-	uint64_t size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : got;
-	close(fd);
+	uint64_t size = fstat(g->fd, &st) == 0 ? (uint64_t)st.st_size : got;
 	struct buf text = {0};
 	buf_add(&text, data, got);
 	if (size > got)
@@ -185,31 +155,19 @@ static json_t *do_read(const struct exec_ctx *c, json_t *call, json_t *r)
 	return r;
 }
 
-static json_t *do_write(const struct exec_ctx *c, json_t *call, json_t *r)
+static json_t *do_write(const struct exec_ctx *c, json_t *call, struct gate_pass *g, json_t *r)
 {
-	size_t n, len;
-	const char *path = string_arg(call, "path", &n);
-	if (!path)
-		return refuse_arg(r, "write", "path");
-	const char *content = string_arg(call, "content", &len);
-	if (!content)
-		return refuse_arg(r, "write", "content");
-	int dirfd;
-	char *name, *refusal;
-	if (path_gate_write(c, path, n, c->apply, &dirfd, &name, &refusal) < 0) {
-		refuse(r, refusal);
-		free(refusal);
-		return r;
-	}
+	json_t *cv = json_object_get(call, "content");
+	const char *path = json_string_value(json_object_get(call, "path"));
+	const char *content = json_string_value(cv);
+	size_t len = json_string_length(cv);
 	char hex[SHA256_HEX_LEN + 1];
 	sha256_hex(content, len, hex);
 	char *norm = path_normalize(path);
 	struct buf text = {0};
 	if (c->apply) {
 		struct sfma_err e;
-		int rc = atomic_write_at(dirfd, name, content, len, 0644, &e);
-		close(dirfd);
-		free(name);
+		int rc = atomic_write_at(g->dirfd, g->name, content, len, 0644, &e);
 		if (rc < 0) {
 			buf_printf(&text, "write %s: %s", norm, e.text);
 			json_object_set_new(r, "error", json_string(text.p));
@@ -262,19 +220,10 @@ static json_t *run_text(const struct run_outcome *o)
 	return j;
 }
 
-static json_t *do_run(const struct exec_ctx *c, json_t *call, json_t *req, json_t *r)
+static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g, json_t *r)
 {
-	size_t n;
-	const char *cmd = string_arg(call, "cmd", &n);
-	if (!cmd)
-		return refuse_arg(r, "run", "cmd");
-	char *refusal;
-	char **argv = command_gate(c->m, cmd, n, &refusal);
-	if (!argv) {
-		refuse(r, refusal);
-		free(refusal);
-		return r;
-	}
+	char **argv = g->argv;
+	g->argv = NULL;
 	if (!c->apply) {
 		argv_free(argv);
 		accept(r, "dry run: not executed",
@@ -322,10 +271,6 @@ static json_t *do_run(const struct exec_ctx *c, json_t *call, json_t *req, json_
 static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, json_t *r,
                           const char *kind, const char *key)
 {
-	size_t n;
-	const char *text = string_arg(call, key, &n);
-	if (!text)
-		return refuse_arg(r, kind, key);
 	char name[96], at[ISO8601_LEN];
 	long long seq;
 	int64_t ms = wall_ms();
@@ -392,34 +337,29 @@ static void handle(const struct exec_ctx *c, const char *line, size_t len)
 		const char *tool = json_is_string(tv) && strlen(json_string_value(tv)) ==
 		                   json_string_length(tv) ? json_string_value(tv) : NULL;
 		json_t *r = reply_new(id, tool);
-		if (!tool) {
-			refuse(r, "unknown tool");
-		} else if (strcmp(tool, "read") == 0 || strcmp(tool, "write") == 0) {
-			json_t *facts = record_paths(c, call);
-			if (strcmp(tool, "read") == 0)
-				do_read(c, call, r);
-			else
-				do_write(c, call, r);
-			if (facts)
-				json_object_set_new(r, "paths", facts);
-		} else if (strcmp(tool, "run") == 0) {
-			do_run(c, call, req, r);
-		} else if (strcmp(tool, "notify") == 0) {
+		/* The host facts the gate of a read or write rests on, looked at
+		 * before it decides (and before a write makes directories). */
+		json_t *facts = tool && (strcmp(tool, "read") == 0 || strcmp(tool, "write") == 0)
+		                    ? record_paths(c, call) : NULL;
+		struct gate_ctx gc = gate_of(c);
+		struct gate_pass g;
+		char *refusal = hardtier_gate(&gc, call, c->apply, &g);
+		if (refusal)
+			refuse(r, refusal);
+		else if (strcmp(tool, "read") == 0)
+			do_read(&g, r);
+		else if (strcmp(tool, "write") == 0)
+			do_write(c, call, &g, r);
+		else if (strcmp(tool, "run") == 0)
+			do_run(c, req, &g, r);
+		else if (strcmp(tool, "notify") == 0)
 			do_message(c, call, req, r, "notify", "text");
-		} else if (strcmp(tool, "ask") == 0) {
+		else
 			do_message(c, call, req, r, "ask", "question");
-		} else if (strcmp(tool, "done") == 0) {
-			refuse(r, "done is handled by the planner");
-		} else if (strcmp(tool, "recall") == 0) {
-			refuse(r, "recall is not available");
-		} else {
-			char *q = quote_path(tool, strlen(tool));
-			struct buf b = {0};
-			buf_printf(&b, "%s: unknown tool", q);
-			refuse(r, b.p);
-			buf_free(&b);
-			free(q);
-		}
+		free(refusal);
+		gate_pass_free(&g);
+		if (facts)
+			json_object_set_new(r, "paths", facts);
 		emit(r);
 	}
 	json_decref(req);

@@ -289,7 +289,8 @@ static const char *boundary_refusal(mode_t mode)
 static int unchanged(const struct exec_ctx *c, const char *rel, const char *data, size_t n)
 {
 	char *refusal = NULL, *error = NULL;
-	int fd = path_open_read(c, rel, strlen(rel), &refusal, &error);
+	struct gate_ctx g = gate_of(c);
+	int fd = path_open_read(&g, rel, strlen(rel), &refusal, &error);
 	free(refusal);
 	free(error);
 	if (fd < 0)
@@ -342,7 +343,8 @@ void staging_copy_back(const struct exec_ctx *c, int ws_fd, json_t *copied, json
 			/* The workspace side passes the same gate as a write call. */
 			int wdir = -1;
 			char *name = NULL, *refusal = NULL;
-			if (path_gate_write(c, rel, strlen(rel), 1, &wdir, &name, &refusal) < 0) {
+			struct gate_ctx g = gate_of(c);
+			if (path_gate_write(&g, rel, strlen(rel), 1, &wdir, &name, &refusal) < 0) {
 				refuse(refused, rel, refusal);
 			} else {
 				struct sfma_err e;

@@ -20,6 +20,7 @@
  * consecutive transport failures make it down until downUntil, a state
  * the planner persists, so a later run skips it without a request. */
 #include "model.h"
+#include "soft.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -504,7 +505,7 @@ static json_t *mock_judge_reply(const struct model_request *rq, json_t *calls)
 	struct buf text = {0};
 	mock_judgment(rq, &text);
 	json_t *r = json_pack("{s:b,s:o,s:s,s:s,s:o,s:b}", "ok", 1, "text", json_string_lossy(text.p, text.len),
-	                      "endpoint", "mock-judge", "provider", "mock", "calls", calls, "independent", 1);
+	                      "endpoint", MOCK_JUDGE, "provider", "mock", "calls", calls, "independent", 1);
 	buf_free(&text);
 	return r;
 }

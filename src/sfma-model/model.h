@@ -43,8 +43,6 @@
 #define MODEL_POOL_MAX 8
 /* The longest SFMA_MOCK_LATENCY_MS. */
 #define MODEL_MOCK_LATENCY_MAX_MS 600000LL
-/* The first line of a judgment request's system prompt (sfma-model(1)). */
-#define JUDGMENT_LINE "sfma soft-tier judgment 1"
 
 enum provider { PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI, PROV_CODEX, PROV_MOCK };
 

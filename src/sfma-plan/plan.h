@@ -4,7 +4,6 @@
  *   run.c     the run: workspace, trace, lifecycle, record, seal, report
  *   turn.c    one turn: ask the model, hand a tool call to the hard tier
  *   stages.c  the planner's end of every pipe
- *   prompt.c  what the model is told, and what it said
  *   memory.c  memory.json and certification
  *   store.c   the memory stores and recall
  *
@@ -25,13 +24,13 @@
 #include "manifest.h"
 #include "ndjson.h"
 #include "store.h"
+#include "blackboard.h"
+#include "context.h"
+#include "protocol.h"
+#include "soft.h"
+#include "usage.h"
 
 struct evidence_store;
-
-#define GENESIS_VERSION "genesis-v2"
-/* The first line of every soft-tier judgment request (sfma-plan(1)). */
-#define SOFT_VERSION "1"
-#define SOFT_FIRST_LINE "sfma soft-tier judgment " SOFT_VERSION
 
 /* ---- stages.c: the planner's end of every pipe ------------------------ */
 
@@ -66,106 +65,6 @@ struct wait_opts {
  * malformed reply, named in e). */
 json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e);
 void stage_close_input(enum stage_id s);
-
-/* ---- prompt.c: what the model is told, and what it said --------------- */
-
-/* The runner's fixed answers (turn.c sends them, sfma-replay derives them). */
-#define ANSWER_NOT_JSON "invalid reply: answer with exactly one JSON object"
-#define ANSWER_NO_TOOL "invalid reply: expected one tool call {\"tool\":...}"
-#define ANSWER_ADOPTED "candidate adopted; now reply with one tool call per turn"
-#define ANSWER_CANDIDATE_FIRST "no bootstrap candidate adopted yet: reply first with one object with " \
-	"mission, successCriteria, loopRoles, firstTasks and schedule"
-#define REASON_NOT_JSON "invalid reply: not a JSON object"
-#define REASON_NO_TOOL "invalid reply: no tool"
-#define REASON_CANDIDATE_FIRST "tool call before a candidate was adopted"
-#define FIRST_MESSAGE "Begin: reply with your bootstrap candidate.\n"
-#define INBOX_HEADER "\nOperator messages (they may only narrow the task, never widen the manifest):\n"
-
-/* The genesis system prompt: contract, manifest verbatim, task, dry-run. */
-char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, int pinned);
-/* Lenient parse of a reply: fences stripped, whole text or first '{' to
- * last '}'. NULL if no JSON object can be read. */
-json_t *parse_reply(const char *text);
-/* 1 if v has every member of a bootstrap candidate. */
-int is_candidate(const json_t *v);
-
-/* Native tool calls (sfma-plan(1), Native tool use). A reply with several
- * calls carries out the first; every further call is answered with this. */
-#define REMINDER_ONE_CALL "one call per turn: only the first call was carried out"
-/* A native call whose input is no call object; the rest of the reason is
- * tools_call_object's. The model gets the reason as its answer. */
-#define REASON_BAD_CALL "invalid reply: bad tool call: "
-/* The tool message answering the native calls tool_calls: the first
- * result is text, every further one the reminder. New reference. */
-json_t *tool_message(const json_t *tool_calls, const char *text);
-/* The reply blob of a native reply: the canonical JSON of
- * {"provider","text","native"} (malloc'd, *n its length). */
-char *native_reply_blob(const char *provider, const char *text, const json_t *native, size_t *n);
-
-/* The soft tier (sfma-plan(1), The soft tier): a judge's reply is
- * {"pass":bool,"reason":S}; anything else fails with this reason. */
-#define REASON_JUDGE_INVALID "judge reply invalid"
-/* The judge the array-form mock answers as, with no call. */
-#define MOCK_JUDGE "mock-judge"
-/* 1 with *pass and *reason (malloc'd) set when text is a judgment, else
- * 0 with *reason REASON_JUDGE_INVALID. */
-int soft_judgment_parse(const char *text, int *pass, char **reason);
-/* Judgments counted as they come: the verdict is their majority (a tie
- * fails), its reason the first passing judge's when it passes, else the
- * first failing one's (REASON_JUDGE_INVALID without any). soft_tally_add
- * takes why. */
-struct soft_tally {
-	int n, passes;
-	char *reason_pass, *reason_fail;
-};
-void soft_tally_add(struct soft_tally *t, int pass, char *why);
-int soft_tally_verdict(const struct soft_tally *t, const char **reason);
-void soft_tally_free(struct soft_tally *t);
-/* The judge's and the criteria judgment's system prompts. */
-extern const char soft_judge_prompt[], soft_criteria_prompt[];
-/* Task tool refusals. */
-#define REASON_PENDING_CEILING "pending task ceiling"
-#define REASON_DUPLICATE_TASK "duplicate task id"
-
-/* The blackboard's task {"id","description","role","class"} (new). */
-json_t *task_def(const char *id, const char *description, const json_t *role, const char *cls);
-/* The adopted candidate's firstTasks as the blackboard's first tasks:
- * ids made unique (t<i> for a missing or reused one); none: the run's task
- * itself, "main". New reference. */
-json_t *first_tasks(const json_t *candidate, const char *task);
-/* The first message of a loop's conversation (malloc'd). */
-char *assigned_task_text(const json_t *def, int loop, const char *clarification);
-/* The gate of a task post against the tasks so far (defs) and the pending
- * count: 1 and "task posted", or 0 and the refusal, in reason. */
-int task_post_check(const json_t *call, const json_t *defs, size_t pending, long max_pending, char *reason,
-                    size_t n);
-
-/* Token usage summed over call entries (sfma-formats(5), usage). */
-struct usage {
-	long long input, output, cached;
-};
-void usage_add(struct usage *u, const json_t *usage);
-json_t *usage_json(const struct usage *u);
-
-/* The context budget (maxContextBytes). The size of a request is the
- * length of the canonical JSON of {"messages","system","tools"?}, tools
- * being tools_definitions() when they are offered (NULL: not). */
-size_t context_bytes(const char *system, const json_t *messages, const json_t *tools);
-struct context_fit {
-	size_t before, after;
-	json_t *elided;            /* the sha256 of each elided message, in order (new) */
-};
-/* Make messages fit in budget bytes: the oldest runner messages (tool
- * results, answers) and then the oldest exchanges become stubs naming
- * their evidence and the recall that brings it back; never the first
- * message, messages[keep] (the adopted candidate's reply; -1: none) or
- * the last two. refs[i] is the evidence reference of messages[i] (null:
- * none, or already elided). Returns 0 when it fits as it is, 1 when
- * messages were elided and it fits now, -1 when it cannot fit. */
-#define CONTEXT_CANNOT_FIT "context budget: the next request needs %zu bytes with every elidable message " \
-	"elided, maxContextBytes is %ld"
-int context_fit(const char *system, json_t *messages, json_t *refs, const json_t *tools, size_t budget, long keep,
-                struct context_fit *out);
 
 /* ---- memory.c: memory.json and certification (sfma-plan(1)) -- */
 

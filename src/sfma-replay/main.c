@@ -15,7 +15,8 @@
  * stdout, one line: REPLAY_OK runs=<r> entries=<n> (exit 0),
  * REPLAY_DIVERGED: seq <n> (<kind>): trace has <X>, replay derives <Y>,
  * or REPLAY_INCOMPLETE: <why> (exit 1). Usage: exit 2. */
-#include "../sfma-exec/exec.h"
+#include "beneath.h"
+#include "hardtier.h"
 #include "../sfma-plan/plan.h"
 #include "canon.h"
 #include "cli.h"
@@ -45,8 +46,9 @@ struct replay {
 	const struct manifest *m;    /* the run's */
 	struct manifest *record_m, *run_m;
 	json_t *record;
-	struct exec_ctx gate;        /* the hard tier over an empty workspace */
+	struct gate_ctx gate;        /* the hard tier over an empty workspace */
 	char empty_dir[64];
+	char *empty_real;
 	int sfma_fd;
 	struct evidence_store *store; /* .sfma/evidence, read only */
 	json_t **entries;
@@ -524,58 +526,11 @@ static int build_facts(const json_t *e, json_t *facts)
  * (owned), or NULL when the call passes every rule that does not depend on
  * the host. The hard tier runs over an empty directory: whatever it
  * refuses there it refuses on any disk. */
-static char *gate(const char *tool, json_t *call)
+static char *gate(json_t *call)
 {
-	static const struct { const char *tool, *arg; } args[] = {
-		{"read", "path"}, {"write", "path"}, {"write", "content"}, {"run", "cmd"},
-		{"notify", "text"}, {"ask", "question"},
-	};
-	/* sfma-exec takes a tool name with a NUL byte for no tool at all. */
-	json_t *tv = json_object_get(call, "tool");
-	if (strlen(json_string_value(tv)) != json_string_length(tv))
-		return xstrdup("unknown tool");
-	int known = 0;
-	for (size_t i = 0; i < sizeof args / sizeof *args; i++) {
-		if (strcmp(tool, args[i].tool) != 0)
-			continue;
-		known = 1;
-		if (!json_is_string(json_object_get(call, args[i].arg))) {
-			struct buf b = {0};
-			buf_printf(&b, "%s: %s must be a string", tool, args[i].arg);
-			return b.p;
-		}
-	}
-	if (!known) {
-		if (strcmp(tool, "done") == 0)
-			return xstrdup("done is handled by the planner");
-		if (strcmp(tool, "recall") == 0)
-			return xstrdup("recall is not available");
-		char *q = quote_path(tool, strlen(tool));
-		struct buf b = {0};
-		buf_printf(&b, "%s: unknown tool", q);
-		free(q);
-		return b.p;
-	}
-	json_t *arg = json_object_get(call, strcmp(tool, "run") == 0 ? "cmd" : "path");
-	const char *s = json_string_value(arg);
-	size_t n = json_string_length(arg);
-	char *refusal = NULL, *error = NULL;
-	if (strcmp(tool, "read") == 0) {
-		int fd = path_open_read(&R.gate, s, n, &refusal, &error);
-		if (fd >= 0)
-			close(fd);
-		free(error);
-	} else if (strcmp(tool, "write") == 0) {
-		int dirfd;
-		char *name;
-		if (path_gate_write(&R.gate, s, n, 0, &dirfd, &name, &refusal) == 0) {
-			free(name);
-			if (dirfd >= 0)
-				close(dirfd);
-		}
-	} else if (strcmp(tool, "run") == 0) {
-		argv_free(command_gate(R.m, s, n, &refusal));
-	}
+	struct gate_pass g;
+	char *refusal = hardtier_gate(&R.gate, call, 0, &g);
+	gate_pass_free(&g);
 	return refusal;
 }
 
@@ -650,7 +605,7 @@ static void carry_out(json_t *v, const char *tool)
 	 * they make the verdict derivable, link and file-kind refusals too. */
 	json_t *facts = json_object_get(d, "paths");
 	int rebuilt = facts && (strcmp(tool, "read") == 0 || strcmp(tool, "write") == 0) && build_facts(e, facts);
-	char *refusal = gate(tool, v);
+	char *refusal = gate(v);
 	unbuild();
 	if (refusal) {
 		if (pass || strcmp(reason, refusal) != 0)
@@ -1791,7 +1746,7 @@ static void open_empty_workspace(void)
 	}
 	R.gate.m = R.m;
 	R.gate.ws_fd = open(R.empty_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	R.gate.ws_real = realpath(R.empty_dir, NULL);
+	R.gate.ws_real = R.empty_real = realpath(R.empty_dir, NULL);
 	if (R.gate.ws_fd < 0 || !R.gate.ws_real)
 		die("%s: %s", R.empty_dir, strerror(errno));
 }

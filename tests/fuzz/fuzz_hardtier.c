@@ -1,5 +1,4 @@
-/* fuzz_hardtier.c - sfma-exec's hard tier (src/sfma-exec/hardtier.c,
- * compiled in here to reach open_beneath_walk) over a workspace full of
+/* fuzz_hardtier.c - the hard tier (lib/hardtier.c, lib/beneath.c) over a workspace full of
  * links that stay inside, lead out, loop or dangle.
  *
  * Input byte 0 picks the gate, the rest is the path or command:
@@ -21,10 +20,11 @@
 #include <ftw.h>
 #include <sys/stat.h>
 
-#include "src/sfma-exec/hardtier.c"
+#include "beneath.h"
+#include "hardtier.h"
 
 static char base[PATH_MAX];
-static struct exec_ctx ctx;
+static struct gate_ctx ctx;
 static struct manifest *man;
 
 static const char *const outputs[] = {

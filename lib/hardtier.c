@@ -1,20 +1,22 @@
 /* hardtier.c - the deterministic gate in front of every tool call
  * (sfma-exec(1)): where a path really leads, which outputs may be
  * written, which command lines may run. Pure decisions plus the few opens
- * needed to know where a path leads; nothing here writes a file. */
-#include "exec.h"
+ * needed to know where a path leads; nothing here writes a file.
+ * sfma-exec decides every call with it, and sfma-replay decides them
+ * again with it over an empty directory and the recorded path facts. */
+#include "hardtier.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "beneath.h"
+#include "buf.h"
 #include "err.h"
 
 char *quote_path(const char *s, size_t n)
@@ -83,174 +85,7 @@ static int is_reserved(const char *norm)
 	return strcmp(norm, ".sfma") == 0 || strncmp(norm, ".sfma/", 6) == 0;
 }
 
-#define MAX_LINKS 40
-
-/* The same resolution as openat2 RESOLVE_BENEATH, done by hand for kernels
- * before 5.6 (and valgrind, which does not know openat2): components are
- * taken one at a time, a symlink's target is spliced in front of the rest
- * and resolved the same way, and ".." above the start is EXDEV. Only
- * directories already checked to be real are on the prefix that is opened.
- * It refuses as openat2(2) does: an absolute path is EXDEV (RESOLVE_BENEATH
- * rejects absolute pathnames), an empty one ENOENT (path_resolution(7):
- * an empty pathname does not resolve), and a trailing slash requires a
- * directory (ENOTDIR). */
-/* What a walk met, for path_facts: each path looked at once, in order. */
-static void fact_add(json_t *facts, const char *path, const struct stat *st, int err, int dirfd)
-{
-	if (!facts || json_array_size(facts) >= PATH_FACTS_MAX)
-		return;
-	size_t i;
-	json_t *f;
-	json_array_foreach(facts, i, f)
-		if (strcmp(json_string_value(json_object_get(f, "path")), path) == 0)
-			return;
-	const char *kind = err ? "missing" : S_ISDIR(st->st_mode) ? "dir" : S_ISREG(st->st_mode) ? "file"
-	                 : S_ISLNK(st->st_mode) ? "link" : S_ISFIFO(st->st_mode) ? "fifo" : "other";
-	if (err && err != ENOENT)
-		return; /* not a fact of the tree: the walk's error speaks for itself */
-	f = json_pack("{s:o, s:s}", "path", json_text(path, strlen(path)), "kind", kind);
-	if (!err && S_ISLNK(st->st_mode)) {
-		char target[PATH_MAX];
-		ssize_t tl = readlinkat(dirfd, path, target, sizeof target - 1);
-		if (tl < 0) {
-			json_decref(f);
-			return;
-		}
-		json_object_set_new(f, "target", json_text(target, (size_t)tl));
-	}
-	json_array_append_new(facts, f);
-}
-
-static int walk_beneath(int dirfd, const char *rel, int flags, int no_symlinks, json_t *facts);
-
-int open_beneath_walk(int dirfd, const char *rel, int flags, int no_symlinks)
-{
-	return walk_beneath(dirfd, rel, flags, no_symlinks, NULL);
-}
-
-json_t *path_facts(int dirfd, const char *norm)
-{
-	json_t *facts = json_array();
-	int fd = walk_beneath(dirfd, norm, O_PATH, 0, facts);
-	if (fd >= 0)
-		close(fd);
-	return facts;
-}
-
-static int walk_beneath(int dirfd, const char *rel, int flags, int no_symlinks, json_t *facts)
-{
-	if (rel[0] == '\0' || rel[0] == '/') {
-		errno = rel[0] ? EXDEV : ENOENT;
-		return -1;
-	}
-	struct buf pending = {0}, done = {0};
-	buf_adds(&pending, rel);
-	int links = 0, fd = -1, err = 0;
-	int want_dir = rel[strlen(rel) - 1] == '/'; /* of the path left to resolve */
-	int at_dir = 1; /* what done names is a directory */
-	while (pending.len > 0) {
-		size_t len = strcspn(pending.p, "/");
-		char *comp = xstrdup(pending.p);
-		comp[len] = '\0';
-		size_t skip = len + (pending.p[len] == '/');
-		memmove(pending.p, pending.p + skip, pending.len - skip + 1);
-		pending.len -= skip;
-		int dots = len == 0 || strcmp(comp, ".") == 0 ? 1 : strcmp(comp, "..") == 0 ? 2 : 0;
-		if (dots && !at_dir) { /* "file/." and "file/..": the kernel's ENOTDIR */
-			free(comp);
-			err = ENOTDIR;
-			break;
-		}
-		if (dots == 1) {
-			free(comp);
-			continue;
-		}
-		if (dots == 2) {
-			free(comp);
-			char *up = strrchr(done.p ? done.p : "", '/');
-			if (done.len == 0) {
-				err = EXDEV;
-				break;
-			}
-			done.len = up ? (size_t)(up - done.p) : 0;
-			done.p[done.len] = '\0';
-			continue;
-		}
-		size_t before = done.len;
-		if (done.len)
-			buf_addc(&done, '/');
-		buf_adds(&done, comp);
-		free(comp);
-		struct stat st;
-		if (fstatat(dirfd, done.p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			err = errno;
-			fact_add(facts, done.p, &st, err, dirfd);
-			break;
-		}
-		fact_add(facts, done.p, &st, 0, dirfd);
-		at_dir = S_ISDIR(st.st_mode);
-		if (!S_ISLNK(st.st_mode))
-			continue;
-		char target[PATH_MAX];
-		ssize_t tl = readlinkat(dirfd, done.p, target, sizeof target - 1);
-		if (no_symlinks || ++links > MAX_LINKS || tl < 0) {
-			err = tl < 0 ? errno : ELOOP;
-			break;
-		}
-		target[tl] = '\0';
-		if (target[0] == '/') {
-			err = EXDEV;
-			break;
-		}
-		if (pending.len == 0) /* the target takes the place of the last component */
-			want_dir |= tl > 0 && target[tl - 1] == '/';
-		done.len = before; /* a checked directory again */
-		if (done.p)
-			done.p[before] = '\0';
-		at_dir = 1;
-		struct buf next = {0};
-		buf_printf(&next, "%s%s%s", target, pending.len ? "/" : "", pending.p ? pending.p : "");
-		buf_free(&pending);
-		pending = next;
-	}
-	if (!err) {
-		/* The kernel checks the trailing slash: "file/" is ENOTDIR (the
-		 * start itself, "." here, is a directory). */
-		if (want_dir && done.len)
-			buf_addc(&done, '/');
-		fd = openat(dirfd, done.len ? done.p : ".", flags | O_NOFOLLOW | O_CLOEXEC);
-		err = errno;
-	}
-	buf_free(&pending);
-	buf_free(&done);
-	errno = err;
-	return fd;
-}
-
-/* openat2 confined to the workspace: symlinks that stay inside are
- * followed, one that leads out (absolute or through "..") fails with
- * EXDEV; magic links (/proc/self/fd/N) are refused outright. */
-int open_beneath(int dirfd, const char *rel, int flags, int no_symlinks)
-{
-	static int have_openat2 = 1;
-	struct open_how how = {
-		.flags = (unsigned long long)(flags | O_CLOEXEC),
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
-		           (no_symlinks ? RESOLVE_NO_SYMLINKS : 0),
-	};
-	long fd = -1;
-	if (have_openat2) {
-		do
-			fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
-		while (fd < 0 && errno == EINTR);
-		if (fd >= 0 || errno != ENOSYS)
-			return (int)fd;
-		have_openat2 = 0;
-	}
-	return open_beneath_walk(dirfd, rel, flags, no_symlinks);
-}
-
-int path_open_read(const struct exec_ctx *c, const char *path, size_t n,
+int path_open_read(const struct gate_ctx *c, const char *path, size_t n,
                    char **refusal, char **error)
 {
 	*refusal = *error = NULL;
@@ -278,7 +113,7 @@ int path_open_read(const struct exec_ctx *c, const char *path, size_t n,
 
 /* Where fd really is, relative to the workspace: "" for the workspace
  * itself, NULL when outside (owned). */
-static char *relative_real(const struct exec_ctx *c, int fd)
+static char *relative_real(const struct gate_ctx *c, int fd)
 {
 	char link[64], real[PATH_MAX];
 	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -294,7 +129,7 @@ static char *relative_real(const struct exec_ctx *c, int fd)
 	return xstrdup(real[wl] == '/' ? real + wl + 1 : "");
 }
 
-int path_gate_write(const struct exec_ctx *c, const char *path, size_t n, int create,
+int path_gate_write(const struct gate_ctx *c, const char *path, size_t n, int create,
                     int *dirfd, char **name, char **refusal)
 {
 	*dirfd = -1;
@@ -385,35 +220,6 @@ int path_gate_write(const struct exec_ctx *c, const char *path, size_t n, int cr
 	}
 	free(norm);
 	return 0;
-}
-
-int open_dir_walk(int dirfd, const char *rel, int create, mode_t mode)
-{
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	char *copy = xstrdup(rel), *save = NULL;
-	for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
-		int next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (next < 0 && errno == ENOENT && create) {
-			if (mkdirat(fd, c, mode) < 0 && errno != EEXIST)
-				goto fail;
-			next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		}
-		if (next < 0)
-			goto fail;
-		close(fd);
-		fd = next;
-	}
-	free(copy);
-	return fd;
-fail: {
-	int saved = errno;
-	close(fd);
-	free(copy);
-	errno = saved;
-	return -1;
-}
 }
 
 /* ---- commands ---- */
@@ -558,4 +364,73 @@ char **command_gate(const struct manifest *m, const char *cmd, size_t n, char **
 		return NULL;
 	}
 	return argv;
+}
+
+/* ---- one call --------------------------------------------------------- */
+
+/* The string members each tool must have, in the order they are checked. */
+static const struct { const char *tool, *arg; } string_args[] = {
+	{"read", "path"}, {"write", "path"}, {"write", "content"}, {"run", "cmd"},
+	{"notify", "text"}, {"ask", "question"},
+};
+
+static char *tool_refusal(const char *tool)
+{
+	if (strcmp(tool, "done") == 0)
+		return xstrdup("done is handled by the planner");
+	if (strcmp(tool, "recall") == 0)
+		return xstrdup("recall is not available");
+	char *q = quote_path(tool, strlen(tool));
+	struct buf b = {0};
+	buf_printf(&b, "%s: unknown tool", q);
+	free(q);
+	return b.p;
+}
+
+char *hardtier_gate(const struct gate_ctx *c, const json_t *call, int create, struct gate_pass *g)
+{
+	*g = (struct gate_pass){.fd = -1, .dirfd = -1};
+	json_t *tv = json_object_get(call, "tool");
+	const char *tool = json_string_value(tv);
+	/* A tool name with a NUL byte names no tool at all. */
+	if (!tool || strlen(tool) != json_string_length(tv))
+		return xstrdup("unknown tool");
+	int known = 0;
+	for (size_t i = 0; i < sizeof string_args / sizeof *string_args; i++) {
+		if (strcmp(tool, string_args[i].tool) != 0)
+			continue;
+		known = 1;
+		if (!json_is_string(json_object_get(call, string_args[i].arg))) {
+			struct buf b = {0};
+			buf_printf(&b, "%s: %s must be a string", tool, string_args[i].arg);
+			return b.p;
+		}
+	}
+	if (!known)
+		return tool_refusal(tool);
+	json_t *arg = json_object_get(call, strcmp(tool, "run") == 0 ? "cmd" : "path");
+	const char *s = json_string_value(arg);
+	size_t n = json_string_length(arg);
+	char *refusal = NULL;
+	if (strcmp(tool, "read") == 0)
+		g->fd = path_open_read(c, s, n, &refusal, &g->error);
+	else if (strcmp(tool, "write") == 0)
+		path_gate_write(c, s, n, create, &g->dirfd, &g->name, &refusal);
+	else if (strcmp(tool, "run") == 0)
+		g->argv = command_gate(c->m, s, n, &refusal);
+	if (refusal)
+		gate_pass_free(g);
+	return refusal;
+}
+
+void gate_pass_free(struct gate_pass *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	if (g->dirfd >= 0)
+		close(g->dirfd);
+	free(g->error);
+	free(g->name);
+	argv_free(g->argv);
+	*g = (struct gate_pass){.fd = -1, .dirfd = -1};
 }

@@ -1,0 +1,29 @@
+/* context.h - the context budget (sfma-plan(1), maxContextBytes). */
+#ifndef SFMA_CONTEXT_H
+#define SFMA_CONTEXT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* The size of a request is the length of the canonical JSON of
+ * {"messages","system","tools"?}, tools being tools_definitions() when
+ * they are offered (NULL: not). */
+size_t context_bytes(const char *system, const json_t *messages, const json_t *tools);
+
+struct context_fit {
+	size_t before, after;
+	json_t *elided;            /* the sha256 of each elided message, in order (new) */
+};
+/* Make messages fit in budget bytes: the oldest runner messages (tool
+ * results, answers) and then the oldest exchanges become stubs naming
+ * their evidence and the recall that brings it back; never the first
+ * message, messages[keep] (the adopted candidate's reply; -1: none) or
+ * the last two. refs[i] is the evidence reference of messages[i] (null:
+ * none, or already elided). Returns 0 when it fits as it is, 1 when
+ * messages were elided and it fits now, -1 when it cannot fit. */
+#define CONTEXT_CANNOT_FIT "context budget: the next request needs %zu bytes with every elidable message " \
+	"elided, maxContextBytes is %ld"
+int context_fit(const char *system, json_t *messages, json_t *refs, const json_t *tools, size_t budget, long keep,
+                struct context_fit *out);
+
+#endif
