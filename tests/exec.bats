@@ -497,3 +497,26 @@ PY
 	grep -qx "'f/.': kernel=ENOTDIR walk=ENOTDIR" <<<"$output"
 	grep -qx "'abs/x': kernel=EXDEV walk=EXDEV" <<<"$output"
 }
+
+# openat2(2): with RESOLVE_BENEATH the kernel answers EAGAIN for a ".."
+# whenever anything on the system renamed meanwhile (sfma's own atomic
+# writes and evidence filing rename), and the caller may retry. A read
+# through a link whose target climbs with ".." while a rename loop runs
+# beside it must pass every time.
+@test "a read through a link with .. is never refused because something else renamed meanwhile" {
+	mkdir -p "$W/ws/src/d" "$W/spin"
+	ln -s ../a.txt "$W/ws/src/d/up"
+	touch "$W/spin/a"
+	python3 -c 'import os, sys
+d = sys.argv[1]
+while True:
+    os.rename(d + "/a", d + "/b"); os.rename(d + "/b", d + "/a")' "$W/spin" 2>/dev/null &
+	local spinner=$!
+	local i
+	for i in $(seq 3000); do printf '{"id":%d,"call":{"tool":"read","path":"src/d/up"}}\n' "$i"; done |
+		sfma-exec "$W/m.json" >"$W/out"
+	kill "$spinner"; wait "$spinner" 2>/dev/null || true
+	[ "$(wc -l <"$W/out")" -eq 3000 ]
+	run jq -r 'select(.pass != true or .reason != "read 6 bytes") | .reason' "$W/out"
+	[ -z "$output" ] || { echo "$output" | sort | uniq -c; return 1; }
+}
