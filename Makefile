@@ -69,10 +69,12 @@ $(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(w
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter src/$*.c src/$*/%.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
+# The suite's directories are kept until every honest record it made has
+# replayed (tests/replay-sweep.sh).
 check: all
 	sh tests/lint.sh
 	$(MAKE) --no-print-directory fuzz-regress
-	SFMA_BINDIR=$(abspath $(BINDIR)) bats --print-output-on-failure tests
+	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/suite.sh tests
 
 # The whole suite against an ASan+UBSan build kept apart from bin/.
 check-sanitize:
@@ -82,7 +84,7 @@ check-sanitize:
 	SFMA_BINDIR=$(abspath $(BUILD)/san/bin) SFMA_SANITIZED=1 \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=98 \
-	        bats --print-output-on-failure tests
+	        sh tests/suite.sh tests
 
 check-valgrind: all
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/valgrind.sh

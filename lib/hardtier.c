@@ -366,6 +366,14 @@ char **command_gate(const struct manifest *m, const char *cmd, size_t n, char **
 	return argv;
 }
 
+void hardtier_write_text(char *out, size_t cap, size_t bytes, const char *norm, int dry_run)
+{
+	if (dry_run)
+		snprintf(out, cap, "dry run: write of %zu bytes to %s recorded, not applied", bytes, norm);
+	else
+		snprintf(out, cap, "wrote %zu bytes to %s", bytes, norm);
+}
+
 /* ---- one call --------------------------------------------------------- */
 
 /* The string members each tool must have, in the order they are checked. */

@@ -40,6 +40,14 @@ int path_gate_write(const struct gate_ctx *c, const char *path, size_t n, int cr
 char **command_gate(const struct manifest *m, const char *cmd, size_t n, char **refusal);
 void argv_free(char **argv);
 
+/* The texts sfma-exec answers with itself (the replay derives them). */
+#define HARDTIER_DRY_RUN_REASON "dry run: not executed"
+#define HARDTIER_DRY_RUN_RESULT "dry run: the command passed the hard tier and was not executed"
+#define HARDTIER_NOTIFIED "notified"
+#define HARDTIER_ASKED "question sent"
+/* A write's pass reason: "wrote N bytes to P", or the dry run's. */
+void hardtier_write_text(char *out, size_t cap, size_t bytes, const char *norm, int dry_run);
+
 /* What a call that passed the gate needs to be carried out. */
 struct gate_pass {
 	int fd;                 /* read: the file, open (-1: none) */

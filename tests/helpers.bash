@@ -55,6 +55,8 @@ replays_ok() { # replays_ok RUNS
 # can do to an unsigned record.
 rewrite() {
 	local w=${3:-ws}
+	# What tests/replay-sweep.sh leaves out: a record made to diverge.
+	touch "$w.tampered"
 	python3 - "$w/.sfma/trace.jsonl" "$1" <<'PY'
 import hashlib, json, subprocess, sys
 path, code = sys.argv[1], sys.argv[2]

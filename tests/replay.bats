@@ -59,7 +59,7 @@ for e in es:
 '
 	run sfma replay ws
 	[ "$status" -eq 1 ]
-	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true, replay derives refused: recall: unknown recall mode" ]] ||
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has pass=true reason \"recall\", replay derives refused: recall: unknown recall mode" ]] ||
 		{ echo "$output"; return 1; }
 }
 

@@ -176,11 +176,10 @@ static json_t *do_write(const struct exec_ctx *c, json_t *call, struct gate_pass
 			buf_free(&text);
 			return r;
 		}
-		buf_printf(&text, "wrote %zu bytes to %s", len, norm);
-	} else {
-		buf_printf(&text, "dry run: write of %zu bytes to %s recorded, not applied", len, norm);
 	}
-	accept(r, text.p, json_string(text.p));
+	char said[PATH_MAX + 100];
+	hardtier_write_text(said, sizeof said, len, norm, !c->apply);
+	accept(r, said, json_string(said));
 	json_object_set_new(r, "mutation",
 	                    json_pack("{s:s,s:I,s:s,s:b}", "path", norm, "bytes", (json_int_t)len,
 	                              "sha256", hex, "applied", c->apply));
@@ -226,8 +225,7 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 	g->argv = NULL;
 	if (!c->apply) {
 		argv_free(argv);
-		accept(r, "dry run: not executed",
-		       json_string("dry run: the command passed the hard tier and was not executed"));
+		accept(r, HARDTIER_DRY_RUN_REASON, json_string(HARDTIER_DRY_RUN_RESULT));
 		json_object_set_new(r, "run", json_pack("{s:b}", "executed", 0));
 		return r;
 	}
@@ -305,7 +303,7 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 		buf_free(&err);
 		return r;
 	}
-	accept(r, strcmp(kind, "ask") == 0 ? "question sent" : "notified",
+	accept(r, strcmp(kind, "ask") == 0 ? HARDTIER_ASKED : HARDTIER_NOTIFIED,
 	       json_string(strcmp(kind, "ask") == 0
 	                   ? "question delivered to the operator's outbox; an answer, if any, "
 	                     "arrives as an operator message"

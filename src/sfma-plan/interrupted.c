@@ -60,51 +60,51 @@ static json_t *seq_of(json_t *entry)
 	return json_is_number(seq) ? json_real(json_number_value(seq)) : json_null();
 }
 
-void record_interrupted_run(struct run *r)
+json_t *interrupted_event(const char *sfma_dir, uint64_t *entries, int *torn, struct sfma_err *err)
 {
+	*entries = 0;
 	char tpath[4200], head[65];
 	struct sfma_err e;
-	snprintf(tpath, sizeof tpath, "%s/trace.jsonl", r->sfma_dir);
+	*torn = 0;
+	snprintf(tpath, sizeof tpath, "%s/trace.jsonl", sfma_dir);
 	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		if (fd >= 0)
 			close(fd);
-		return; /* no trace yet; anything stranger is sfma-chain's to refuse */
+		return NULL; /* no trace yet; anything stranger is sfma-chain's to refuse */
 	}
 	uint64_t sealed;
-	if (sealed_prefix(r->sfma_dir, &sealed, head) < 0) {
+	if (sealed_prefix(sfma_dir, &sealed, head) < 0) {
 		close(fd);
-		return;
+		return NULL;
 	}
 	struct chain_opts opts = {.mark_set = 1, .mark_count = sealed};
 	struct chain_summary sum;
 	char note[4200];
 	int noted;
-	snprintf(note, sizeof note, "%s/%s", r->sfma_dir, CHAIN_HEAD_CACHE);
+	snprintf(note, sizeof note, "%s/%s", sfma_dir, CHAIN_HEAD_CACHE);
 	if (chain_verify_cached(fd, note, &opts, &sum, &noted, NULL, &e) < 0) {
 		/* sfma-chain refuses to extend a torn line too; say here what the
 		 * operator must do. Any other break is reported by sfma-chain as
 		 * it refuses the first append. */
 		if (sum.torn) {
-			snprintf(r->error, sizeof r->error,
-			         "failed hash-chain verification: %.160s: a write was cut short; recover it with "
-			         "`sfma-chain --recover-torn %.300s`, then run again",
-			         e.text, tpath);
-			r->chain_alive = 0;
+			*torn = 1;
+			err_set(err, "failed hash-chain verification: %.160s: a write was cut short; recover it with "
+			        "`sfma-chain --recover-torn %.300s`, then run again", e.text, tpath);
 		}
 		close(fd);
-		return;
+		return NULL;
 	}
 	if (!sum.mark_found || strcmp(sum.mark_head, head) != 0) {
 		warnx("%s/result.json does not seal a prefix of %s; entries after it are not recorded as an "
-		      "interrupted run", r->sfma_dir, tpath);
+		      "interrupted run", sfma_dir, tpath);
 		close(fd);
-		return;
+		return NULL;
 	}
 	if (sum.entries == sealed) {
 		close(fd);
-		return;
+		return NULL;
 	}
 	json_t *first = chain_entry_at(fd, sum.mark_offset, 0, &e);
 	json_t *last = first ? chain_entry_at(fd, sum.last_offset, 0, &e) : NULL;
@@ -112,7 +112,7 @@ void record_interrupted_run(struct run *r)
 	if (!last) {
 		warnx("%s: %s", tpath, e.text);
 		json_decref(first);
-		return;
+		return NULL;
 	}
 	uint64_t n = sum.entries - sealed;
 	json_t *data = json_pack("{s:{s:f, s:I, s:o, s:o, s:s}}", "interrupted", "afterSeq", sum.mark_seq,
@@ -127,11 +127,6 @@ void record_interrupted_run(struct run *r)
 		json_array_append_new(refs, json_string(last_id));
 	json_decref(first);
 	json_decref(last);
-	json_t *entry = trace(r, "result", data, 0, refs, NULL);
-	if (entry)
-		warnx("the previous run was interrupted before it sealed: its %" PRIu64 " %s recorded (%s)", n,
-		      n == 1 ? "entry is" : "entries are", entry_id(entry));
-	json_decref(entry);
-	/* This run's clock range begins at its own clock-anchor, next. */
-	r->first_seq = 0;
+	*entries = n;
+	return json_pack("{s:s, s:o, s:i, s:o}", "kind", "result", "data", data, "loop", 0, "refs", refs);
 }

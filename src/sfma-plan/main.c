@@ -242,7 +242,6 @@ static void take_halt_signals(void)
 
 static int cmd_run(const struct options *o)
 {
-	struct run r;
 	/* The contract first: nothing is touched before it validates. */
 	struct manifest *m = load_or_exit(o->manifest);
 	/* A peer gone from the handshake or a stage's pipe is an error seen. */
@@ -252,22 +251,11 @@ static int cmd_run(const struct options *o)
 		return 1;
 	}
 	/* The budgets' clock starts here, once every stage is up. */
-	run_init(&r, m, o->apply, o->task, o->progress);
 	take_halt_signals();
 	stages_open(o->paths);
-	run_open_workspace(&r);
-	int begun = run_begin(&r);
-	if (begun < 0) {
-		/* Either sfma-chain has said why (-1), or run_begin has (-2); the
-		 * run cannot be recorded, so there is nothing to seal. */
-		if (begun == -1)
-			warnx("the run did not start: the trace refused its first entry; nothing was appended");
-		run_free(&r);
-		return 1;
-	}
-	genesis(&r);
-	turns(&r);
-	return run_end(&r);
+	const struct run_options ro = {.dry_run = m->dry_run_default && !o->apply, .progress = o->progress,
+	                               .task = o->task};
+	return run_manifest(m, &ro);
 }
 
 int main(int argc, char **argv)

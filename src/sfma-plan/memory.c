@@ -1,6 +1,7 @@
 /* memory.c - cross-run memory (sfma-plan(1)): run summaries,
  * endpoint state, certification, pinning and demotion. Pure arithmetic. */
 #include "plan.h"
+#include "protocol.h"
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
@@ -90,7 +91,7 @@ static void window_stats(json_t *runs, int window, struct window *w)
 }
 
 void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
-                       json_t *candidate, int pinned_run, int *certified, int *demoted)
+                       const json_t *candidate, int pinned_run, int *certified, int *demoted)
 {
 	json_t *runs = json_object_get(mem->doc, "runs");
 	json_array_append(runs, run_summary);
@@ -126,11 +127,11 @@ void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run
 	}
 }
 
-json_t *memory_clip(json_t *summary)
+json_t *memory_clip(const json_t *summary)
 {
 	size_t n = json_string_length(summary);
 	if (n <= MEMORY_SUMMARY_MAX)
-		return json_incref(summary);
+		return json_incref((json_t *)summary);
 	const char *s = json_string_value(summary);
 	size_t keep = MEMORY_SUMMARY_MAX;
 	while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)

@@ -1,16 +1,20 @@
-/* plan.h - the parts of sfma-plan, the run's state machine.
+/* plan.h - the parts of sfma-plan: the run's decisions are the core's
+ * (lib/core.h); sfma-plan is the I/O around it. Each file stands above
+ * what it uses, none calls back into one above it:
  *
- *   main.c    the program: options, --check, the steps of a run
- *   run.c     the run: workspace, trace, lifecycle, record, seal, report
- *   turn.c    one turn: ask the model, hand a tool call to the hard tier
- *   stages.c  the planner's end of every pipe
- *   memory.c  memory.json and certification
- *   store.c   the memory stores and recall
+ *   main.c         the program: options, --check, --tools, the handshake
+ *   drive.c        one run: feeds the core, carries out its effects
+ *   workspace.c    the workspace, its lock, the inbox, the outputs
+ *   tracer.c       the trace, written behind the run
+ *   interrupted.c  the record of a run that died before it sealed
+ *   stages.c       the planner's end of every pipe
+ *   memory.c       memory.json and certification
+ *   store.c        the memory stores and recall
  *
  * Errors inside the program follow one convention: a function that can
  * fail returns -1 (or NULL) and fills a struct sfma_err, and its caller
  * decides what to say; what the operator reads is said in main.c and
- * run.c (a few conditions that end the process at once die() where they
+ * drive.c (a few conditions that end the process at once die() where they
  * are found). */
 #ifndef SFMA_PLAN_H
 #define SFMA_PLAN_H
@@ -24,11 +28,6 @@
 #include "manifest.h"
 #include "ndjson.h"
 #include "store.h"
-#include "blackboard.h"
-#include "context.h"
-#include "protocol.h"
-#include "soft.h"
-#include "usage.h"
 
 struct evidence_store;
 
@@ -65,8 +64,36 @@ struct wait_opts {
  * malformed reply, named in e). */
 json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e);
 void stage_close_input(enum stage_id s);
+void stages_free(void);
 
-/* ---- memory.c: memory.json and certification (sfma-plan(1)) -- */
+/* ---- tracer.c: the trace, written behind the run ------------------------ */
+
+/* Hand sfma-chain an event (its blobs in store made durable first)
+ * without waiting for the entry. id: the id the entry must get ("" while
+ * no id is known yet: before the run's first acknowledgement); the
+ * acknowledgement is checked against it when it is read. 0, or -1 with e
+ * set once the trace is gone (nothing more reaches it). */
+int tracer_post(struct evidence_store *store, const json_t *ev, const char *id, struct sfma_err *e);
+/* Wait until every entry posted is acknowledged, on disk (*last, if not
+ * NULL: the last one's entry, a new reference), each under the id
+ * expected for it. 0, or -1 with e set (the trace is gone). Settled
+ * before anything acts on the world and before the seal. */
+int tracer_settle(json_t **last, struct sfma_err *e);
+/* The first failure to make the evidence journal durable, once: the
+ * entries that named its blobs went without their references. NULL: none. */
+const char *tracer_sync_failure(void);
+/* Settle (when the trace is alive) and end the thread. */
+void tracer_stop(int alive);
+
+/* ---- interrupted.c ------------------------------------------------------- */
+
+/* The unsealed tail an interrupted run left after the last record's head,
+ * as the `result` event to append before this run opens (NULL: none),
+ * *entries its length. A torn final line: NULL with *torn set and e
+ * saying how to recover it. */
+json_t *interrupted_event(const char *sfma_dir, uint64_t *entries, int *torn, struct sfma_err *e);
+
+/* ---- memory.c: memory.json and certification (sfma-plan(1)) ------------ */
 
 struct memory {
 	json_t *doc;               /* {"version":1,"runs":[...],"pinned":...,"endpoints":{...}} */
@@ -78,195 +105,57 @@ json_t *memory_pinned(struct memory *mem);
 /* Append this run, then apply certification/demotion. *certified and
  * *demoted report the transitions. */
 void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run_summary,
-                       json_t *candidate, int pinned_run, int *certified, int *demoted);
+                       const json_t *candidate, int pinned_run, int *certified, int *demoted);
 /* A done summary as memory.json keeps it: at most MEMORY_SUMMARY_MAX
  * bytes, cut at a UTF-8 boundary (the record keeps it whole). New ref. */
 #define MEMORY_SUMMARY_MAX 4096
-json_t *memory_clip(json_t *summary);
+json_t *memory_clip(const json_t *summary);
 int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
-/* ---- turn.c: loops and the blackboard (sfma-plan(1), Loops) ---------- */
+/* ---- workspace.c --------------------------------------------------------- */
 
-/* One conversation: what the planner sends the model for one loop. */
-struct conv {
-	json_t *messages, *message_refs, *native_calls, *message_ref;
-	long candidate_msg;
-	int message_sent;
-};
-
-enum task_state { TASK_PENDING, TASK_ACTIVE, TASK_PASSED, TASK_FAILED };
-struct bb_task {
-	json_t *def;               /* {"id","description","role","class"} */
-	enum task_state state;
-	int attempts;
-	int not_loop;              /* a retry goes to another loop than this (0: any) */
-	char *clarification;       /* the judge's reason of a failed first attempt */
-};
-
-#define SOFT_CALLS_MAX 5
-struct loop {
-	struct conv c;             /* saved while another loop's is current */
-	long task;                 /* blackboard index, -1: none */
-	long req_id, allowance;    /* the work request in flight (0: none) */
-	long hard_failures;        /* refusals during its current task */
-	char producer[200];        /* the endpoint that produced its work */
-	json_t *entries;           /* ids of its current task's entries */
-	/* the soft judgment of its done */
-	int judging, judges_to_send, judges_out;
-	long judge_ids[SOFT_CALLS_MAX], judge_allow[SOFT_CALLS_MAX];
-	json_t *judge_replies;     /* [reply...] in request order (null: none yet) */
-	json_t *judge_msg_ref, *judge_calls;
-	char *judge_msg;
-};
-
-/* ---- run.c: the run ----------------------------------------------------- */
-
-#define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
-
-struct run {
-	struct manifest *m;
-	int dry_run, progress;
-	const char *task;          /* the task the model gets */
-	const char *clarification; /* --task, recorded as a clarification */
+struct workspace {
+	const struct manifest *m;
 	char sfma_dir[PATH_MAX];
-	int lock_fd;
-	int64_t start_mono, deadline_mono;
-	struct memory mem;
-	int pinned_run, chain_alive;
-	json_t *candidate;        /* adopted bootstrap candidate (owned) */
-	json_t *lifecycle;        /* ["probation"|"pinned-replay", ...] */
-	json_t *messages;         /* the conversation sent to the model */
-	json_t *message_refs;     /* the evidence reference of each message (null: none, or elided) */
-	long candidate_msg;       /* index of the adopted candidate's reply in messages; -1 */
-	json_t *native_calls;     /* the toolCalls of the reply being answered, or NULL */
-	json_t *tool_defs;        /* tools_definitions(), offered once a candidate is adopted */
-	struct usage usage;       /* summed over the run's call entries */
-	json_t *mutation_refs;
-	json_t *written;          /* dry run: path -> sha256 of what would be written */
-	json_t *endpoints;        /* measured endpoint state (from sfma-model) */
-	char *system;
-	char *inbox;              /* the operator's messages for the first turn */
-	long turns, model_calls, hard_failures;
-	char first_refusal[300];  /* the first hard-tier refusal's reason */
-	double first_seq, last_seq;
-	const char *verdict;
-	const char *halt_trigger; /* "HALT file", "SIGTERM", ... */
-	char error[600];
-	const char *last_lifecycle;
-	struct store store;
-	int store_ok;             /* containment guards passed */
-	const char *commit_sha;
-	/* Evidence (.sfma/evidence): references waiting for the entry that
-	 * reports them. The system prompt goes with the run's first model
-	 * request; a message with the request that sends it. */
-	struct evidence_store *evidence; /* .sfma/evidence, opened once per run */
-	char evidence_error[SFMA_ERR_MAX]; /* why it could not be opened */
-	json_t *prompt_ref;
-	json_t *message_ref;
-	int message_sent;         /* message_ref went out with a request no call answered */
-	json_t *summary;          /* the done summary (a string), or NULL */
-	/* Loops (turn.c): the current conversation is the one in the fields
-	 * above; loops[cur].c keeps it while another loop's is current. */
-	struct loop *loops;
-	int n_loops, cur, loop_no; /* loop_no: the number entries carry */
-	struct bb_task *tasks;
-	size_t n_tasks;
-	int legacy;               /* one conversation does the first task (maxLoops 1, or one task) */
-	long next_request, reserved_calls, work_in_flight;
-	json_t *feedback;         /* soft outcomes for the next request's "verdicts" */
-	json_t *last_outputs;     /* the outputs the last done recorded */
-	long criteria_id, criteria_allow;
-	json_t *criteria;         /* the criteria judgment's result, or NULL */
-	long soft_judged, soft_passed; /* the run's soft verdicts (memory.json) */
+	int lock_fd;               /* .sfma, flocked for this run */
+	char **inbox;              /* the inbox files read, to delete once recorded */
+	size_t n_inbox;
 };
 
 /* dir + "/" + name into out; dies rather than cut a path short (the
  * manifest loader bounds the workspace, so this does not happen). */
 char *path_join(char out[PATH_MAX], const char *dir, const char *name);
-
-/* The run as the contract and options define it; nothing touched yet. */
-void run_init(struct run *r, struct manifest *m, int apply, const char *task, int progress);
 /* Create the workspace (only under an existing parent) and .sfma with its
- * inbox and outbox, lock it for this run alone, load memory.json. Dies
- * with one line on failure, having appended nothing. */
-void run_open_workspace(struct run *r);
-/* The run's first entries: an interrupted run's record, clock anchor,
- * lifecycle start, the stores, the inbox, --task. -1 when the trace refuses
- * the first entry (sfma-chain said why), -2 when the trace cannot be
- * extended as it is (a torn final line: this says what to do); in both
- * cases nothing was appended and the run is not sealed. */
-int run_begin(struct run *r);
-/* Close the run in trace and memory, seal it, print the summary line;
- * returns the exit status. Frees the run. */
-int run_end(struct run *r);
-void run_free(struct run *r);
+ * inbox and outbox, and lock it for this run alone. Dies with one line on
+ * failure, having appended nothing. */
+void workspace_open(struct workspace *w, const struct manifest *m);
+/* Every inbox file, sorted by name: [{"file","text"}] (new). */
+json_t *workspace_inbox(struct workspace *w);
+/* Delete the inbox files workspace_inbox read (once they are recorded). */
+void workspace_inbox_done(struct workspace *w);
+int workspace_halt_file(const struct workspace *w);
+/* The declared outputs as a judge sees them: [{"path","exists",
+ * "content","clipped"}] (content clipped at a UTF-8 boundary). */
+#define JUDGE_OUTPUT_MAX 4096
+json_t *workspace_outputs(const struct workspace *w);
+/* The record's outputs: [{"path","ok","sha256"?}] as they are now (dry
+ * run: written maps each path written to its sha256). */
+json_t *workspace_outputs_record(const struct workspace *w, int dry_run, const json_t *written);
+void workspace_close(struct workspace *w);
 
-/* Append one event through sfma-chain: its seq and id, {"seq","id"} (the
- * whole entry before the run's first acknowledgement; a new reference),
- * or NULL once the chain is gone. Consumes data and refs. */
-json_t *trace(struct run *r, const char *kind, json_t *data, int loop, json_t *refs, const char *cls);
-void trace_quiet(struct run *r, const char *kind, json_t *data, int loop, json_t *refs);
-/* trace with the event's top-level "evidence" member (sfma-formats(5),
- * Evidence): an object of references, consumed; NULL for none. Every
- * reference in it must name a blob evidence() returned. */
-json_t *trace_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs,
-                 const char *cls);
-void trace_quiet_ev(struct run *r, const char *kind, json_t *data, json_t *evidence, int loop, json_t *refs);
-const char *entry_id(json_t *entry);
+/* ---- drive.c: one run ------------------------------------------------------ */
 
-/* tracer.c: entries written behind the run. tracer_post hands sfma-chain
- * an event (its blobs made durable first) without waiting for the entry;
- * with expected, the caller needs the entry's seq and id: *expected is
- * {"seq","id"} as sfma-chain will append it, or NULL before the first
- * acknowledgement, when only the entry itself can say (the caller then
- * settles next). tracer_settle waits until every entry posted is
- * acknowledged, on disk (*last, if not NULL: the last one's entry, a new
- * reference), each under the id expected for it: 0, or -1 with the chain
- * gone (r->chain_alive 0, r->error says why). Settled before anything
- * acts on the world and before the seal. tracer_stop settles and ends the
- * thread. */
-int tracer_post(struct run *r, const json_t *ev, json_t **expected);
-int tracer_settle(struct run *r, json_t **last);
-void tracer_stop(struct run *r);
-void lifecycle(struct run *r, const char *to);
-/* Set the verdict (and the first error, if fmt) of the run. */
-void end_with(struct run *r, const char *verdict, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* A halt (verdict "halted-..."), naming what triggered it: "HALT file",
- * "SIGTERM", "maxTurns", "maxSeconds", ... */
-void end_halted(struct run *r, const char *verdict, const char *trigger, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-/* Store data[0..n) as evidence; its reference {"sha256","bytes"} (new),
- * durable before the caller traces the entry that carries it. NULL when
- * the store failed: the run is then failed (a record must not claim what
- * it cannot show). */
-json_t *evidence(struct run *r, const void *data, size_t n);
-/* (*evidence)[name] = ref, the object made on first use (ref consumed;
- * nothing when ref is NULL). References go there, in the event's
- * top-level "evidence" member, never into its data. */
-void attach_evidence(json_t **evidence, const char *name, json_t *ref);
+#define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
 
-/* Count a hard-tier refusal, keeping the first reason for the report. */
-void refused(struct run *r, const char *reason);
-/* Progress for humans on stderr (--progress, or stderr a terminal):
- * "sfma-plan: +1.234s turn 2: ...", control bytes escaped. */
-void progress(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The run's deadline as the stages take it: epoch milliseconds. */
-int64_t deadline_wall_ms(const struct run *r);
+struct run_options {
+	int dry_run, progress;
+	const char *task;          /* --task, or NULL */
+};
 
-/* ---- turn.c: the turns -------------------------------------------------- */
-
-/* The genesis prompt and the first message (candidate or pinned replay,
- * and the operator's inbox). */
-void genesis(struct run *r);
-/* The turn loop: one model reply per turn, until done, a halt or a ceiling. */
-void turns(struct run *r);
-/* What the loops and the blackboard hold (run_free calls it). */
-void loops_free(struct run *r);
-/* interrupted.c: before the run opens, record the unsealed tail an
- * interrupted run left after the last record's head (a `result` entry);
- * on a torn final line, end the run (chain_alive 0, r->error says how to
- * recover) before anything is appended. */
-void record_interrupted_run(struct run *r);
+/* Drive one run of the valid manifest m (owned) through the stages whose
+ * pipes are open, from its first entry to its seal. Returns the exit
+ * status: 0 completed, 1 anything else. */
+int run_manifest(struct manifest *m, const struct run_options *o);
 
 #endif

@@ -171,3 +171,9 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 		return v;
 	}
 }
+
+void stages_free(void)
+{
+	for (int s = 0; s < STAGE_COUNT; s++)
+		lr_free(&stages[s].reader);
+}

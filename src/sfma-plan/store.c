@@ -8,6 +8,7 @@
  * repository of its own choosing. */
 #include "store.h"
 #include "plan.h"
+#include "core.h"
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
@@ -765,7 +766,7 @@ char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_e
 	int rc = 0;
 	*entry = NULL;
 	if (!recall_mode_known(mode)) {
-		err_set(refusal, RECALL_UNKNOWN_MODE);
+		err_set(refusal, "%s", RECALL_UNKNOWN_MODE);
 		return NULL;
 	}
 	json_t *ans = json_pack("{s:s}", "mode", mode);

@@ -46,21 +46,10 @@ void store_profile(struct store *st, json_t **git_entry, json_t **placement);
 /* Write a record durably; returns the `store` entry data (op "put"). */
 json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes);
 
-/* The hard tier's rule for recall, before any store is read (sfma-replay
- * applies it too). */
-#define RECALL_UNKNOWN_MODE "recall: unknown recall mode"
-static inline int recall_mode_known(const char *mode)
-{
-	static const char *const modes[] = {"referential", "episodic", "lexical", "change", "semantic", NULL};
-	int known = 0;
-	for (int i = 0; mode && modes[i]; i++)
-		known |= strcmp(mode, modes[i]) == 0;
-	return known;
-}
-
-/* Serve a recall call. Returns the text shown to the model (owned) and
- * fills *entry with the `store` entry data (op "recall"); or NULL when the
- * hard tier refuses the call, the reason in refusal. */
+/* Serve a recall call (its mode one of the five: the core's gate,
+ * recall_mode_known, came first). Returns the text shown to the model
+ * (owned) and fills *entry with the `store` entry data (op "recall"); or
+ * NULL when the call cannot be served, the reason in refusal. */
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal);
 
 /* Commit memory.json and the records: one commit per run, made by one

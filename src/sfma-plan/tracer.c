@@ -19,11 +19,11 @@
  * An entry's id is known before its acknowledgement: sfma-chain gives each
  * event the seq after the last (sfma-chain(1)), so once the run's first
  * entry is acknowledged the next is last + 1, and so on in posting order.
- * The run goes on with the id it predicted (a task's id for its verdict,
- * its seq for sfma-exec), and every acknowledgement is checked against
- * the prediction: an entry appended under another id (an event the run
- * never posted, one lost) ends the run, since what it referred to would
- * be wrong. */
+ * The core goes on with the id it predicted (a task's id for its verdict,
+ * its seq for sfma-exec) and the poster says which id each entry must
+ * get; every acknowledgement is checked against it: an entry appended
+ * under another id (an event the run never posted, one lost) ends the
+ * run, since what it referred to would be wrong. */
 #include "plan.h"
 #include "buf.h"
 #include "canon.h"
@@ -56,7 +56,7 @@ struct post {
 
 /* An acknowledgement still to be read. */
 struct owed {
-	char id[48];       /* the id predicted for it ("" before the first ack) */
+	char id[64];       /* the id it must have ("" before the first ack) */
 };
 
 static struct {
@@ -76,7 +76,8 @@ static struct {
 	struct owed *owed;
 	size_t n_owed, cap_owed;
 	size_t owed_bytes;
-	double next_seq;   /* the seq sfma-chain gives the next post; 0: unknown */
+	int gone;          /* the trace refused an entry, or sfma-chain is gone */
+	char error[SFMA_ERR_MAX];
 } tq = {
 	.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER,
 };
@@ -190,34 +191,30 @@ static char *dump_line(const json_t *ev, size_t *len)
 	return b.p;
 }
 
-/* A failed evidence_sync, said once by the run's thread. */
-static void report_sync_failure(struct run *r)
+const char *tracer_sync_failure(void)
 {
+	static char why[SFMA_ERR_MAX];
 	pthread_mutex_lock(&tq.lock);
-	char why[SFMA_ERR_MAX];
 	int report = tq.sync_error[0] && !tq.sync_reported;
 	if (report) {
 		snprintf(why, sizeof why, "%s", tq.sync_error);
 		tq.sync_reported = 1;
 	}
 	pthread_mutex_unlock(&tq.lock);
-	if (!report)
-		return;
-	/* the store's messages name it already ("evidence ...") */
-	const char *prefix = strncmp(why, "evidence", 8) == 0 ? "" : "evidence: ";
-	end_with(r, "failed", "%s%s", prefix, why);
-	progress(r, "%s%s", prefix, why);
+	return report ? why : NULL;
 }
 
-int tracer_post(struct run *r, const json_t *ev, json_t **expected)
+static int gone(struct sfma_err *e)
 {
-	report_sync_failure(r);
-	/* The caller settles next: nothing is gained by the thread. */
-	int waiting = expected && tq.next_seq == 0;
-	if (expected)
-		*expected = NULL;
-	struct post *p = calloc(1, sizeof *p);
-	if (!p || !(p->line = dump_line(ev, &p->len)))
+	return err_set(e, "%s", tq.error[0] ? tq.error : "trace: sfma-chain is gone");
+}
+
+int tracer_post(struct evidence_store *store, const json_t *ev, const char *id, struct sfma_err *e)
+{
+	if (tq.gone)
+		return gone(e);
+	struct post *p = xcalloc(1, sizeof *p);
+	if (!(p->line = dump_line(ev, &p->len)))
 		die("out of memory");
 	if (json_object_get(ev, EVIDENCE_MEMBER)) {
 		json_t *bare = json_copy((json_t *)ev);
@@ -230,40 +227,24 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 			die("out of memory");
 	}
 	if (tq.n_owed == tq.cap_owed) {
-		size_t cap = tq.cap_owed ? 2 * tq.cap_owed : 16;
-		struct owed *o = realloc(tq.owed, cap * sizeof *o);
-		if (!o)
-			die("out of memory");
-		tq.owed = o;
-		tq.cap_owed = cap;
+		tq.cap_owed = tq.cap_owed ? 2 * tq.cap_owed : 16;
+		tq.owed = xrealloc(tq.owed, tq.cap_owed * sizeof *tq.owed);
 	}
-	const char *kind = json_string_value(json_object_get(ev, "kind"));
 	tq.owed_bytes += p->len + ACK_EXTRA;
 	struct owed *o = &tq.owed[tq.n_owed++];
-	*o = (struct owed){{0}};
-	if (tq.next_seq > 0) {
-		snprintf(o->id, sizeof o->id, "%.40s-%.0f", kind ? kind : "", tq.next_seq);
-		if (expected && !(*expected = json_pack("{s:f, s:s}", "seq", tq.next_seq, "id", o->id)))
-			die("out of memory");
-		tq.next_seq++;
-	}
-	/* A loop's task entries are its task's from the moment they are
-	 * posted: by the time the acknowledgement is read the loop may be
-	 * judging that task, or on the next. (Loops start long after the
-	 * first acknowledgement: their ids are always known here.) */
-	if (o->id[0] && r->loops && r->cur >= 0 && r->cur < r->n_loops && kind && strcmp(kind, "task") == 0)
-		json_array_append_new(r->loops[r->cur].entries, json_string(o->id));
+	snprintf(o->id, sizeof o->id, "%s", id ? id : "");
 	/* Read by the thread once it runs: set before it starts, never after. */
 	if (!tq.started)
-		tq.evidence = r->evidence;
-	/* Only an entry whose blobs still need their fdatasync, and that the
-	 * run does not wait for, goes to the thread: anything else costs a
-	 * write to a pipe, and a hand-over would cost more than it saves. */
+		tq.evidence = store;
+	/* Only an entry whose blobs still need their fdatasync goes to the
+	 * thread: anything else costs a write to a pipe, and a hand-over
+	 * would cost more than it saves. Before ids are known the run settles
+	 * at once: nothing is gained by the thread. */
 	pthread_mutex_lock(&tq.lock);
 	int idle = !tq.head && !tq.busy;
 	pthread_mutex_unlock(&tq.lock);
-	int slow = p->bare && tq.evidence && evidence_sync_pending(tq.evidence);
-	if (idle && slow && !waiting && !tq.started && !tq.stop) {
+	int slow = p->bare && tq.evidence && evidence_sync_pending(tq.evidence) && o->id[0];
+	if (idle && slow && !tq.started && !tq.stop) {
 		/* Started at the first such entry; a thread that cannot start
 		 * leaves the run writing its entries itself. */
 		if (pthread_create(&tq.thread, NULL, tracer_main, NULL) == 0)
@@ -271,7 +252,7 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 		else
 			tq.stop = 1;
 	}
-	if (idle && (!slow || waiting || !tq.started)) {
+	if (idle && (!slow || !tq.started)) {
 		deliver(p);
 	} else {
 		pthread_mutex_lock(&tq.lock);
@@ -286,28 +267,24 @@ int tracer_post(struct run *r, const json_t *ev, json_t **expected)
 		pthread_mutex_unlock(&tq.lock);
 	}
 	if (tq.n_owed >= OWED_MAX || tq.owed_bytes >= OWED_BYTES_MAX)
-		return tracer_settle(r, NULL);
+		return tracer_settle(NULL, e);
 	return 0;
 }
 
 /* One acknowledgement: the entry sfma-chain appended, under the id the
- * run predicted for it. */
-static int take_ack(struct run *r, const struct owed *o, json_t *entry)
+ * run gave it. */
+static int take_ack(const struct owed *o, const json_t *entry)
 {
-	const char *id = entry_id(entry);
+	const char *id = json_string_value(json_object_get(entry, "id"));
 	if (o->id[0] && (!id || strcmp(id, o->id) != 0)) {
-		snprintf(r->error, sizeof r->error, "trace: sfma-chain appended %.100s where %s was next",
+		snprintf(tq.error, sizeof tq.error, "trace: sfma-chain appended %.100s where %s was next",
 		         id ? id : "an entry without an id", o->id);
 		return -1;
 	}
-	double seq = json_number_value(json_object_get(entry, "seq"));
-	if (r->first_seq == 0)
-		r->first_seq = seq;
-	r->last_seq = seq;
 	return 0;
 }
 
-int tracer_settle(struct run *r, json_t **last)
+int tracer_settle(json_t **last, struct sfma_err *e)
 {
 	if (last)
 		*last = NULL;
@@ -318,46 +295,40 @@ int tracer_settle(struct run *r, json_t **last)
 		pthread_cond_wait(&tq.idle, &tq.lock);
 	tq.flush = 0;
 	pthread_mutex_unlock(&tq.lock);
-	report_sync_failure(r);
 	/* The chain's answers are read whatever other stages do: an entry it
 	 * has appended is part of the run, and a reply never read would
 	 * kill it with SIGPIPE. */
 	static const struct wait_opts chain_wait = {0};
-	size_t i = 0;
-	int rc = 0;
-	for (; i < tq.n_owed; i++) {
+	for (size_t i = 0; i < tq.n_owed && !tq.gone; i++) {
 		enum wait_why why;
-		struct sfma_err e = {""};
-		json_t *entry = r->chain_alive ? stage_wait(STAGE_CHAIN, &chain_wait, &why, &e) : NULL;
+		struct sfma_err we = {""};
+		json_t *entry = stage_wait(STAGE_CHAIN, &chain_wait, &why, &we);
 		if (!entry) {
-			if (r->chain_alive && !r->error[0])
-				snprintf(r->error, sizeof r->error, "trace: %s", e.text);
-			r->chain_alive = 0;
-			rc = -1;
-			break;
+			snprintf(tq.error, sizeof tq.error, "trace: %s", we.text);
+			tq.gone = 1;
+		} else if (take_ack(&tq.owed[i], entry) < 0) {
+			tq.gone = 1;
+		} else if (last && i + 1 == tq.n_owed) {
+			*last = json_incref(entry);
 		}
-		if (take_ack(r, &tq.owed[i], entry) < 0) {
-			json_decref(entry);
-			r->chain_alive = 0;
-			rc = -1;
-			break;
-		}
-		if (last && i + 1 == tq.n_owed)
-			*last = entry;
-		else
-			json_decref(entry);
+		json_decref(entry);
 	}
 	tq.n_owed = 0;
 	tq.owed_bytes = 0;
-	/* From here on the ids are known in advance. */
-	tq.next_seq = rc == 0 && r->last_seq > 0 ? r->last_seq + 1 : 0;
-	return rc;
+	if (tq.gone) {
+		if (last) {
+			json_decref(*last);
+			*last = NULL;
+		}
+		return gone(e);
+	}
+	return 0;
 }
 
-void tracer_stop(struct run *r)
+void tracer_stop(int alive)
 {
-	if (r->chain_alive)
-		tracer_settle(r, NULL);
+	if (alive && !tq.gone)
+		tracer_settle(NULL, NULL);
 	pthread_mutex_lock(&tq.lock);
 	tq.stop = 1;
 	pthread_cond_signal(&tq.work);
@@ -373,6 +344,5 @@ void tracer_stop(struct run *r)
 	tq.owed = NULL;
 	tq.n_owed = tq.cap_owed = 0;
 	tq.owed_bytes = 0;
-	tq.next_seq = 0;
 	tq.evidence = NULL;
 }

@@ -1,0 +1,387 @@
+/* trace.c - the trace as the replay reads it: a stream of entries with a
+ * bounded lookahead (the replay's memory is the run's state, not the
+ * trace's length), each derived entry compared with the one recorded,
+ * and the one-line verdicts. */
+#include "replay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "canon.h"
+#include "err.h"
+#include "evidence.h"
+#include "ndjson.h"
+
+/* The longest trace line read (a candidate or a compaction can be long;
+ * blobs are evidence, not lines), and the lookahead's bounds. */
+#define LINE_MAX_BYTES ((size_t)64 << 20)
+#define AHEAD_MAX_ENTRIES 200000
+#define AHEAD_MAX_BYTES ((size_t)256 << 20)
+
+void (*replay_cleanup)(void);
+void (*replay_gate)(void);
+
+static struct {
+	int fd;
+	struct line_reader lr;
+	int eof;
+	json_t **q;                /* the lookahead: q[head..n) */
+	size_t *len;               /* each one's line length */
+	size_t head, n, cap, bytes;
+	json_t *last;              /* the entry last consumed */
+	size_t consumed;
+} T = {.fd = -1};
+
+void trace_open(int sfma_fd)
+{
+	T.fd = openat(sfma_fd, "trace.jsonl", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+	if (T.fd < 0)
+		die(".sfma/trace.jsonl: %s", strerror(errno));
+	if (fstat(T.fd, &st) < 0 || !S_ISREG(st.st_mode))
+		die(".sfma/trace.jsonl: not a regular file");
+	/* A regular file: reads never block, the flag is no longer needed. */
+	fcntl(T.fd, F_SETFL, fcntl(T.fd, F_GETFL) & ~O_NONBLOCK);
+	lr_init(&T.lr, T.fd, LINE_MAX_BYTES);
+}
+
+void trace_close(void)
+{
+	for (size_t i = T.head; i < T.n; i++)
+		json_decref(T.q[i]);
+	free(T.q);
+	free(T.len);
+	json_decref(T.last);
+	lr_free(&T.lr);
+	if (T.fd >= 0)
+		close(T.fd);
+	T.q = NULL;
+	T.len = NULL;
+	T.last = NULL;
+	T.head = T.n = T.cap = 0;
+	T.fd = -1;
+}
+
+/* One more entry into the lookahead; 0 at the end of the trace. */
+static int read_one(void)
+{
+	if (T.eof)
+		return 0;
+	char *line;
+	size_t len;
+	struct sfma_err e;
+	int rc = lr_next(&T.lr, &line, &len, &e);
+	if (rc == 0) {
+		T.eof = 1;
+		return 0;
+	}
+	size_t no = (size_t)T.lr.line_no;
+	if (rc < 0)
+		incomplete("trace line %zu: %s", no, e.text);
+	json_t *entry = json_parse_strict(line, len, &e);
+	if (!entry || !json_is_object(entry)) {
+		json_decref(entry);
+		incomplete("trace line %zu: %s", no, entry ? "not an object" : e.text);
+	}
+	if (!json_object_get(entry, "hash")) {
+		json_decref(entry);
+		incomplete("trace line %zu is a legacy line of the earlier runner: it has no evidence", no);
+	}
+	if (T.n == T.cap) {
+		if (T.head > 0) {
+			memmove(T.q, T.q + T.head, (T.n - T.head) * sizeof *T.q);
+			memmove(T.len, T.len + T.head, (T.n - T.head) * sizeof *T.len);
+			T.n -= T.head;
+			T.head = 0;
+		}
+		if (T.n == T.cap) {
+			T.cap = T.cap ? 2 * T.cap : 256;
+			T.q = xrealloc(T.q, T.cap * sizeof *T.q);
+			T.len = xrealloc(T.len, T.cap * sizeof *T.len);
+		}
+	}
+	T.q[T.n] = entry;
+	T.len[T.n++] = len;
+	T.bytes += len;
+	return 1;
+}
+
+json_t *peek_at(size_t i)
+{
+	while (T.head + i >= T.n) {
+		if (T.n - T.head >= AHEAD_MAX_ENTRIES || T.bytes >= AHEAD_MAX_BYTES)
+			incomplete("seq %lld: the replay would have to look more than %d entries (%zu MiB) ahead",
+			           seq_of(T.q[T.head]), AHEAD_MAX_ENTRIES, AHEAD_MAX_BYTES >> 20);
+		if (!read_one())
+			return NULL;
+	}
+	return T.q[T.head + i];
+}
+
+json_t *peek(void)
+{
+	return peek_at(0);
+}
+
+json_t *next(void)
+{
+	json_t *e = peek();
+	if (!e)
+		return NULL;
+	json_decref(T.last);
+	T.last = e;
+	T.bytes -= T.len[T.head];
+	T.head++;
+	T.consumed++;
+	return e;
+}
+
+json_t *last_consumed(void)
+{
+	return T.last;
+}
+
+size_t trace_count(void)
+{
+	return T.consumed;
+}
+
+/* ---- entries -------------------------------------------------------------- */
+
+long long seq_of(const json_t *e)
+{
+	return (long long)json_number_value(json_object_get(e, "seq"));
+}
+
+const char *kind_of(const json_t *e)
+{
+	const char *k = e ? json_string_value(json_object_get(e, "kind")) : NULL;
+	return k ? k : "?";
+}
+
+json_t *data_of(const json_t *e)
+{
+	return json_object_get(e, "data");
+}
+
+const char *str(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+int loop_of(const json_t *e)
+{
+	json_t *l = json_object_get(e, "loop");
+	double v = json_number_value(l);
+	return json_is_number(l) && v >= 0 && v <= 64 && v == (int)v ? (int)v : -1;
+}
+
+int is_result(const json_t *e, const char *member)
+{
+	return e && strcmp(kind_of(e), "result") == 0 && json_object_get(data_of(e), member) != NULL;
+}
+
+/* ---- verdicts -------------------------------------------------------------- */
+
+/* A description quoted into the one-line verdict: clipped, control bytes '?'. */
+static void shown(char *out, size_t cap, const char *text)
+{
+	snprintf(out, cap, "%s", text);
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+}
+
+/* No verdict before the record is known to verify (the gate may give
+ * its own verdict instead); once. */
+static void gate_verdict(void)
+{
+	void (*gate)(void) = replay_gate;
+	replay_gate = NULL;
+	if (gate)
+		gate();
+}
+
+_Noreturn void diverged(const json_t *e, const char *has, const char *derives)
+{
+	char a[400], b[400];
+	shown(a, sizeof a, has);
+	shown(b, sizeof b, derives);
+	gate_verdict();
+	if (e)
+		printf("REPLAY_DIVERGED: seq %lld (%s): trace has %s, replay derives %s\n", seq_of(e), kind_of(e), a, b);
+	else
+		printf("REPLAY_DIVERGED: seq end (none): trace has %s, replay derives %s\n", a, b);
+	fflush(stdout);
+	if (replay_cleanup)
+		replay_cleanup();
+	exit(1);
+}
+
+const char *sx(const char *fmt, ...)
+{
+	static char slots[4][400];
+	static int at;
+	char *out = slots[at++ % 4];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, sizeof slots[0], fmt, ap);
+	va_end(ap);
+	return out;
+}
+
+_Noreturn void incomplete(const char *fmt, ...)
+{
+	char text[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	gate_verdict();
+	printf("REPLAY_INCOMPLETE: %s\n", text);
+	fflush(stdout);
+	if (replay_cleanup)
+		replay_cleanup();
+	exit(1);
+}
+
+/* ---- the comparison ---------------------------------------------------------- */
+
+int same_json(const json_t *a, const json_t *b)
+{
+	if (!a || !b)
+		return a == b;
+	struct buf x = {0}, y = {0};
+	int same = canon_dump(a, &x, NULL) == 0 && canon_dump(b, &y, NULL) == 0 && x.len == y.len &&
+	           memcmp(x.p, y.p, x.len) == 0;
+	buf_free(&x);
+	buf_free(&y);
+	return same;
+}
+
+static void canon_text(const json_t *v, char *out, size_t cap)
+{
+	struct buf b = {0};
+	if (!v || canon_dump(v, &b, NULL) < 0)
+		snprintf(out, cap, "null");
+	else
+		snprintf(out, cap, "%.*s", b.len > cap - 1 ? (int)(cap - 1) : (int)b.len, b.p);
+	buf_free(&b);
+}
+
+/* An entry's data as a person reads it in a verdict line. */
+static void describe(const char *kind, const json_t *d, char *out, size_t cap)
+{
+	const char *tier = str(d, "tier"), *reason = str(d, "reason");
+	char c[300];
+	if (strcmp(kind, "verdict") == 0 && tier && strcmp(tier, "soft") == 0) {
+		snprintf(out, cap, "soft pass=%s \"%.200s\"", json_is_true(json_object_get(d, "pass")) ? "true" : "false",
+		         reason ? reason : "");
+	} else if (strcmp(kind, "verdict") == 0 && tier && strcmp(tier, "criteria") != 0) {
+		if (json_is_true(json_object_get(d, "pass")))
+			snprintf(out, cap, "pass=true reason \"%.250s\"", reason ? reason : "");
+		else
+			snprintf(out, cap, "refused: %.250s", reason ? reason : "");
+	} else if (strcmp(kind, "task") == 0) {
+		canon_text(json_object_get(d, "call"), c, sizeof c);
+		snprintf(out, cap, "call %s", c);
+	} else {
+		canon_text(d, c, sizeof c);
+		snprintf(out, cap, "%s", c);
+	}
+}
+
+/* Two soft verdicts: the first judgment that differs, as a reader looks
+ * for it (diverges there; returns when the judgments agree). */
+static void soft_differs(const json_t *has, const json_t *want)
+{
+	const char *t = str(want, "tier");
+	if (!t || strcmp(t, "soft") != 0 || !json_is_array(json_object_get(has, "judgments")))
+		return;
+	json_t *hj = json_object_get(has, "judgments"), *wj = json_object_get(want, "judgments");
+	for (size_t i = 0; i < json_array_size(wj); i++) {
+		json_t *x = json_array_get(hj, i), *y = json_array_get(wj, i);
+		if (same_json(x, y))
+			continue;
+		const char *why = str(y, "reason");
+		diverged(peek(), sx("judgment %zu pass=%s", i + 1, json_is_true(json_object_get(x, "pass")) ? "true" : "false"),
+		         sx("pass=%s \"%.200s\"", json_is_true(json_object_get(y, "pass")) ? "true" : "false", why ? why : ""));
+	}
+}
+
+/* The first evidence member in which a and b differ, described. */
+static int evidence_differs(const json_t *has, const json_t *want, char *a, char *b, size_t cap)
+{
+	const char *key;
+	json_t *v;
+	for (int pass = 0; pass < 2; pass++) {
+		const json_t *one = pass ? want : has, *other = pass ? has : want;
+		json_object_foreach((json_t *)one, key, v) {
+			json_t *w = json_object_get(other, key);
+			if (same_json(v, w))
+				continue;
+			const char *x = str(pass ? w : v, "sha256"), *y = str(pass ? v : w, "sha256");
+			snprintf(a, cap, "evidence.%s %.12s", key, x ? x : "(none)");
+			snprintf(b, cap, "evidence.%s %.12s", key, y ? y : "(none)");
+			return 1;
+		}
+	}
+	return 0;
+}
+
+void expect_event(const json_t *ev, const char *id)
+{
+	json_t *e = peek();
+	const char *kind = str(ev, "kind");
+	json_t *d = json_object_get(ev, "data");
+	char a[400], b[400];
+	if (!e) {
+		describe(kind, d, b, sizeof b);
+		diverged(NULL, "no further entry", sx("a %s entry (%.300s)", kind, b));
+	}
+	if (strcmp(kind_of(e), kind) != 0) {
+		describe(kind, d, b, sizeof b);
+		diverged(e, sx("a %s entry", kind_of(e)), sx("a %s entry (%.300s)", kind, b));
+	}
+	if (!same_json(data_of(e), d)) {
+		soft_differs(data_of(e), d);
+		describe(kind, data_of(e), a, sizeof a);
+		describe(kind, d, b, sizeof b);
+		if (strcmp(a, b) == 0) {
+			canon_text(data_of(e), a, sizeof a);
+			canon_text(d, b, sizeof b);
+		}
+		diverged(e, a, b);
+	}
+	json_t *has_ev = json_object_get(e, EVIDENCE_MEMBER), *want_ev = json_object_get(ev, EVIDENCE_MEMBER);
+	json_t *empty = json_object();
+	int differs = evidence_differs(has_ev ? has_ev : empty, want_ev ? want_ev : empty, a, b, sizeof a);
+	json_decref(empty);
+	if (differs)
+		diverged(e, a, b);
+	json_t *none = json_array();
+	json_t *hr = json_object_get(e, "refs"), *wr = json_object_get(ev, "refs");
+	int refs_same = same_json(hr ? hr : none, wr ? wr : none);
+	json_decref(none);
+	if (!refs_same) {
+		canon_text(hr, a, sizeof a);
+		canon_text(wr, b, sizeof b);
+		diverged(e, sx("refs %s", a), sx("refs %s", b));
+	}
+	if (loop_of(e) != (int)json_integer_value(json_object_get(ev, "loop")))
+		diverged(e, sx("loop %d", loop_of(e)), sx("loop %d", (int)json_integer_value(json_object_get(ev, "loop"))));
+	const char *hc = str(e, "class"), *wc = str(ev, "class");
+	if ((hc || wc) && (!hc || !wc || strcmp(hc, wc) != 0))
+		diverged(e, sx("class %s", hc ? hc : "(none)"), sx("class %s", wc ? wc : "(none)"));
+	const char *hid = str(e, "id");
+	if (*id && (!hid || strcmp(hid, id) != 0))
+		diverged(e, sx("id %s", hid ? hid : "(none)"), sx("id %s", id));
+	next();
+}
