@@ -18,9 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- the configuration, read as git's parser reads it ----------------
+/* ---- the configuration, read as git's parser reads it --------------- */
 
- * git's config parser (config.c: git_parse_source, get_base_var,
+/* git's config parser (config.c: git_parse_source, get_base_var,
  * get_extended_base_var, get_value, parse_value) is followed step by step
  * where it decides which section a key belongs to: a header may share its
  * line with a key or another header, a subsection is quoted with
@@ -399,15 +399,16 @@ static char *read_small(int dfd, const char *rel, size_t max, size_t *len)
 	if (fd < 0)
 		return NULL;
 	struct stat sb;
-	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)max) {
-		int err = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? EFBIG : EINVAL;
+	int stated = fstat(fd, &sb) == 0;
+	if (!stated || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)max) {
 		close(fd);
-		errno = err;
+		errno = stated && S_ISREG(sb.st_mode) ? EFBIG : EINVAL;
 		return NULL;
 	}
 	struct sfma_err ignored;
+	errno = 0;
 	char *text = read_all_fd(fd, max, len, &ignored);
-	int err = errno;
+	int err = errno; /* 0: it grew past max while being read */
 	close(fd);
 	if (!text)
 		errno = err ? err : EFBIG;
