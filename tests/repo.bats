@@ -43,7 +43,7 @@ load helpers
 	         'secure command sandbox unavailable' 'failed hash-chain verification'
 	         'modelAdapter was replaced by modelEndpoints' 'TASK_INVALID' 'AUDIT_OK' 'AUDIT_INVALID'
 	         'must not be a symlink' 'must be a real repository directory' 'enclosing repository'
-	         'exceeds fastTierMaxBytes')
+	         'exceeds fastTierMaxBytes' 'unsafe git configuration' 'unsafe git repository')
 	for p in "${phrases[@]}"; do
 		grep -q -F -- "$p" "$REPO"/man/* || { echo "undocumented: $p"; return 1; }
 	done

@@ -65,19 +65,31 @@ printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}'
 	'{"id":4,"call":{"tool":"run","cmd":"echo hi; id"}}' \
 	'{"id":5,"seq":7,"call":{"tool":"notify","text":"hello"}}' 'garbage' >exec.in
 check sfma-exec sh -c "$vg $bin/sfma-exec --apply m.json <exec.in"
-# The planner, in a whole run wired by hand (PIPELINE.md), under valgrind.
-rm -rf ws; mkdir fifo
-for f in tm fm te fe tc fc ts fs; do mkfifo fifo/$f; done
-"$bin/sfma-model" m.json <fifo/tm >fifo/fm &
-"$bin/sfma-exec" --apply m.json <fifo/te >fifo/fe &
-"$bin/sfma-chain" ws/.sfma/trace.jsonl <fifo/tc >fifo/fc &
-"$bin/sfma-seal" ws <fifo/ts >fifo/fs &
-check sfma-plan-run sh -c "$vg $bin/sfma-plan run m.json --apply --to-model fifo/tm --from-model fifo/fm \
-	--to-exec fifo/te --from-exec fifo/fe --to-chain fifo/tc --from-chain fifo/fc --to-seal fifo/ts --from-seal fifo/fs"
-wait
+# The planner, in a whole run wired by hand (PIPELINE.md), under valgrind;
+# plan_run NAME STATUS: one run of it, which must exit with STATUS.
+plan_run() {
+	rm -rf fifo; mkdir fifo
+	for f in tm fm te fe tc fc ts fs; do mkfifo fifo/$f; done
+	"$bin/sfma-model" m.json <fifo/tm >fifo/fm &
+	"$bin/sfma-exec" --apply m.json <fifo/te >fifo/fe &
+	"$bin/sfma-chain" ws/.sfma/trace.jsonl <fifo/tc >fifo/fc &
+	"$bin/sfma-seal" ws <fifo/ts >fifo/fs &
+	check "$1" sh -c "$vg $bin/sfma-plan run m.json --apply --to-model fifo/tm --from-model fifo/fm \
+		--to-exec fifo/te --from-exec fifo/fe --to-chain fifo/tc --from-chain fifo/fc --to-seal fifo/ts \
+		--from-seal fifo/fs; test \$? -eq $2"
+	wait
+}
+rm -rf ws
+plan_run sfma-plan-run 0
 check sfma-verify-run "$bin/sfma-verify" ws
 check sfma-log sh -c "$vg $bin/sfma-log ws >/dev/null && $vg $bin/sfma-log --json --all $interop/multirun/ws >/dev/null"
 check sfma-replay sh -c "$vg $bin/sfma-replay ws | grep -q '^REPLAY_OK '"
 check sfma-report sh -c "$vg $bin/sfma-report -o report.html ws && grep -q AUDIT_OK report.html"
 check sfma-summary sh -c "$vg $bin/sfma-summary ws | grep -q ' verified signature=' && { $vg $bin/sfma-summary --json ws missing; [ \$? -eq 1 ]; }"
+# Again on the store the first run left (read and checked before git
+# runs), then on one whose configuration names a filter: refused.
+plan_run sfma-plan-run-store 0
+git -C ws/.sfma/mem config filter.x.clean false
+plan_run sfma-plan-run-refused 1
+check sfma-plan-refused-said sh -c "grep -q 'unsafe git configuration: filter.x.clean' $tmp/sfma-plan-run-refused.err"
 exit $fail

@@ -7,6 +7,7 @@
 #include "canon.h"
 #include "clock.h"
 #include "err.h"
+#include "ndjson.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,30 +15,47 @@
 #include <sys/stat.h>
 
 #define MEMORY_MAX_RUNS 100
+#define MEMORY_MAX_BYTES (16u << 20)
 
-int memory_load(struct memory *mem, const char *path, struct sfma_err *e)
+/* Take doc (a new reference, or NULL for a first run's empty memory) as
+ * the memory, or refuse it. */
+static int memory_adopt(struct memory *mem, json_t *doc, struct sfma_err *e)
 {
-	struct stat st;
-	mem->doc = NULL;
-	if (stat(path, &st) == 0) {
-		mem->doc = json_load_strict(path, 16u << 20, e);
-		if (!mem->doc)
-			return -1;
-		if (!json_is_object(mem->doc) || !json_is_array(json_object_get(mem->doc, "runs"))) {
-			json_decref(mem->doc);
-			mem->doc = NULL;
-			return err_set(e, "memory.json: not a memory document");
-		}
-	} else if (errno != ENOENT) {
-		return err_set(e, "%s: %s", path, strerror(errno));
-	} else {
+	mem->doc = doc;
+	if (!doc) {
 		mem->doc = json_pack("{s:i, s:[], s:n, s:{}}", "version", 1, "runs", "pinned", "endpoints");
+	} else if (!json_is_object(doc) || !json_is_array(json_object_get(doc, "runs"))) {
+		json_decref(doc);
+		mem->doc = NULL;
+		return err_set(e, "memory.json: not a memory document");
 	}
 	if (!json_is_object(json_object_get(mem->doc, "endpoints")))
 		json_object_set_new(mem->doc, "endpoints", json_object());
 	if (!json_object_get(mem->doc, "pinned"))
 		json_object_set_new(mem->doc, "pinned", json_null());
 	return 0;
+}
+
+int memory_load(struct memory *mem, const char *path, struct sfma_err *e)
+{
+	struct stat st;
+	mem->doc = NULL;
+	if (stat(path, &st) == 0) {
+		json_t *doc = json_load_strict(path, MEMORY_MAX_BYTES, e);
+		return doc ? memory_adopt(mem, doc, e) : -1;
+	}
+	if (errno != ENOENT)
+		return err_set(e, "%s: %s", path, strerror(errno));
+	return memory_adopt(mem, NULL, e);
+}
+
+int memory_parse(struct memory *mem, const char *text, size_t len, struct sfma_err *e)
+{
+	mem->doc = NULL;
+	if (len > MEMORY_MAX_BYTES)
+		return err_set(e, "memory.json: larger than %u bytes", MEMORY_MAX_BYTES);
+	json_t *doc = json_parse_strict(text, len, e);
+	return doc ? memory_adopt(mem, doc, e) : -1;
 }
 
 json_t *memory_pinned(struct memory *mem)

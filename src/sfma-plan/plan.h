@@ -99,7 +99,11 @@ struct memory {
 	json_t *doc;               /* {"version":1,"runs":[...],"pinned":...,"endpoints":{...}} */
 };
 
+/* Load memory.json at path (none: an empty memory). Returns 0, or -1 with
+ * e set (not JSON, or not a memory document). */
 int memory_load(struct memory *mem, const char *path, struct sfma_err *e);
+/* The same over text (len bytes) already read. */
+int memory_parse(struct memory *mem, const char *text, size_t len, struct sfma_err *e);
 /* The pinned configuration, or NULL. */
 json_t *memory_pinned(struct memory *mem);
 /* Append this run, then apply certification/demotion. *certified and

@@ -1,9 +1,13 @@
 /* store.c - the memory stores: in-process, files, git (sfma-plan(1)).
  *
- * Git is run only as a plain program with fixed arguments: model text never
- * becomes an option (queries follow -e or are glued to -S), the environment
- * is rebuilt (no GIT_DIR, GIT_CONFIG_*, host or global configuration, no
- * hooks, no templates), and every command after the guards names the store
+ * Git is run only through lib/gitsafe.c, as a plain program with fixed
+ * arguments: model text never becomes an option (queries follow -e or are
+ * glued to -S); the store's repository is checked before any git runs
+ * (its configuration may hold only keys that name nothing); the
+ * environment is rebuilt and overridden on the command line (no system,
+ * global or caller configuration, no hooks, pager, editor, fsmonitor or
+ * transport); only plumbing that runs no filter, textconv or external
+ * diff is used; and every command after the guards names the store
  * explicitly with --git-dir/--work-tree, so git never goes looking for a
  * repository of its own choosing. */
 #include "store.h"
@@ -25,19 +29,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define RECALL_MAX_TEXT 8192
 #define GIT_MAX_OUTPUT (256u << 10)
 
-/* A handful of objects a run: fast-import keeps what it wrote as one pack
- * (fastimport.unpackLimit=1), fsynced like every pack git writes, instead
- * of starting unpack-objects to explode it into loose objects - a second
- * git process on every run. store_close folds the packs into one (git
- * repack) once there are more than PACKS_MAX, so that reading the history
- * never searches more packs than that. */
-static const char *const fast_import_args[] = {"-c", "fastimport.unpackLimit=1", "fast-import", "--quiet", NULL};
+/* store_close folds the packs (one per run's commit, see
+ * gitsafe_args_fast_import) into one (git repack) once there are more
+ * than PACKS_MAX, so that reading the history never searches more packs
+ * than that. */
 #define PACKS_MAX 32
 
 /* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
@@ -46,143 +46,28 @@ static double elapsed_ms(double t0)
 	return round((mono_ms_frac() - t0) * 1000) / 1000;
 }
 
-/* git() when the program could not be started at all (not on PATH). */
-#define GIT_NOT_STARTED (-1)
-
-/* Start git with fixed arguments; its stdin a pipe kept in c->in when
- * with_stdin, else /dev/null; its stdout a pipe in c->out. explicit_repo
- * names the store with --git-dir/--work-tree. Returns 0, or
- * GIT_NOT_STARTED when no git could be executed: told apart from any
- * status git itself exits with by a close-on-exec pipe, which reads end
- * of file exactly when execve succeeded. */
-static int git_start(struct store *st, int explicit_repo, const char *const *args, int with_stdin,
-                     struct git_child *c)
+/* A git command line for the store (lib/gitsafe.c): explicit_repo names
+ * the store with --git-dir/--work-tree. The arguments follow. */
+static struct gitsafe_args *git_args(struct store *st, struct gitsafe_args *a, int explicit_repo)
 {
-	const char *argv[48];
-	char gd[PATH_MAX + 16], wt[PATH_MAX + 16]; /* the store paths fit: see path_join */
-	int n = 0;
-	c->pid = -1;
-	c->in = c->out = -1;
-	argv[n++] = "git";
-	if (explicit_repo) {
-		snprintf(gd, sizeof gd, "--git-dir=%s", st->git_dir);
-		snprintf(wt, sizeof wt, "--work-tree=%s", st->mem_dir);
-		argv[n++] = gd;
-		argv[n++] = wt;
-	}
-	/* maintenance.auto: a commit would otherwise start `git maintenance
-	 * run --auto`, one more process per run. */
-	static const char *const fixed[] = {"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-	                                    "-c", "gc.auto=0", "-c", "maintenance.auto=false",
-	                                    "-c", "commit.gpgSign=false", NULL};
-	for (int i = 0; fixed[i]; i++)
-		argv[n++] = fixed[i];
-	for (int i = 0; args[i] && n < 46; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-
-	char ceiling[PATH_MAX + 32], home[PATH_MAX + 8];
-	const char *path = getenv("PATH");
-	struct buf path_env = {0};
-	buf_printf(&path_env, "PATH=%s", path ? path : "/usr/bin:/bin");
-	/* Discovery may never climb above .sfma: an enclosing repository is
-	 * not found, let alone written to. */
-	snprintf(ceiling, sizeof ceiling, "GIT_CEILING_DIRECTORIES=%.*s", (int)(strrchr(st->mem_dir, '/') - st->mem_dir),
-	         st->mem_dir);
-	snprintf(home, sizeof home, "HOME=%s", st->mem_dir);
-	char *envp[] = {path_env.p, ceiling, home, "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-	                "XDG_CONFIG_HOME=/nonexistent", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0",
-	                "GIT_NO_REPLACE_OBJECTS=1", "GIT_PAGER=cat", NULL};
-
-	int pfd[2] = {-1, -1}, ifd[2] = {-1, -1}, report[2] = {-1, -1};
-	if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(report, O_CLOEXEC) < 0 || (with_stdin && pipe2(ifd, O_CLOEXEC) < 0)) {
-		int fds[] = {pfd[0], pfd[1], report[0], report[1]};
-		for (int i = 0; i < 4; i++)
-			if (fds[i] >= 0)
-				close(fds[i]);
-		buf_free(&path_env);
-		return GIT_NOT_STARTED;
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull < 0 || chdir(st->mem_dir) < 0)
-			_exit(127);
-		dup2(with_stdin ? ifd[0] : devnull, 0);
-		dup2(pfd[1], 1);
-		dup2(devnull, 2);
-		execvpe("git", (char *const *)argv, envp);
-		int err = errno;
-		ssize_t ignored = write(report[1], &err, sizeof err);
-		(void)ignored;
-		_exit(127);
-	}
-	close(pfd[1]);
-	close(report[1]);
-	if (with_stdin)
-		close(ifd[0]);
-	buf_free(&path_env);
-	int exec_errno = 0;
-	ssize_t r = -1;
-	if (pid > 0)
-		while ((r = read(report[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR)
-			;
-	close(report[0]);
-	if (pid < 0 || r == (ssize_t)sizeof exec_errno) {
-		close(pfd[0]);
-		if (with_stdin)
-			close(ifd[1]);
-		if (pid > 0)
-			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-				;
-		return GIT_NOT_STARTED;
-	}
-	c->pid = pid;
-	c->in = with_stdin ? ifd[1] : -1;
-	c->out = pfd[0];
-	return 0;
+	struct gitsafe_repo repo = {.git_dir = st->git_dir, .work_tree = st->mem_dir, .ceiling = st->ceiling};
+	gitsafe_argv(a, &repo, explicit_repo);
+	return a;
 }
 
-/* Feed a started git its whole input (in, n_in; none: NULL), collect its
- * stdout (bounded) into out when given, and reap it. The input goes
- * first: what git prints while it reads (fast-import's one commit id)
- * fits in the pipe's buffer. A git that exits early makes the write fail
- * with EPIPE (SIGPIPE is ignored in the planner), and its status says
- * why. Returns git's exit status. */
-static int git_finish(struct git_child *c, const char *in, size_t n_in, struct buf *out)
+static int git_start(struct store *st, const struct gitsafe_args *a, int with_stdin, struct gitsafe_child *c)
 {
-	if (c->in >= 0) {
-		if (in)
-			write_all(c->in, in, n_in);
-		close(c->in);
-		c->in = -1;
-	}
-	char chunk[8192];
-	ssize_t got;
-	while ((got = read(c->out, chunk, sizeof chunk)) != 0) {
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (out && out->len + (size_t)got <= GIT_MAX_OUTPUT)
-			buf_add(out, chunk, (size_t)got);
-	}
-	close(c->out);
-	c->out = -1;
-	int status;
-	while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR)
-		;
-	c->pid = -1;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+	struct gitsafe_repo repo = {.git_dir = st->git_dir, .work_tree = st->mem_dir, .ceiling = st->ceiling};
+	return gitsafe_start(&repo, a, with_stdin, c);
 }
 
-/* Run git to its end; see git_start and git_finish. */
-static int git(struct store *st, int explicit_repo, const char *const *args, struct buf *out)
+/* Run git to its end, its stdout (bounded) into out when given. Returns
+ * its exit status, or GITSAFE_NOT_STARTED. */
+static int git(struct store *st, const struct gitsafe_args *a, struct buf *out)
 {
-	struct git_child c;
-	int rc = git_start(st, explicit_repo, args, 0, &c);
-	return rc == GIT_NOT_STARTED ? rc : git_finish(&c, NULL, 0, out);
+	struct gitsafe_child c;
+	int rc = git_start(st, a, 0, &c);
+	return rc == GITSAFE_NOT_STARTED ? rc : gitsafe_finish(&c, NULL, 0, out, GIT_MAX_OUTPUT);
 }
 
 static void chomp(struct buf *b)
@@ -254,11 +139,12 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 {
 	struct stat sb;
 	memset(st, 0, sizeof *st);
-	st->importer = (struct git_child){.pid = -1, .in = -1, .out = -1};
+	st->importer = (struct gitsafe_child){.pid = -1, .in = -1, .out = -1};
 	st->inproc = json_object();
 	path_join(st->mem_dir, sfma_dir, "mem");
 	path_join(st->records_dir, st->mem_dir, "records");
 	path_join(st->trace_path, sfma_dir, "trace.jsonl");
+	snprintf(st->ceiling, sizeof st->ceiling, "%s", sfma_dir);
 
 	/* Guard 1: the store itself is a real directory, never a link that
 	 * could point the runner's writes anywhere on the host. */
@@ -272,28 +158,22 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 	} else if (mkdir(st->mem_dir, 0755) < 0) {
 		return err_set(e, "%s: %s", st->mem_dir, strerror(errno));
 	}
+
+	/* Guard 2: .git must be the store's own repository directory, not a
+	 * `gitdir:` file or a link that sends objects somewhere else, nor a
+	 * linked worktree's; and what is in it is read here, before git is
+	 * even asked whether it exists: a configuration that names a command
+	 * or another file, a symlink, alternates, an attributes file refuse
+	 * the store (lib/gitsafe.c) - before anything in it is written. */
+	path_join(st->git_dir, st->mem_dir, ".git");
+	int have_git_dir = lstat(st->git_dir, &sb) == 0;
+	if (have_git_dir && gitsafe_check_repo(st->git_dir, ".sfma/mem/.git", e) < 0)
+		return -1;
 	if (mkdir(st->records_dir, 0755) < 0 && errno != EEXIST) {
 		return err_set(e, "%s: %s", st->records_dir, strerror(errno));
 	}
 	if (lstat(st->records_dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		return err_set(e, ".sfma/mem/records must be a real directory");
-	}
-
-	/* Guard 2: .git must be the store's own repository directory, not a
-	 * `gitdir:` file or a link that sends objects somewhere else. It is
-	 * checked before git is even asked whether it exists. */
-	path_join(st->git_dir, st->mem_dir, ".git");
-	int have_git_dir = lstat(st->git_dir, &sb) == 0;
-	if (have_git_dir && !S_ISDIR(sb.st_mode)) {
-		return err_set(e, ".sfma/mem/.git must be a real repository directory");
-	}
-	/* Nor a linked worktree's directory: its `commondir` file sends
-	 * objects and refs to another repository (gitrepository-layout(5)),
-	 * while rev-parse --absolute-git-dir still names this one. */
-	char commondir[PATH_MAX];
-	path_join(commondir, st->git_dir, "commondir");
-	if (have_git_dir && lstat(commondir, &sb) == 0) {
-		return err_set(e, ".sfma/mem/.git must be a real repository directory, not a linked worktree's");
 	}
 
 	int created = 0;
@@ -310,12 +190,16 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 	 * a commit yet (the parent of this run's), and it is the git store's
 	 * measured round trip: one start of git that reads the repository. */
 	struct buf out = {0};
+	struct gitsafe_args a;
 	static const char *const where[] = {"rev-parse", "--absolute-git-dir", "--verify", "-q", "HEAD", NULL};
+	git_args(st, &a, 0);
+	for (int i = 0; where[i]; i++)
+		gitsafe_args_add(&a, where[i]);
 	char *real = realpath(st->git_dir, NULL);
 	double t0 = mono_ms_frac();
-	int rc = git(st, 0, where, &out);
+	int rc = git(st, &a, &out);
 	st->latency_git = elapsed_ms(t0);
-	if (rc == GIT_NOT_STARTED) {
+	if (rc == GITSAFE_NOT_STARTED) {
 		free(real);
 		buf_free(&out);
 		if (created)
@@ -356,7 +240,8 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e)
 	 * run that ends without committing, or a planner that dies) makes it
 	 * exit having written nothing; one cut short after `feature done` is
 	 * refused whole. */
-	if (git_start(st, 1, fast_import_args, 1, &st->importer) != 0)
+	gitsafe_args_fast_import(git_args(st, &a, 1));
+	if (git_start(st, &a, 1, &st->importer) != 0)
 		st->importer.pid = -1;
 	return 0;
 }
@@ -482,8 +367,9 @@ json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_m
 		char rel[300], reason[200];
 		struct buf out = {0};
 		snprintf(rel, sizeof rel, "records/%s.json", id);
-		const char *const hash[] = {"hash-object", "-w", "--", rel, NULL};
-		int hashed = st->git_available && git(st, 1, hash, &out) == 0;
+		struct gitsafe_args a;
+		gitsafe_args_hash_object(git_args(st, &a, 1), rel);
+		int hashed = st->git_available && git(st, &a, &out) == 0;
 		chomp(&out);
 		if (hashed && out.len == 40) {
 			snprintf(ref, sizeof ref, "git:%s", out.p);
@@ -542,9 +428,10 @@ static int referential(struct store *st, json_t *call, json_t *ans, struct sfma_
 	} else if (st->git_available) {
 		char spec[300];
 		struct buf out = {0};
-		snprintf(spec, sizeof spec, "HEAD:records/%s.json", id);
-		const char *const show[] = {"cat-file", "blob", spec, NULL};
-		if (git(st, 1, show, &out) == 0 && out.p)
+		struct gitsafe_args a;
+		snprintf(spec, sizeof spec, "records/%s.json", id);
+		gitsafe_args_cat_blob(git_args(st, &a, 1), "HEAD", spec);
+		if (git(st, &a, &out) == 0 && out.p)
 			record = json_parse_strict(out.p, out.len, NULL);
 		buf_free(&out);
 		if (record)
@@ -618,23 +505,20 @@ static int lexical(struct store *st, json_t *call, json_t *ans, struct sfma_err 
 	long limit = limit_of(call, 20, 100);
 	json_t *results = json_array();
 	struct buf revs = {0};
+	struct gitsafe_args a;
 	static const char *const list[] = {"rev-list", "--max-count=64", "--all", NULL};
-	if (git(st, 1, list, &revs) == 0 && revs.len) {
-		const char *argv[80];
-		int n = 0;
-		argv[n++] = "grep";
-		argv[n++] = "-I";
-		argv[n++] = "-F";
-		argv[n++] = "-n";
-		argv[n++] = "-e";
-		argv[n++] = q; /* after -e: a pattern, never an option */
+	git_args(st, &a, 1);
+	for (int i = 0; list[i]; i++)
+		gitsafe_args_add(&a, list[i]);
+	if (git(st, &a, &revs) == 0 && revs.len) {
+		gitsafe_args_grep(git_args(st, &a, 1), q);
 		char *save = NULL;
-		for (char *rev = strtok_r(revs.p, "\n", &save); rev && n < 26; rev = strtok_r(NULL, "\n", &save))
-			argv[n++] = rev;
-		argv[n++] = "--";
-		argv[n] = NULL;
+		int nrevs = 0;
+		for (char *rev = strtok_r(revs.p, "\n", &save); rev && nrevs < 20; rev = strtok_r(NULL, "\n", &save), nrevs++)
+			gitsafe_args_add(&a, rev);
+		gitsafe_args_add(&a, "--");
 		struct buf out = {0};
-		git(st, 1, argv, &out);
+		git(st, &a, &out);
 		save = NULL;
 		json_t *seen = json_object();
 		for (char *line = out.p ? strtok_r(out.p, "\n", &save) : NULL;
@@ -669,13 +553,11 @@ static int change(struct store *st, json_t *call, json_t *ans, struct sfma_err *
 	if (query_of(call, &q, "change", refusal) < 0)
 		return -1;
 	long limit = limit_of(call, 20, 100);
-	char pickaxe[220], max[40];
-	snprintf(pickaxe, sizeof pickaxe, "-S%s", q); /* glued: the query cannot be an option */
-	snprintf(max, sizeof max, "--max-count=%ld", limit);
-	const char *const argv[] = {"log", "--all", "--format=%H%x09%s", max, pickaxe, "--", NULL};
+	struct gitsafe_args a;
+	gitsafe_args_pickaxe(git_args(st, &a, 1), q, limit);
 	struct buf out = {0};
 	json_t *results = json_array();
-	git(st, 1, argv, &out);
+	git(st, &a, &out);
 	char *save = NULL;
 	for (char *line = out.p ? strtok_r(out.p, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
 		char *tab = strchr(line, '\t');
@@ -832,13 +714,15 @@ char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_e
 static void stop_importer(struct store *st)
 {
 	if (st->importer.pid > 0)
-		git_finish(&st->importer, NULL, 0, NULL);
+		gitsafe_finish(&st->importer, NULL, 0, NULL, 0);
 }
 
-/* The branch HEAD names ("refs/heads/<name>"), read from the store's own
- * repository directory (guard 2 made it a real one); NULL when HEAD is
- * detached or names anything stranger than a plain branch. */
-static const char *head_branch(struct store *st, char ref[256])
+/* Where this run's commit goes: the branch HEAD names
+ * ("refs/heads/<name>", a name fast-import takes as it is), or HEAD itself
+ * when it is detached (a commit id): fast-import then moves HEAD, as
+ * `git commit` would. Read from the store's own repository directory,
+ * which gitsafe_check_repo checked; NULL when HEAD holds anything else. */
+static const char *head_ref(struct store *st, char ref[256])
 {
 	char path[PATH_MAX];
 	path_join(path, st->git_dir, "HEAD");
@@ -846,27 +730,18 @@ static const char *head_branch(struct store *st, char ref[256])
 	if (fd < 0)
 		return NULL;
 	char text[300];
-	ssize_t n = read(fd, text, sizeof text - 1);
+	ssize_t n = read(fd, text, sizeof text);
 	close(fd);
-	if (n <= 0)
+	if (n <= 0 || n == (ssize_t)sizeof text)
 		return NULL;
-	text[n] = '\0';
-	static const char prefix[] = "ref: refs/heads/";
-	if (strncmp(text, prefix, sizeof prefix - 1) != 0)
+	switch (gitsafe_ref_parse(text, (size_t)n, ref, 256)) {
+	case GITSAFE_REF_SYMBOLIC:
+		return strncmp(ref, "refs/heads/", 11) == 0 ? ref : NULL;
+	case GITSAFE_REF_OID:
+		return strcpy(ref, "HEAD");
+	default:
 		return NULL;
-	const char *name = text + 5;
-	size_t len = strcspn(name, "\n");
-	if (len == 0 || len >= 256 || name[len] != '\n' || name[len + 1] != '\0')
-		return NULL;
-	/* A name fast-import takes as it is: no quoting, no revision syntax. */
-	for (size_t i = 0; i < len; i++)
-		if (!isalnum((unsigned char)name[i]) && !strchr("._-/", name[i]))
-			return NULL;
-	memcpy(ref, name, len);
-	ref[len] = '\0';
-	if (strstr(ref, "..") || strstr(ref, "//") || ref[len - 1] == '/' || ref[len - 1] == '.')
-		return NULL;
-	return ref;
+	}
 }
 
 /* One file of the commit, its content inline. */
@@ -926,17 +801,6 @@ static int stream_records(struct store *st, struct buf *s, const char *ref)
 	return 0;
 }
 
-/* The commit of a repository whose HEAD is no plain branch: the index and
- * porcelain, as a person would. */
-static int commit_porcelain(struct store *st, const char *subject, struct buf *out)
-{
-	static const char *const add[] = {"add", "-A", "--", ".", NULL};
-	const char *const cm[] = {"-c", "user.name=sfma", "-c", "user.email=sfma@localhost", "commit", "-q",
-	                          "--allow-empty", "--no-verify", "-m", subject, NULL};
-	static const char *const head[] = {"rev-parse", "HEAD", NULL};
-	return git(st, 1, add, NULL) == 0 && git(st, 1, cm, NULL) == 0 && git(st, 1, head, out) == 0;
-}
-
 json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha)
 {
 	static char commit[65];
@@ -956,16 +820,14 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 	}
 	struct buf out = {0};
 	char ref[256];
-	int ok;
-	if (!head_branch(st, ref)) {
-		stop_importer(st);
-		ok = commit_porcelain(st, subject, &out);
-	} else {
-		/* One process: the commit (the branch's previous commit as its
-		 * parent, its tree with memory.json and the new records), the branch
-		 * moved only if it still points at that parent, and the new
-		 * commit's id printed back (get-mark). No index is written: the
-		 * history is the store, read with git log / show / grep. */
+	/* One process: the commit (HEAD's commit as its parent, its tree with
+	 * memory.json and the new records), the branch (or a detached HEAD)
+	 * moved only if it still points at that parent, and the new commit's
+	 * id printed back (get-mark). No index is written and no work-tree
+	 * file is read by git, so no filter could run: the history is the
+	 * store, read with git log / show / grep. */
+	int ok = head_ref(st, ref) != NULL;
+	if (ok) {
 		struct buf s = {0};
 		buf_printf(&s, "feature done\ncommit %s\nmark :1\ncommitter sfma <sfma@localhost> %lld +0000\n", ref,
 		           (long long)(wall_ms() / 1000));
@@ -976,9 +838,11 @@ json_t *store_commit(struct store *st, const char *memory_json, const char *subj
 		stream_file(&s, "memory.json", memory_json, mem_len);
 		ok = stream_records(st, &s, ref) == 0;
 		buf_printf(&s, "\nget-mark :1\ndone\n");
-		if (st->importer.pid < 0 && git_start(st, 1, fast_import_args, 1, &st->importer) != 0)
+		struct gitsafe_args a;
+		gitsafe_args_fast_import(git_args(st, &a, 1));
+		if (st->importer.pid < 0 && git_start(st, &a, 1, &st->importer) != 0)
 			st->importer.pid = -1;
-		ok = ok && st->importer.pid > 0 && git_finish(&st->importer, s.p, s.len, &out) == 0;
+		ok = ok && st->importer.pid > 0 && gitsafe_finish(&st->importer, s.p, s.len, &out, GIT_MAX_OUTPUT) == 0;
 		buf_free(&s);
 	}
 	chomp(&out);
@@ -1019,8 +883,13 @@ void store_close(struct store *st)
 	/* After the seal: a fold that fails leaves the packs as they were,
 	 * every object still in them. */
 	static const char *const fold[] = {"repack", "-a", "-d", "-q", NULL};
-	if (st->git_available && st->committed && count_packs(st) > PACKS_MAX)
-		git(st, 1, fold, NULL);
+	if (st->git_available && st->committed && count_packs(st) > PACKS_MAX) {
+		struct gitsafe_args a;
+		git_args(st, &a, 1);
+		for (int i = 0; fold[i]; i++)
+			gitsafe_args_add(&a, fold[i]);
+		git(st, &a, NULL);
+	}
 	json_decref(st->inproc);
 	st->inproc = NULL;
 }

@@ -12,17 +12,13 @@
 #include <sys/types.h>
 
 #include "err.h"
-
-/* A git process the planner talks to over pipes. */
-struct git_child {
-	pid_t pid;  /* -1: none */
-	int in, out;
-};
+#include "gitsafe.h"
 
 struct store {
 	char mem_dir[PATH_MAX];     /* <ws>/.sfma/mem */
 	char records_dir[PATH_MAX]; /* <ws>/.sfma/mem/records */
 	char git_dir[PATH_MAX];     /* <ws>/.sfma/mem/.git (real path once checked) */
+	char ceiling[PATH_MAX];     /* <ws>/.sfma: git's discovery never climbs into it */
 	char trace_path[PATH_MAX];
 	int git_available;
 	int committed;              /* this run's commit landed */
@@ -31,12 +27,13 @@ struct store {
 	double latency_inproc, latency_file, latency_git;
 	const char *fast, *medium, *longer; /* store names by tier */
 	json_t *inproc;            /* id -> pointer ("file:<id>" / "git:<sha>") */
-	struct git_child importer; /* the commit's fast-import, started by store_open */
+	struct gitsafe_child importer; /* the commit's fast-import, started by store_open */
 };
 
 /* Set up the stores for the workspace's .sfma directory, running the
- * containment guards before any git command. Returns 0, or -1 with e set
- * to a message containing the contract's phrase (the run must abort). */
+ * containment guards and gitsafe_check_repo before any git command.
+ * Returns 0, or -1 with e set to a message containing the contract's
+ * phrase (the run must abort; the store is left as it was). */
 int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e);
 
 /* Measure the stores and place them. Returns the two `store` entries'
@@ -53,8 +50,8 @@ json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_m
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal);
 
 /* Commit memory.json and the records: one commit per run, made by one
- * `git fast-import` (a repository whose HEAD is not a branch: add and
- * commit). Returns the
+ * `git fast-import` on the branch HEAD names, or on HEAD itself when it
+ * is detached. Returns the
  * `store` entry data (stage "commit"), or NULL without git. *sha receives
  * the commit id (static buffer) or NULL. */
 json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha);

@@ -4,13 +4,17 @@
 #ifndef SFMA_FUZZ_H
 #define SFMA_FUZZ_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -92,6 +96,61 @@ __attribute__((unused)) static char *fuzz_strndup(const uint8_t *data, size_t si
 	memcpy(s, data, size);
 	s[size] = '\0';
 	return s;
+}
+
+/* Harnesses that take git as the reference (gitconfig, gitref): it must
+ * be there, or the property would go unchecked. */
+__attribute__((unused)) static void fuzz_need_git(const char *harness)
+{
+	if (system("git --version >/dev/null 2>&1") != 0) {
+		dprintf(fuzz_report_fd, "%s: git is required (the reference implementation)\n", harness);
+		abort();
+	}
+}
+
+/* Run git with args (args[0] "git") in an environment that reads no
+ * configuration of this host: its exit status (128: killed), its stdout
+ * in *out (owned; the caller frees it), stderr dropped. */
+__attribute__((unused)) static int fuzz_git(char *const args[], char **out, size_t *out_len)
+{
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		fuzz_fail("pipe: %s", strerror(errno));
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+	                     "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C", NULL};
+	pid_t pid;
+	int rc = posix_spawnp(&pid, "git", &fa, NULL, args, env);
+	posix_spawn_file_actions_destroy(&fa);
+	close(pfd[1]);
+	if (rc != 0)
+		fuzz_fail("cannot start git: %s", strerror(rc));
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		abort();
+	ssize_t got;
+	while ((got = read(pfd[0], buf + len, cap - len)) != 0) {
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			fuzz_fail("read: %s", strerror(errno));
+		}
+		len += (size_t)got;
+		if (len == cap && !(buf = realloc(buf, cap *= 2)))
+			abort();
+	}
+	close(pfd[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			fuzz_fail("waitpid: %s", strerror(errno));
+	*out = buf;
+	*out_len = len;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 #endif
