@@ -103,7 +103,6 @@ FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
 # A harness may link one program's own files; their main() is renamed.
 # providers includes the file it tests (to reach its statics).
-FUZZ_SRC_reply     := $(wildcard src/sfma-plan/*.c)
 FUZZ_SRC_memory    := src/sfma-plan/memory.c
 FUZZ_SRC_providers := $(filter-out src/sfma-model/http.c src/sfma-model/providers.c,$(wildcard src/sfma-model/*.c))
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))

@@ -1,6 +1,5 @@
-/* fuzz_reply.c - sfma-plan's lenient reply parser (parse_reply: code fences
- * stripped, then the whole text or its first '{' to last '}'), linked with
- * the program's own files.
+/* fuzz_reply.c - the lenient reply parser (lib/protocol.c parse_reply:
+ * code fences stripped, then the whole text or its first '{' to last '}').
  *
  * Input byte 0 picks how the rest is presented:
  *  0: as it is;
@@ -14,7 +13,7 @@
 
 #include "buf.h"
 #include "ndjson.h"
-#include "src/sfma-plan/plan.h"
+#include "protocol.h"
 
 /* Prose that cannot change what parse_reply finds: no brace, no fence, no NUL. */
 static int is_prose(const uint8_t *p, size_t n)
