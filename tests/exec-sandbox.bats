@@ -332,7 +332,8 @@ PY
 
 @test "the limits in force are recorded with every command" {
 	calls "$(run_cmd true)"
-	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","rootBytes","sharedMemory","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","messageQueueBytes","openFiles","outputBytes","processes","rootBytes","sharedMemory","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(field 1 .run.limits.messageQueueBytes)" = 819200 ]
 	[ "$(field 1 .run.limits.rootBytes)" = 16777216 ]
 	[ "$(field 1 .run.limits.tmpBytes)" = 268435456 ]
 	[ "$(field 1 .run.limits.workspaceBytes)" = 2147483648 ]

@@ -8,6 +8,8 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
+FIX=$BATS_TEST_DIRNAME/fixtures/exec
+
 setup() {
 	require jq
 	require python3
@@ -53,7 +55,9 @@ try:
 except OSError as e:
     print("shm_open", name(e.errno))
 PY
-	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' '["src","deep.py","shm.py"]' '["out/r.txt"]'
+	cp "$FIX/ipc.py" "$W/ws/"
+	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' \
+		'["src","deep.py","shm.py","ipc.py"]' '["out/r.txt"]'
 }
 
 teardown() {
@@ -107,7 +111,7 @@ deep_tree_leaves_nothing() { # MODE
 	[ "$(field 2 .run.exit)" = 0 ] && [ "$(stdout_of 2)" = "made 4100" ] || { reply 2; return 1; }
 	# the next command's staging copy is as empty as the first one's
 	[ "$(stdout_of 3)" = "$(stdout_of 1)" ] || { echo "free blocks $(stdout_of 1), then $(stdout_of 3)"; return 1; }
-	[ "$(field 4 .result)" = $'exit=0\nstdout:deep.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
+	[ "$(field 4 .result)" = $'exit=0\nstdout:deep.py\nipc.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
 	[ ! -e "$W/ws/d" ] && [ ! -e "$W/ws/many-1" ]
 	nothing_left
 }
@@ -210,6 +214,61 @@ nested_mounts_read_only() { # MODE
 	[ "$(field 1 .run.limits.cgroup.memoryMaxBytes)" = 4294967296 ] || { reply 1; return 1; }
 	[ "$(field 1 .run.limits.sharedMemory)" = memoryCgroup ]
 	[[ "$(field 1 .result)" == *"memfd ok"*"shmget ok"* ]] || { reply 1; return 1; }
+}
+
+@test "as root with a memory cgroup: memfd_secret, SysV queues and semaphores work, counted by the cgroup" {
+	calls root 'python3 ipc.py memfd_secret' 'python3 ipc.py msgget' 'python3 ipc.py semget'
+	[ "$(field 1 .run.limits.sharedMemory)" = memoryCgroup ] || { reply 1; return 1; }
+	[[ "$(stdout_of 1)" == "memfd_secret held 64 MiB"* ]] || { reply 1; return 1; }
+	[ "$(stdout_of 2)" = "msgget ok" ] || { reply 2; return 1; }
+	[ "$(stdout_of 3)" = "semget ok" ] || { reply 3; return 1; }
+}
+
+# Memory outside every address space, one call each, where no memory cgroup
+# counts it: refused, and limits.sharedMemory says so. memfd_secret's pages
+# stay in its file when the window mapping them goes (8 MiB windows held
+# 5 GiB under a 4 GiB RLIMIT_AS); SysV message queues and semaphores are
+# charged to no rlimit at all.
+refused_without_cgroup() { # CALL
+	calls nobody "python3 ipc.py $1" 'echo alive'
+	[ "$(field 1 .run.limits.cgroup)" = null ]
+	[ "$(field 1 .run.limits.sharedMemory)" = refused ] || { reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = 0 ] && [ "$(stdout_of 1)" = "$1 ENOSYS" ] || { reply 1; return 1; }
+	[ "$(field 2 .result)" = $'exit=0\nstdout:alive\n\nstderr:' ]
+}
+
+@test "unprivileged (no cgroup): memfd_secret is refused" {
+	refused_without_cgroup memfd_secret
+}
+
+@test "unprivileged (no cgroup): SysV message queues (msgget) are refused" {
+	refused_without_cgroup msgget
+}
+
+@test "unprivileged (no cgroup): SysV semaphores (semget) are refused" {
+	refused_without_cgroup semget
+}
+
+# POSIX message queues are charged to RLIMIT_MSGQUEUE, which the sandbox
+# gets set to 800 KiB whatever the stage runs under: here unlimited where
+# root may raise a limit (CAP_SYS_RESOURCE; this one counts too, per host
+# user, kernel/ucount.c inc_rlimit_ucounts). A queue of the default size
+# reserves 10 x 8 KiB and its bookkeeping.
+message_queues_bounded() { # MODE
+	(ulimit -q unlimited 2>/dev/null || true; calls "$1" 'python3 ipc.py mq_open')
+	[ "$(field 1 .run.limits.messageQueueBytes)" = 819200 ] || { reply 1; return 1; }
+	local word n err
+	read -r word n err <<<"$(stdout_of 1)"
+	[ "$word" = mq_open ] && [ "$err" = EMFILE ] && [ "$n" -ge 1 ] && [ "$n" -le 9 ] ||
+		{ reply 1; return 1; }
+}
+
+@test "unprivileged: POSIX message queues stop at 800 KiB in all" {
+	message_queues_bounded nobody
+}
+
+@test "as root: POSIX message queues stop at 800 KiB in all" {
+	message_queues_bounded root
 }
 
 # RLIMIT_AS counts mappings; a memfd need not be mapped, and RLIMIT_FSIZE

@@ -32,6 +32,9 @@
 #define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
 #define STAGING_MAX_BYTES (512ull << 20)         /* all declared inputs together */
 #define LIMIT_CGROUP_MEMORY_BYTES (4ull << 30)   /* all processes and tmpfs pages together */
+/* POSIX message queues: the bytes all queues of a sandbox may reserve,
+ * the kernel's default (ipc/mqueue.c, MQ_BYTES_MAX). */
+#define LIMIT_MSGQUEUE_BYTES 819200ull
 
 /* What the hard tier and the sandbox share about the task at hand. */
 struct exec_ctx {

@@ -311,6 +311,19 @@ static void build_root(int report)
 		fail_step(report, "mount private /tmp");
 }
 
+/* A command's RLIMIT_MSGQUEUE: LIMIT_MSGQUEUE_BYTES, or the stage's own
+ * hard limit where that is lower (raising one takes CAP_SYS_RESOURCE,
+ * setrlimit(2), which even root may lack). The command inherits the
+ * stage's limits through init, so both compute the same. */
+static rlim_t msgqueue_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MSGQUEUE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
+	    rl.rlim_max < LIMIT_MSGQUEUE_BYTES)
+		return rl.rlim_max;
+	return LIMIT_MSGQUEUE_BYTES;
+}
+
 /* The command's last steps. Runs in the child init forked; never returns. */
 /* The command's last steps. Runs in the child init forked; never returns.
  * Signal dispositions and the signal mask come from init, which reset
@@ -355,14 +368,22 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 
 	/* Ceilings. RLIMIT_NPROC counts processes of the real user: that is
 	 * why the command is never host uid 0, which is exempt from it
-	 * (setrlimit(2)). RLIMIT_AS is last: nothing after it allocates (the
-	 * seccomp filters are prebuilt). */
+	 * (setrlimit(2)). RLIMIT_MSGQUEUE bounds the bytes all POSIX message
+	 * queues of a user may reserve, counted per user of each user
+	 * namespace (since Linux 5.14; per host user before) and checked at
+	 * mq_open(3) against the opener's limit (ipc/mqueue.c
+	 * mqueue_get_inode, kernel/ucount.c inc_rlimit_ucounts), which no
+	 * process of the sandbox can raise: that takes CAP_SYS_RESOURCE in
+	 * the initial user namespace (kernel/sys.c do_prlimit). RLIMIT_AS is
+	 * last: nothing after it allocates (the seccomp filters are
+	 * prebuilt). */
 	struct { int res; rlim_t soft, hard; const char *what; } lim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
 		{RLIMIT_CPU, (rlim_t)cpu_s, (rlim_t)cpu_s + 1, "RLIMIT_CPU"},
 		{RLIMIT_FSIZE, LIMIT_FSIZE_BYTES, LIMIT_FSIZE_BYTES, "RLIMIT_FSIZE"},
 		{RLIMIT_NOFILE, LIMIT_NOFILE, LIMIT_NOFILE, "RLIMIT_NOFILE"},
 		{RLIMIT_NPROC, LIMIT_NPROC, LIMIT_NPROC, "RLIMIT_NPROC"},
+		{RLIMIT_MSGQUEUE, msgqueue_limit(), msgqueue_limit(), "RLIMIT_MSGQUEUE"},
 		{RLIMIT_AS, LIMIT_AS_BYTES, LIMIT_AS_BYTES, "RLIMIT_AS"},
 	};
 	for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
@@ -718,13 +739,14 @@ static void unavailable(struct run_outcome *o, const char *step, int err)
 
 static json_t *limits_json(long long timeout_ms, long cpu_s)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
 	                 "timeoutMs", (json_int_t)timeout_ms,
 	                 "cpuSeconds", (json_int_t)cpu_s,
 	                 "addressSpaceBytes", (json_int_t)LIMIT_AS_BYTES,
 	                 "fileSizeBytes", (json_int_t)LIMIT_FSIZE_BYTES,
 	                 "openFiles", (json_int_t)LIMIT_NOFILE,
 	                 "processes", (json_int_t)LIMIT_NPROC,
+	                 "messageQueueBytes", (json_int_t)msgqueue_limit(),
 	                 "coreBytes", (json_int_t)0,
 	                 "tmpBytes", (json_int_t)LIMIT_TMP_BYTES,
 	                 "rootBytes", (json_int_t)LIMIT_ROOT_BYTES,
@@ -914,13 +936,23 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 		sandbox_cgroup(s, NULL, b.p);
 		buf_free(&b);
 	}
-	/* Shared memory outside every address space - memfd_create(2),
-	 * shmget(2) - escapes RLIMIT_AS, which counts mappings only: a memfd
-	 * need never be mapped, and RLIMIT_FSIZE bounds each one, not their
-	 * number. A cgroup memory limit counts those pages (shmem is charged
-	 * to the memory cgroup of the task that first touches it, cgroup-v1
-	 * memory.txt 2.3, cgroup-v2 "Memory"); without one the filter
-	 * refuses them. POSIX shm_open needs /dev/shm, which the root lacks. */
+	/* Memory outside every address space escapes RLIMIT_AS, which counts
+	 * mappings only. A memfd (memfd_create(2)) need never be mapped, and
+	 * RLIMIT_FSIZE bounds each one, not their number. memfd_secret(2)
+	 * checks RLIMIT_MEMLOCK when a window of it is mapped, and the pages
+	 * stay in the file once it is unmapped again (mm/secretmem.c
+	 * secretmem_mmap, secretmem_fault): 8 MiB windows mapped and unmapped
+	 * in turn held 5 GiB in one process under a 4 GiB RLIMIT_AS. SysV
+	 * shared memory, message queues and semaphores (shmget(2), msgget(2),
+	 * semget(2)) live in the IPC namespace, charged to no rlimit, bounded
+	 * only by its sysctls (shmall, msgmni x msgmnb, semmns: gigabytes by
+	 * default; ipc/util.c, ipc/msg.c, ipc/sem.c). A cgroup memory limit
+	 * counts all of their pages (charged to the memory cgroup of the task
+	 * that allocates them, __GFP_ACCOUNT and mm/filemap.c
+	 * filemap_add_folio; cgroup-v1 memory.txt 2.3, cgroup-v2 "Memory");
+	 * without one the filter refuses them. POSIX shm_open needs /dev/shm,
+	 * which the root lacks; POSIX message queues are bounded by
+	 * RLIMIT_MSGQUEUE (exec_command). */
 	s->refuse_shm = !cgroup_memory_limited(s->cg);
 	if (write(s->go, s->refuse_shm ? "S" : "s", 1) != 1)
 		return sandbox_failed(s, "start sandbox");

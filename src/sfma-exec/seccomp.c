@@ -57,6 +57,16 @@ static struct scmp_arg_cmp arg_cmp(unsigned arg, enum scmp_compare op, scmp_datu
 	return c;
 }
 
+/* memfd_secret(2): libseccomp learns system calls from the kernel it was
+ * built against, and one older than Linux 5.14 lacks this one (a negative
+ * pseudo number then). It is 447 in every architecture's table that has
+ * it (include/uapi/asm-generic/unistd.h, arch/x86/entry/syscalls). */
+static int memfd_secret_nr(void)
+{
+	int nr = seccomp_syscall_resolve_name("memfd_secret");
+	return nr >= 0 ? nr : 447;
+}
+
 static int add_rules(scmp_filter_ctx ctx, int refuse_shm)
 {
 	const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
@@ -93,10 +103,16 @@ static int add_rules(scmp_filter_ctx ctx, int refuse_shm)
 	/* Memory no address-space ceiling sees (see sandbox.c): answered
 	 * ENOSYS, as on a kernel built without it, which programs expect and
 	 * work around (glibc's and Python's callers of memfd_create fall back
-	 * to a file; SysV IPC is an optional kernel feature, CONFIG_SYSVIPC). */
+	 * to a file; SysV IPC is an optional kernel feature, CONFIG_SYSVIPC;
+	 * so is memfd_secret, CONFIG_SECRETMEM). libseccomp writes a rule for
+	 * msgget, semget or shmget in the ipc(2) multiplexer's form too on an
+	 * architecture that has one. */
 	if (refuse_shm &&
 	    (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(memfd_create), 0) < 0 ||
-	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(shmget), 0) < 0))
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), memfd_secret_nr(), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(shmget), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(msgget), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(semget), 0) < 0))
 		return -1;
 	return 0;
 }
