@@ -56,6 +56,7 @@ except OSError as e:
     print("shm_open", name(e.errno))
 PY
 	cp "$FIX/ipc.py" "$W/ws/"
+	cp "$FIX/neighbour.py" "$W/"
 	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' \
 		'["src","deep.py","shm.py","ipc.py"]' '["out/r.txt"]'
 }
@@ -103,7 +104,7 @@ stdout_of() { field "$1" .result | sed -n '2s/^stdout://p'; }
 nothing_left() {
 	[ -z "$(ls -A "$TMPDIR")" ] || { echo "left in TMPDIR:"; ls -A "$TMPDIR"; return 1; }
 	if grep -q "$W" /proc/self/mountinfo; then echo "mount left:"; grep "$W" /proc/self/mountinfo; return 1; fi
-	if pgrep -f 'sleep 317[3-6]'; then echo "processes left behind"; return 1; fi
+	if pgrep -f 'sleep 31(7[3-9]|8[0-9])'; then echo "processes left behind"; return 1; fi
 }
 
 deep_tree_leaves_nothing() { # MODE
@@ -314,5 +315,108 @@ message_queues_bounded() { # MODE
 	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: "* ]] || { reply 1; return 1; }
 	[ "$(field 1 .run.exit)" = null ]
 	[ ! -e "$W/ws/out/r.txt" ]
+	nothing_left
+}
+
+# sleeping MODE SECONDS: the stage of MODE in the background, running
+# "sleep SECONDS"; sets spid (the stage), cmd and init (the command and its
+# sandbox's init, host pids).
+sleeping() {
+	printf '{"id":1,"call":{"tool":"run","cmd":"sleep %s"}}\n' "$2" >"$W/req-$2"
+	as "$1" sfma-exec --apply "$W/m.json" <"$W/req-$2" >"$W/out-$2" &
+	spid=$!
+	cmd=
+	for _ in $(seq 100); do cmd=$(pgrep -xf "sleep $2") && break; sleep 0.05; done
+	[ -n "$cmd" ] || { echo "the command never started"; return 1; }
+	init=$(ps -o ppid= -p "$cmd" | tr -d ' ')
+}
+
+# neighbour ID ARGS...: fixtures/exec/neighbour.py run on the host as uid and
+# gid ID (the interpreter the sandbox runs too: /usr/bin is what it binds).
+neighbour() {
+	local id=$1
+	shift
+	setpriv --reuid="$id" --regid="$id" --clear-groups -- /usr/bin/python3 "$W/neighbour.py" "$@"
+}
+
+# stop_stage: end the background stage (its sandbox dies with it).
+stop_stage() {
+	kill "$spid"
+	wait "$spid" || true
+	for _ in $(seq 100); do pgrep -f 'sleep 31(7[7-9]|8[0-9])' >/dev/null || break; sleep 0.05; done
+}
+
+# A host process as nobody is the neighbour the sandbox once shared a uid
+# with: it could SIGSTOP the sandbox's init (every command then timed out).
+@test "as root: a host process as nobody cannot signal a running sandbox's processes, SIGSTOP included" {
+	sleeping root 3177
+	local probe p
+	probe=$(neighbour 65534 "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -q "^$p kill=EPERM stop=EPERM " <<<"$probe" || { echo "$probe"; return 1; }
+	done
+	nothing_left
+}
+
+# It cannot trace either: a process in another user namespace may be traced
+# only with CAP_SYS_PTRACE over it, and nobody holds none over a namespace
+# root made (kernel/ptrace.c, security/commoncap.c cap_ptrace_access_check).
+@test "as root: a host process as nobody can neither trace nor read a sandbox's processes, nor reach its staging copy" {
+	sleeping root 3178
+	local probe p
+	probe=$(neighbour 65534 --fds "$spid" "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -q "^$p .* seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES$" <<<"$probe" ||
+			{ echo "$probe"; return 1; }
+	done
+	grep -qx 'fds=EACCES' <<<"$probe" || { echo "$probe"; return 1; }
+	nothing_left
+}
+
+# A process of one sandbox cannot even name another's processes (each has
+# a PID namespace of its own); what could reach them is a host uid in
+# common. Each sandbox has its own: a process with one's ids, on the host,
+# gets nowhere with the other.
+@test "as root: two concurrent sandboxes have host ids of their own: neither can signal, trace or read the other" {
+	sleeping root 3179
+	local spid_a=$spid cmd_a=$cmd init_a=$init
+	sleeping root 3180
+	local spid_b=$spid cmd_b=$cmd init_b=$init ids uid_a uid_b probe_ab probe_ba probe
+	# each sandbox's init and command run as one uid and gid, the same number
+	ids=$(stat -c %u:%g /proc/"$cmd_a" /proc/"$init_a" /proc/"$cmd_b" /proc/"$init_b" | tr '\n' ' ')
+	uid_a=$(stat -c %u /proc/"$cmd_a") uid_b=$(stat -c %u /proc/"$cmd_b")
+	probe_ab=$(neighbour "$uid_a" "$cmd_b" "$init_b")
+	probe_ba=$(neighbour "$uid_b" "$cmd_a" "$init_a")
+	spid=$spid_a stop_stage
+	spid=$spid_b stop_stage
+	[ "$ids" = "$uid_a:$uid_a $uid_a:$uid_a $uid_b:$uid_b $uid_b:$uid_b " ] || { echo "ids: $ids"; return 1; }
+	[ "$uid_a" != "$uid_b" ] || { echo "both sandboxes are uid $uid_a"; return 1; }
+	if cut -d: -f3 /etc/passwd | grep -qx -e "$uid_a" -e "$uid_b"; then echo "$ids: a uid of /etc/passwd"; return 1; fi
+	for probe in "$probe_ab" "$probe_ba"; do
+		[ "$(grep -c '^[0-9]* kill=EPERM stop=EPERM seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES$' <<<"$probe")" = 2 ] ||
+			{ echo "$probe"; return 1; }
+	done
+	nothing_left
+}
+
+# Unprivileged, the user's own uid is the only one the kernel lets it map
+# (user_namespaces(7)): its other processes are the sandbox's peers, and as
+# owner of the sandbox's user namespace they hold every capability over it
+# (sfma-exec(1), THREAT BOUNDARY). Other users' processes get nowhere.
+@test "unprivileged: a process of the same user can signal, trace and read the sandbox; another user's cannot" {
+	sleeping nobody 3181
+	local same other p
+	same=$(neighbour 65534 --fds "$spid" "$cmd" "$init")
+	other=$(neighbour 12345 --fds "$spid" "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -qx "$p kill=ok stop=ok seize=ok attach=ok mem=ok environ=ok root=ok write=ok" <<<"$same" ||
+			{ echo "$same"; return 1; }
+		grep -qx "$p kill=EPERM stop=EPERM seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES" <<<"$other" ||
+			{ echo "$other"; return 1; }
+	done
+	grep -qx 'fds=ok' <<<"$same" && grep -qx 'fds=EACCES' <<<"$other" || { echo "$same"; echo "$other"; return 1; }
 	nothing_left
 }

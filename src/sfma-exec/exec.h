@@ -36,6 +36,14 @@
  * the kernel's default (ipc/mqueue.c, MQ_BYTES_MAX). */
 #define LIMIT_MSGQUEUE_BYTES 819200ull
 
+/* The host ids sandboxes lease as root (sfma-exec(1), IDS; SFMA_EXEC_UIDS):
+ * 65536 ids below 2^31, clear of the ranges useradd(8) hands out to
+ * /etc/subuid (up to 600100000 by default, login.defs(5)) and of systemd's
+ * dynamic users (61184-65519) and container ranges (524288-1879048191) and
+ * its foreign range (2147352576-2147418111). */
+#define SANDBOX_IDS_FIRST 2147000000u
+#define SANDBOX_IDS_LAST  2147065535u
+
 /* What the hard tier and the sandbox share about the task at hand. */
 struct exec_ctx {
 	const struct manifest *m;
@@ -43,8 +51,9 @@ struct exec_ctx {
 	char *ws_real;          /* its canonical path, to tell where a link leads */
 	int apply;              /* 0: dry run */
 	long timeout_s;         /* --timeout */
-	unsigned host_uid;      /* host uid the contained program runs as */
-	unsigned host_gid;
+	int lease_ids;          /* 1: each sandbox leases host ids of its own */
+	unsigned ids_first, ids_last; /* from this range */
+	unsigned own_uid, own_gid;    /* else the contained program runs as these */
 };
 
 /* ---- hardtier.c ---- */
@@ -99,6 +108,26 @@ int open_dir_walk(int dirfd, const char *rel, int create, mode_t mode);
  * (file contents and names are bytes; JSON text must be UTF-8). */
 json_t *json_text(const char *s, size_t n);
 
+/* ---- uids.c ---- */
+
+/* The host ids of one sandbox: uid and gid, the same number, leased while
+ * fd (the lock) is open; fd -1 when they are the stage's own. */
+struct id_lease {
+	unsigned uid, gid;
+	int fd;
+};
+
+/* Parse "FIRST-LAST", 1 <= FIRST <= LAST < 2^32 - 2. 0, or -1. */
+int id_range_parse(const char *s, unsigned *first, unsigned *last);
+/* 1 if every id of [first, last] is mapped in our user namespace, as uid
+ * and as gid. */
+int id_range_mapped(unsigned first, unsigned last);
+/* Lease the lowest id of [first, last] that no account file names and no
+ * other sandbox holds. Returns 0, or -1 with errno (EAGAIN: all taken). */
+int id_lease_take(unsigned first, unsigned last, struct id_lease *l);
+/* Release a lease (nothing for the stage's own ids). */
+void id_lease_drop(struct id_lease *l);
+
 /* ---- seccomp.c ---- */
 
 /* Compile both filters once: the one with and the one without the rules
@@ -140,6 +169,7 @@ struct run_outcome {
 	json_t *copied;         /* array of paths */
 	json_t *refused;        /* array of {path, reason} */
 	json_t *limits;         /* object */
+	json_t *sandbox;        /* object: the host ids */
 };
 
 /* Run argv in a fresh sandbox (the prepared one, else one made now) over

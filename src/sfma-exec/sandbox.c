@@ -36,13 +36,13 @@
  * happens when the stage itself is killed with SIGKILL.
  *
  * Order, as STYLE and bubblewrap fix it: no-new-privileges (main) ->
- * validate everything (seccomp filters compiled, groups shed) -> clone ->
- * setgroups deny and id maps, cgroup placement (by the stage) -> make /
- * private -> tmpfs root and staging tmpfs -> binds, every runtime mount
- * read-only -> pivot_root, detach the old root -> drop capabilities ->
- * [ready: wait for the command; the stage fills the staging copy] ->
- * [vfork] -> death signal (again after each fork and credential change)
- * -> close stray fds -> rlimits -> seccomp -> execve. */
+ * validate everything (seccomp filters compiled, groups shed, host ids
+ * leased) -> clone -> setgroups deny and id maps, cgroup placement (by the
+ * stage) -> make / private -> tmpfs root and staging tmpfs -> binds, every
+ * runtime mount read-only -> pivot_root, detach the old root -> drop
+ * capabilities -> [ready: wait for the command; the stage fills the
+ * staging copy] -> [vfork] -> death signal (again after each fork and
+ * credential change) -> close stray fds -> rlimits -> seccomp -> execve. */
 #include "exec.h"
 #include "staging.h"
 
@@ -733,6 +733,8 @@ static void unavailable(struct run_outcome *o, const char *step, int err)
 	if (strcmp(step, "clone namespaces") == 0 && err == ENOSPC)
 		buf_adds(&b, " (the limit of user namespaces is reached: "
 		             "see sysctl user.max_user_namespaces)");
+	else if (strcmp(step, "lease host ids") == 0 && err == EAGAIN)
+		buf_adds(&b, " (every id of the range is in use: see SFMA_EXEC_UIDS)");
 	free(o->unavailable);
 	o->unavailable = b.p;
 }
@@ -767,6 +769,7 @@ struct sandbox {
 	int out, err;           /* the command's stdout and stderr */
 	int rep;                /* init's reports */
 	int staging;            /* the staging directory, once init is ready */
+	struct id_lease ids;    /* its host ids */
 	struct cgroup_box *cg;
 	json_t *cgroup, *cgroup_reason; /* the ceilings in force, for limits */
 	int refuse_shm;
@@ -776,7 +779,7 @@ struct sandbox {
 };
 
 #define SANDBOX_NONE {.pid = -1, .pidfd = -1, .go = -1, .out = -1, .err = -1, .rep = -1, \
-                      .staging = -1}
+                      .staging = -1, .ids = {.fd = -1}}
 
 /* The signal handler reads their pids. */
 static struct sandbox ready = SANDBOX_NONE, running = SANDBOX_NONE, done = SANDBOX_NONE;
@@ -798,10 +801,15 @@ static void close_fds(struct sandbox *s)
 
 /* Sandbox inits let go and still exiting: reaped later, so that namespace
  * teardown overlaps with waiting for the next request. Their cgroups go
- * once they are reaped (a cgroup with a task in it cannot be removed). */
+ * once they are reaped (a cgroup with a task in it cannot be removed), and
+ * so do their host ids: init is reaped only once every other process of
+ * its PID namespace is (kernel/pid_namespace.c zap_pid_ns_processes waits
+ * for them before init becomes a zombie), so no process is left with the
+ * ids when the next sandbox leases them. */
 static struct exiting {
 	pid_t pid;
 	struct cgroup_box *cg;
+	struct id_lease ids;
 } exiting[32];
 static size_t n_exiting;
 
@@ -813,10 +821,12 @@ static void reap_exiting(int block)
 		do
 			r = waitpid(exiting[i].pid, NULL, block ? 0 : WNOHANG);
 		while (r < 0 && errno == EINTR);
-		if (r == 0)
+		if (r == 0) {
 			exiting[keep++] = exiting[i];
-		else
+		} else {
 			cgroup_close(exiting[i].cg);
+			id_lease_drop(&exiting[i].ids);
+		}
 	}
 	n_exiting = keep;
 }
@@ -832,6 +842,7 @@ static void sandbox_discard(struct sandbox *s)
 	}
 	close_fds(s);
 	cgroup_close(s->cg);
+	id_lease_drop(&s->ids);
 	json_decref(s->cgroup);
 	json_decref(s->cgroup_reason);
 	sandbox_clear(s);
@@ -846,10 +857,11 @@ static void sandbox_release(struct sandbox *s)
 		return;
 	}
 	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
-	exiting[n_exiting] = (struct exiting){s->pid, s->cg};
+	exiting[n_exiting] = (struct exiting){s->pid, s->cg, s->ids};
 	n_exiting++;
 	s->pid = -1;
 	s->cg = NULL;
+	s->ids.fd = -1;
 	sandbox_discard(s);
 }
 
@@ -892,6 +904,20 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 	s->out = out[0];
 	s->err = err[0];
 	s->rep = rep[0];
+	/* Host ids of its own (uids.c), leased before the clone so that the
+	 * maps can name them; or the stage's own, the only ones an
+	 * unprivileged user can map (user_namespaces(7)). */
+	if (!c->lease_ids) {
+		s->ids = (struct id_lease){.uid = c->own_uid, .gid = c->own_gid, .fd = -1};
+	} else if (id_lease_take(c->ids_first, c->ids_last, &s->ids) < 0) {
+		/* The inits still exiting hold theirs until they are reaped:
+		 * wait for them before giving up. */
+		if (errno != EAGAIN || n_exiting == 0)
+			return sandbox_failed(s, "lease host ids");
+		reap_exiting(1);
+		if (id_lease_take(c->ids_first, c->ids_last, &s->ids) < 0)
+			return sandbox_failed(s, "lease host ids");
+	}
 	/* Made before the clone, entered before init goes on (see below).
 	 * Without one the command still runs, under the rlimits alone. */
 	const char *cg_reason = NULL;
@@ -923,7 +949,7 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
 	if (s->pidfd < 0 && errno != ENOSYS)
 		return sandbox_failed(s, "pidfd_open");
-	const char *map_step = write_id_maps(s->pid, c->host_uid, c->host_gid);
+	const char *map_step = write_id_maps(s->pid, s->ids.uid, s->ids.gid);
 	if (map_step)
 		return sandbox_failed(s, map_step);
 	/* init waits on the go pipe, so it forks the command only once it is
@@ -1035,7 +1061,7 @@ void sandbox_prepare(const struct exec_ctx *c, int ahead)
 	/* What a command would refuse on is left for the command to report. */
 	int wanted = ahead && c->apply && c->m->n_allowed > 0 && ready.pid <= 0;
 	if (wanted && seccomp_prepare(&why) == 0 &&
-	    (c->host_uid == (unsigned)geteuid() || getgroups(0, NULL) == 0) &&
+	    (!c->lease_ids || getgroups(0, NULL) == 0) &&
 	    sandbox_start(c, &ready) < 0)
 		sandbox_discard(&ready);
 	/* Then the last command's sandbox goes (it is never used again). The
@@ -1140,7 +1166,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	}
 	/* Root's supplementary groups would follow the program into the
 	 * sandbox (setgroups is denied there): they must be gone. */
-	if (c->host_uid != (unsigned)geteuid() && getgroups(0, NULL) != 0) {
+	if (c->lease_ids && getgroups(0, NULL) != 0) {
 		unavailable(o, "drop supplementary groups", EPERM);
 		return;
 	}
@@ -1168,7 +1194,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	json_object_set_new(o->limits, "sharedMemory",
 	                    json_string(s->refuse_shm ? "refused" : "memoryCgroup"));
 	const char *step = NULL;
-	if (staging_fill(c, s->staging, o->refused, &step) < 0) {
+	if (staging_fill(c, s->staging, s->ids.uid, s->ids.gid, o->refused, &step) < 0) {
 		unavailable(o, step, errno);
 		sandbox_discard(s);
 		return;
@@ -1178,7 +1204,11 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 		sandbox_discard(s);
 		return;
 	}
-	if (supervise(s, timeout_ms, o) == 0)
+	int ran = supervise(s, timeout_ms, o) == 0;
+	o->sandbox = json_pack("{s:I,s:I,s:s}", "hostUid", (json_int_t)s->ids.uid,
+	                       "hostGid", (json_int_t)s->ids.gid,
+	                       "ids", s->ids.fd >= 0 ? "leased" : "own");
+	if (ran)
 		staging_copy_back(c, s->staging, o->copied, o->refused);
 	/* The last reference of the stage: with init gone, the kernel frees
 	 * the staging tmpfs. */
@@ -1227,4 +1257,5 @@ void run_outcome_free(struct run_outcome *o)
 	json_decref(o->copied);
 	json_decref(o->refused);
 	json_decref(o->limits);
+	json_decref(o->sandbox);
 }
