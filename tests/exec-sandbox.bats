@@ -180,8 +180,9 @@ await_cgroups() {
 # The order is the point: init needs mount, umount2 and pivot_root, which
 # the filter refuses, and the command's own set-up (capabilities, rlimits,
 # descriptors) comes before it. strace shows it from outside: in the
-# command's process the filter is the last call before the execve that
-# succeeds, and every step it would refuse ran earlier in init.
+# command's process the filter is the last step before the execve that
+# succeeds, with only the hand-over of its listener (the stage answers
+# sysinfo) between them, and every step it would refuse ran earlier in init.
 @test "the seccomp filter is installed last, right before execve, after the steps it refuses" {
 	require strace
 	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"true"}}' >"$W/req"
@@ -193,10 +194,14 @@ await_cgroups() {
 	# sandbox after the reply, and kills it unused at the end of input)
 	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l '^vfork(' "$W"/trace.*) ||
 		{ echo "command or init not traced"; return 1; }
-	seccomp_line=$(grep -n -m1 'prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, .* = 0$' "$cmd" | cut -d: -f1)
+	local listener
+	seccomp_line=$(grep -n -m1 '^seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, .* = [0-9]*$' "$cmd" | cut -d: -f1)
 	exec_line=$(grep -n -m1 'execve("/usr/bin/true"' "$cmd" | cut -d: -f1)
-	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 1)) ] ||
+	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 2)) ] ||
 		{ echo "seccomp at ${seccomp_line:-none}, execve at ${exec_line:-none}:"; cat "$cmd"; return 1; }
+	listener=$(sed -n "${seccomp_line}s/.* = //p" "$cmd")
+	sed -n "$((seccomp_line + 1))p" "$cmd" | grep -q "^sendmsg(.*cmsg_type=SCM_RIGHTS, cmsg_data=\[$listener\]}.* = [0-9]*$" ||
+		{ echo "not the listener's hand-over after the filter:"; cat "$cmd"; return 1; }
 	# before it, in the command: capabilities, death signal, descriptors, ceilings
 	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_AS'; do
 		head -n "$seccomp_line" "$cmd" | grep -qF "$call" || { echo "no $call before the filter"; cat "$cmd"; return 1; }

@@ -55,10 +55,10 @@ try:
 except OSError as e:
     print("shm_open", name(e.errno))
 PY
-	cp "$FIX/ipc.py" "$W/ws/"
+	cp "$FIX/ipc.py" "$FIX/clocks.py" "$W/ws/"
 	cp "$FIX/neighbour.py" "$W/"
 	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' \
-		'["src","deep.py","shm.py","ipc.py"]' '["out/r.txt"]'
+		'["src","deep.py","shm.py","ipc.py","clocks.py"]' '["out/r.txt"]'
 }
 
 teardown() {
@@ -112,7 +112,7 @@ deep_tree_leaves_nothing() { # MODE
 	[ "$(field 2 .run.exit)" = 0 ] && [ "$(stdout_of 2)" = "made 4100" ] || { reply 2; return 1; }
 	# the next command's staging copy is as empty as the first one's
 	[ "$(stdout_of 3)" = "$(stdout_of 1)" ] || { echo "free blocks $(stdout_of 1), then $(stdout_of 3)"; return 1; }
-	[ "$(field 4 .result)" = $'exit=0\nstdout:deep.py\nipc.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
+	[ "$(field 4 .result)" = $'exit=0\nstdout:clocks.py\ndeep.py\nipc.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
 	[ ! -e "$W/ws/d" ] && [ ! -e "$W/ws/many-1" ]
 	nothing_left
 }
@@ -316,6 +316,36 @@ message_queues_bounded() { # MODE
 	[ "$(field 1 .run.exit)" = null ]
 	[ ! -e "$W/ws/out/r.txt" ]
 	nothing_left
+}
+
+# A time namespace of the sandbox's own, and sysinfo(2) answered with the
+# sandbox's figures: none of the host's uptime, load, memory or process
+# count reaches a command, and the C library's memory size is the
+# sandbox's ceiling.
+host_counters_hidden() { # MODE
+	local host_up out total
+	host_up=$(cut -d. -f1 /proc/uptime)
+	[ "$host_up" -gt 60 ] || { echo "the host is up for ${host_up}s only: nothing to tell apart"; return 1; }
+	calls "$1" 'python3 clocks.py'
+	out=$(field 1 .result | sed 's/^stdout://')
+	val() { sed -n "s/^$1 //p" <<<"$out"; }
+	[ "$(field 1 .run.exit)" = 0 ] && [ "$(field 1 .run.sandbox.sysinfo)" = answered ] || { reply 1; return 1; }
+	[ "$(val uptime)" -le 10 ] && [ "$(val monotonic)" -le 10 ] && [ "$(val boottime)" -le 10 ] ||
+		{ echo "host up ${host_up}s:"; reply 1; return 1; }
+	[ "$(val loads)" = "0 0 0" ] || { reply 1; return 1; }
+	total=$(field 1 '.run.limits.cgroup.memoryMaxBytes // .run.limits.addressSpaceBytes')
+	[ "$total" = 4294967296 ] && [ "$(val totalram)" = "$total" ] && [ "$(val physmem)" = "$total" ] ||
+		{ reply 1; return 1; }
+	[ "$(val freeram)" -le "$total" ]
+	[ "$(val procs)" -ge 1 ] && [ "$(val procs)" -le 4 ] || { reply 1; return 1; }
+}
+
+@test "as root: no host uptime, load, memory or process count inside (time namespace, sysinfo)" {
+	host_counters_hidden root
+}
+
+@test "unprivileged: no host uptime, load, memory or process count inside (time namespace, sysinfo)" {
+	host_counters_hidden nobody
 }
 
 # sleeping MODE SECONDS: the stage of MODE in the background, running

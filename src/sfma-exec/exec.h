@@ -10,6 +10,8 @@
 #include "buf.h"
 #include "manifest.h"
 
+struct cgroup_box;          /* cgroup.c */
+
 #define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
 #define REASON_PATH_MAX   160                    /* path bytes quoted in a reason */
 
@@ -134,12 +136,21 @@ void id_lease_drop(struct id_lease *l);
  * refusing shared memory. Returns 0 or -1 with *why (static text) set. */
 int seccomp_prepare(const char **why);
 /* Install a compiled filter on the calling thread (no allocation: safe
- * after RLIMIT_AS). Returns 0 or -1 with errno. */
+ * after RLIMIT_AS). Returns the listener of the calls the stage answers
+ * (close-on-exec), -2 when there is none (the filter then fails them with
+ * ENOSYS), or -1 with errno. */
 int seccomp_install(int refuse_shm);
 
-/* ---- cgroup.c ---- */
+/* ---- notify.c ---- */
 
-struct cgroup_box;
+/* CLOCK_BOOTTIME in nanoseconds. */
+int64_t boottime_ns(void);
+/* Answer the next call waiting on listener for the sandbox made at
+ * born_ns, whose cgroup is cg (may be NULL). Returns 0 (answered, or gone
+ * meanwhile), or -1 with errno when the listener is unusable. */
+int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns);
+
+/* ---- cgroup.c ---- */
 
 /* Create the cgroup of one command with its ceilings set. Returns it, or
  * NULL when no ceiling could be set up; *reason (static text, or NULL) says
@@ -149,6 +160,11 @@ struct cgroup_box *cgroup_open(const char **reason);
 int cgroup_enter(struct cgroup_box *b, pid_t pid);
 /* 1 if b holds a memory limit (b may be NULL). */
 int cgroup_memory_limited(const struct cgroup_box *b);
+/* That limit in bytes, or -1. */
+long long cgroup_memory_max(const struct cgroup_box *b);
+/* What b counts now: memory in bytes, processes (each left as it is when
+ * b, or that controller, is missing). */
+void cgroup_usage(const struct cgroup_box *b, long long *memory_bytes, long long *pids);
 /* The ceilings in force, for the trace: an object, or null for NULL. */
 json_t *cgroup_json(const struct cgroup_box *b);
 /* Kill what is left inside, remove the cgroup (retrying while busy). */
@@ -169,7 +185,7 @@ struct run_outcome {
 	json_t *copied;         /* array of paths */
 	json_t *refused;        /* array of {path, reason} */
 	json_t *limits;         /* object */
-	json_t *sandbox;        /* object: the host ids */
+	json_t *sandbox;        /* object: the host ids and what sysinfo gets */
 };
 
 /* Run argv in a fresh sandbox (the prepared one, else one made now) over
