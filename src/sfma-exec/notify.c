@@ -61,7 +61,12 @@ int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns)
 	 * redirect the write (seccomp_unotify(2), "Design goals; use of
 	 * SECCOMP_USER_NOTIF_FLAG_CONTINUE" and SECCOMP_IOCTL_NOTIF_ID_VALID).
 	 * Opening it asks for what ptrace would (proc(5)): this stage is root,
-	 * or the command's own user and owner of its user namespace. */
+	 * or the command's own user and owner of its user namespace; where
+	 * the kernel still says no (Yama ptrace_scope 3, an unreadable
+	 * executable), the call fails with ENOSYS. The write goes through
+	 * page protections as ptrace's does (FOLL_FORCE, fs/proc/base.c
+	 * mem_rw): a read-only buffer is written too, which only the caller's
+	 * own memory feels. */
 	char path[48];
 	snprintf(path, sizeof path, "/proc/%u/mem", (unsigned)req.pid);
 	int mem = open(path, O_WRONLY | O_CLOEXEC);
