@@ -58,6 +58,7 @@ static const char *const env_model[] = {
 	"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", NULL,
 };
 static const char *const env_seal[] = { "SFMA_AUDIT_PRIVATE_KEY", NULL };
+static const char *const env_exec[] = { "SFMA_EXEC_UIDS", NULL };
 
 struct opts {
 	const char *cmd;        /* "run" or "relay" */
@@ -276,6 +277,9 @@ static char **stage_env(enum stage s, const struct checked *c)
 		}
 	} else if (s == SEAL) {
 		for (const char *const *v = env_seal; *v; v++)
+			env_add(env, &n, *v);
+	} else if (s == EXEC) {
+		for (const char *const *v = env_exec; *v; v++)
 			env_add(env, &n, *v);
 	}
 	return env;

@@ -96,7 +96,7 @@ nothing_left() {
 	[ "$(cat "$W/ws/src/a.txt")" = hello ] # an input is not an output
 	# three inits, three sets of namespaces, three cgroups: none shared
 	[ "$(event ready 3)" != "" ]
-	for n in mnt net pid user uts ipc; do
+	for n in mnt net pid user uts ipc time; do
 		[ "$(jq -s --arg n "$n" '[.[] | select(.event == "ready") | .ns[$n]] | unique | length' "$W/events")" = 3 ] ||
 			{ echo "$n namespace shared:"; cat "$W/events"; return 1; }
 	done

@@ -180,8 +180,9 @@ await_cgroups() {
 # The order is the point: init needs mount, umount2 and pivot_root, which
 # the filter refuses, and the command's own set-up (capabilities, rlimits,
 # descriptors) comes before it. strace shows it from outside: in the
-# command's process the filter is the last call before the execve that
-# succeeds, and every step it would refuse ran earlier in init.
+# command's process the filter is the last step before the execve that
+# succeeds, with only the hand-over of its listener (the stage answers
+# sysinfo) between them, and every step it would refuse ran earlier in init.
 @test "the seccomp filter is installed last, right before execve, after the steps it refuses" {
 	require strace
 	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"true"}}' >"$W/req"
@@ -193,10 +194,14 @@ await_cgroups() {
 	# sandbox after the reply, and kills it unused at the end of input)
 	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l '^vfork(' "$W"/trace.*) ||
 		{ echo "command or init not traced"; return 1; }
-	seccomp_line=$(grep -n -m1 'prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, .* = 0$' "$cmd" | cut -d: -f1)
+	local listener
+	seccomp_line=$(grep -n -m1 '^seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, .* = [0-9]*$' "$cmd" | cut -d: -f1)
 	exec_line=$(grep -n -m1 'execve("/usr/bin/true"' "$cmd" | cut -d: -f1)
-	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 1)) ] ||
+	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 2)) ] ||
 		{ echo "seccomp at ${seccomp_line:-none}, execve at ${exec_line:-none}:"; cat "$cmd"; return 1; }
+	listener=$(sed -n "${seccomp_line}s/.* = //p" "$cmd")
+	sed -n "$((seccomp_line + 1))p" "$cmd" | grep -q "^sendmsg(.*cmsg_type=SCM_RIGHTS, cmsg_data=\[$listener\]}.* = [0-9]*$" ||
+		{ echo "not the listener's hand-over after the filter:"; cat "$cmd"; return 1; }
 	# before it, in the command: capabilities, death signal, descriptors, ceilings
 	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_AS'; do
 		head -n "$seccomp_line" "$cmd" | grep -qF "$call" || { echo "no $call before the filter"; cat "$cmd"; return 1; }
@@ -332,7 +337,8 @@ PY
 
 @test "the limits in force are recorded with every command" {
 	calls "$(run_cmd true)"
-	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","openFiles","outputBytes","processes","rootBytes","sharedMemory","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(reply 1 | jq -c '.run.limits | keys')" = '["addressSpaceBytes","cgroup","cgroupReason","copyBackBytes","coreBytes","cpuSeconds","fileSizeBytes","messageQueueBytes","openFiles","outputBytes","processes","rootBytes","sharedMemory","timeoutMs","tmpBytes","workspaceBytes"]' ]
+	[ "$(field 1 .run.limits.messageQueueBytes)" = 819200 ]
 	[ "$(field 1 .run.limits.rootBytes)" = 16777216 ]
 	[ "$(field 1 .run.limits.tmpBytes)" = 268435456 ]
 	[ "$(field 1 .run.limits.workspaceBytes)" = 2147483648 ]
@@ -429,4 +435,86 @@ PY
 	for _ in $(seq 50); do pgrep -f 'sleep 3171' >/dev/null || break; sleep 0.1; done
 	run pgrep -f 'sleep 3171'
 	[ "$status" -eq 1 ] || { echo "left running: $output"; return 1; }
+}
+
+# The ids the host's account files name: uids and gids of /etc/passwd, gids
+# of /etc/group, ranges delegated in /etc/subuid and /etc/subgid.
+named_ids() {
+	awk -F: '{ print $3; print $4 }' /etc/passwd
+	awk -F: '{ print $3 }' /etc/group
+	cat /etc/subuid /etc/subgid 2>/dev/null | awk -F: '$3 > 0 && $3 < 100000 { for (i = 0; i < $3; i++) print $2 + i }'
+}
+# An id n that /etc/passwd names as a uid, with n+1 named nowhere.
+named_then_free() {
+	local named
+	named=$(named_ids | sort -un)
+	awk -F: '{ print $3 }' /etc/passwd | sort -n | while read -r n; do
+		[ "$n" -gt 0 ] && ! grep -qx "$((n + 1))" <<<"$named" && { echo "$n"; break; }
+	done
+}
+
+@test "as root, each sandbox runs as host ids of its own, leased from the range, none of /etc/passwd" {
+	manifest '["sleep"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 1.5"}}' >"$W/req"
+	sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out" &
+	local spid=$! cmd= ids uid
+	echo "$spid" >>"$W/stages"
+	for _ in $(seq 100); do cmd=$(pgrep -xf 'sleep 1.5') && break; sleep 0.05; done
+	[ -n "$cmd" ] || { echo "the command never started"; return 1; }
+	ids=$(stat -c %u:%g /proc/"$cmd")
+	wait "$spid"
+	[ "$(field 1 '.run.sandbox | "\(.hostUid):\(.hostGid)"')" = "$ids" ] || { echo "runs as $ids:"; reply 1; return 1; }
+	[ "$(field 1 .run.sandbox.ids)" = leased ]
+	uid=${ids%:*}
+	[ "$uid" = "${ids#*:}" ] && [ "$uid" -ge 2147000000 ] && [ "$uid" -le 2147065535 ]
+	if named_ids | grep -qx "$uid"; then echo "$uid is named by the account files"; return 1; fi
+	# the leases: a file per id, in a directory root's alone
+	[ "$(stat -c %U:%a /run/sfma/uids)" = root:700 ] && [ -f "/run/sfma/uids/$uid" ]
+	no_leftovers
+}
+
+@test "SFMA_EXEC_UIDS sets the range; an id the account files name is skipped" {
+	local n
+	n=$(named_then_free)
+	[ -n "$n" ] || { echo "no uid of /etc/passwd with a free id above it"; return 1; }
+	SFMA_EXEC_UIDS="$n-$((n + 1))" calls "$(run_cmd 'echo alive')"
+	alive 1
+	[ "$(field 1 .run.sandbox.hostUid)" = $((n + 1)) ] && [ "$(field 1 .run.sandbox.hostGid)" = $((n + 1)) ] ||
+		{ echo "range $n-$((n + 1)):"; reply 1; return 1; }
+}
+
+# Leases hold between sfma-exec processes: a range of one id serves one
+# sandbox at a time. A stage killed outright cannot release anything
+# itself; the kernel drops its lock.
+@test "a range whose ids are all leased refuses the command; a stage killed outright releases its lease" {
+	local f=2147100000
+	while named_ids | grep -qx "$f"; do f=$((f + 1)); done
+	manifest '["sleep","echo"]' '[]' '[]'
+	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"sleep 3172"}}' >"$W/req"
+	SFMA_EXEC_UIDS=$f-$f sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out-a" &
+	local spid=$!
+	echo "$spid" >>"$W/stages"
+	for _ in $(seq 100); do pgrep -xf 'sleep 3172' >/dev/null && break; sleep 0.05; done
+	pgrep -xf 'sleep 3172' >/dev/null || { echo "the command never started"; return 1; }
+	SFMA_EXEC_UIDS=$f-$f calls "$(run_cmd 'echo alive')"
+	[ "$(field 1 .reason)" = "secure command sandbox unavailable: lease host ids: Resource temporarily unavailable (every id of the range is in use: see SFMA_EXEC_UIDS)" ] ||
+		{ reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = null ]
+	kill -KILL "$spid"
+	wait "$spid" || true
+	SFMA_EXEC_UIDS=$f-$f calls "$(run_cmd 'echo alive')"
+	alive 1
+	[ "$(field 1 .run.sandbox.hostUid)" = "$f" ]
+	for _ in $(seq 50); do pgrep -f 'sleep 3172' >/dev/null || break; sleep 0.1; done
+	no_leftovers
+}
+
+@test "an SFMA_EXEC_UIDS that is not FIRST-LAST is a usage error" {
+	local v
+	for v in '' x 5-1 0-5 1- -5 1-2x 1-4294967294 '1 -2'; do
+		run env SFMA_EXEC_UIDS="$v" sfma-exec --apply "$W/m.json" </dev/null
+		[ "$status" -eq 2 ] || { echo "'$v': status $status: $output"; return 1; }
+		[ "${lines[0]}" = "sfma-exec: SFMA_EXEC_UIDS: expected FIRST-LAST, 1 <= FIRST <= LAST <= 4294967293" ] ||
+			{ echo "'$v': $output"; return 1; }
+	done
 }

@@ -8,6 +8,8 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
+FIX=$BATS_TEST_DIRNAME/fixtures/exec
+
 setup() {
 	require jq
 	require python3
@@ -53,7 +55,10 @@ try:
 except OSError as e:
     print("shm_open", name(e.errno))
 PY
-	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' '["src","deep.py","shm.py"]' '["out/r.txt"]'
+	cp "$FIX/ipc.py" "$FIX/clocks.py" "$W/ws/"
+	cp "$FIX/neighbour.py" "$W/"
+	manifest '["python3","stat","ls","sleep","echo","touch","dd"]' \
+		'["src","deep.py","shm.py","ipc.py","clocks.py"]' '["out/r.txt"]'
 }
 
 teardown() {
@@ -99,7 +104,7 @@ stdout_of() { field "$1" .result | sed -n '2s/^stdout://p'; }
 nothing_left() {
 	[ -z "$(ls -A "$TMPDIR")" ] || { echo "left in TMPDIR:"; ls -A "$TMPDIR"; return 1; }
 	if grep -q "$W" /proc/self/mountinfo; then echo "mount left:"; grep "$W" /proc/self/mountinfo; return 1; fi
-	if pgrep -f 'sleep 317[3-6]'; then echo "processes left behind"; return 1; fi
+	if pgrep -f 'sleep 31(7[3-9]|8[0-9])'; then echo "processes left behind"; return 1; fi
 }
 
 deep_tree_leaves_nothing() { # MODE
@@ -107,7 +112,7 @@ deep_tree_leaves_nothing() { # MODE
 	[ "$(field 2 .run.exit)" = 0 ] && [ "$(stdout_of 2)" = "made 4100" ] || { reply 2; return 1; }
 	# the next command's staging copy is as empty as the first one's
 	[ "$(stdout_of 3)" = "$(stdout_of 1)" ] || { echo "free blocks $(stdout_of 1), then $(stdout_of 3)"; return 1; }
-	[ "$(field 4 .result)" = $'exit=0\nstdout:deep.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
+	[ "$(field 4 .result)" = $'exit=0\nstdout:clocks.py\ndeep.py\nipc.py\nout\nshm.py\nsrc\n\nstderr:' ] || { reply 4; return 1; }
 	[ ! -e "$W/ws/d" ] && [ ! -e "$W/ws/many-1" ]
 	nothing_left
 }
@@ -212,6 +217,61 @@ nested_mounts_read_only() { # MODE
 	[[ "$(field 1 .result)" == *"memfd ok"*"shmget ok"* ]] || { reply 1; return 1; }
 }
 
+@test "as root with a memory cgroup: memfd_secret, SysV queues and semaphores work, counted by the cgroup" {
+	calls root 'python3 ipc.py memfd_secret' 'python3 ipc.py msgget' 'python3 ipc.py semget'
+	[ "$(field 1 .run.limits.sharedMemory)" = memoryCgroup ] || { reply 1; return 1; }
+	[[ "$(stdout_of 1)" == "memfd_secret held 64 MiB"* ]] || { reply 1; return 1; }
+	[ "$(stdout_of 2)" = "msgget ok" ] || { reply 2; return 1; }
+	[ "$(stdout_of 3)" = "semget ok" ] || { reply 3; return 1; }
+}
+
+# Memory outside every address space, one call each, where no memory cgroup
+# counts it: refused, and limits.sharedMemory says so. memfd_secret's pages
+# stay in its file when the window mapping them goes (8 MiB windows held
+# 5 GiB under a 4 GiB RLIMIT_AS); SysV message queues and semaphores are
+# charged to no rlimit at all.
+refused_without_cgroup() { # CALL
+	calls nobody "python3 ipc.py $1" 'echo alive'
+	[ "$(field 1 .run.limits.cgroup)" = null ]
+	[ "$(field 1 .run.limits.sharedMemory)" = refused ] || { reply 1; return 1; }
+	[ "$(field 1 .run.exit)" = 0 ] && [ "$(stdout_of 1)" = "$1 ENOSYS" ] || { reply 1; return 1; }
+	[ "$(field 2 .result)" = $'exit=0\nstdout:alive\n\nstderr:' ]
+}
+
+@test "unprivileged (no cgroup): memfd_secret is refused" {
+	refused_without_cgroup memfd_secret
+}
+
+@test "unprivileged (no cgroup): SysV message queues (msgget) are refused" {
+	refused_without_cgroup msgget
+}
+
+@test "unprivileged (no cgroup): SysV semaphores (semget) are refused" {
+	refused_without_cgroup semget
+}
+
+# POSIX message queues are charged to RLIMIT_MSGQUEUE, which the sandbox
+# gets set to 800 KiB whatever the stage runs under: here unlimited where
+# root may raise a limit (CAP_SYS_RESOURCE; this one counts too, per host
+# user, kernel/ucount.c inc_rlimit_ucounts). A queue of the default size
+# reserves 10 x 8 KiB and its bookkeeping.
+message_queues_bounded() { # MODE
+	(ulimit -q unlimited 2>/dev/null || true; calls "$1" 'python3 ipc.py mq_open')
+	[ "$(field 1 .run.limits.messageQueueBytes)" = 819200 ] || { reply 1; return 1; }
+	local word n err
+	read -r word n err <<<"$(stdout_of 1)"
+	[ "$word" = mq_open ] && [ "$err" = EMFILE ] && [ "$n" -ge 1 ] && [ "$n" -le 9 ] ||
+		{ reply 1; return 1; }
+}
+
+@test "unprivileged: POSIX message queues stop at 800 KiB in all" {
+	message_queues_bounded nobody
+}
+
+@test "as root: POSIX message queues stop at 800 KiB in all" {
+	message_queues_bounded root
+}
+
 # RLIMIT_AS counts mappings; a memfd need not be mapped, and RLIMIT_FSIZE
 # caps each, not their number: without a cgroup memory limit one process
 # could hold any amount. There they are refused.
@@ -255,5 +315,138 @@ nested_mounts_read_only() { # MODE
 	[[ "$(field 1 .reason)" == "secure command sandbox unavailable: "* ]] || { reply 1; return 1; }
 	[ "$(field 1 .run.exit)" = null ]
 	[ ! -e "$W/ws/out/r.txt" ]
+	nothing_left
+}
+
+# A time namespace of the sandbox's own, and sysinfo(2) answered with the
+# sandbox's figures: none of the host's uptime, load, memory or process
+# count reaches a command, and the C library's memory size is the
+# sandbox's ceiling.
+host_counters_hidden() { # MODE
+	local host_up out total
+	host_up=$(cut -d. -f1 /proc/uptime)
+	[ "$host_up" -gt 60 ] || { echo "the host is up for ${host_up}s only: nothing to tell apart"; return 1; }
+	calls "$1" 'python3 clocks.py'
+	out=$(field 1 .result | sed 's/^stdout://')
+	val() { sed -n "s/^$1 //p" <<<"$out"; }
+	[ "$(field 1 .run.exit)" = 0 ] && [ "$(field 1 .run.sandbox.sysinfo)" = answered ] || { reply 1; return 1; }
+	[ "$(val uptime)" -le 10 ] && [ "$(val monotonic)" -le 10 ] && [ "$(val boottime)" -le 10 ] ||
+		{ echo "host up ${host_up}s:"; reply 1; return 1; }
+	[ "$(val loads)" = "0 0 0" ] || { reply 1; return 1; }
+	total=$(field 1 '.run.limits.cgroup.memoryMaxBytes // .run.limits.addressSpaceBytes')
+	[ "$total" = 4294967296 ] && [ "$(val totalram)" = "$total" ] && [ "$(val physmem)" = "$total" ] ||
+		{ reply 1; return 1; }
+	[ "$(val freeram)" -le "$total" ]
+	[ "$(val procs)" -ge 1 ] && [ "$(val procs)" -le 4 ] || { reply 1; return 1; }
+}
+
+@test "as root: no host uptime, load, memory or process count inside (time namespace, sysinfo)" {
+	host_counters_hidden root
+}
+
+@test "unprivileged: no host uptime, load, memory or process count inside (time namespace, sysinfo)" {
+	host_counters_hidden nobody
+}
+
+# sleeping MODE SECONDS: the stage of MODE in the background, running
+# "sleep SECONDS"; sets spid (the stage), cmd and init (the command and its
+# sandbox's init, host pids).
+sleeping() {
+	printf '{"id":1,"call":{"tool":"run","cmd":"sleep %s"}}\n' "$2" >"$W/req-$2"
+	as "$1" sfma-exec --apply "$W/m.json" <"$W/req-$2" >"$W/out-$2" &
+	spid=$!
+	cmd=
+	for _ in $(seq 100); do cmd=$(pgrep -xf "sleep $2") && break; sleep 0.05; done
+	[ -n "$cmd" ] || { echo "the command never started"; return 1; }
+	init=$(ps -o ppid= -p "$cmd" | tr -d ' ')
+}
+
+# neighbour ID ARGS...: fixtures/exec/neighbour.py run on the host as uid and
+# gid ID (the interpreter the sandbox runs too: /usr/bin is what it binds).
+neighbour() {
+	local id=$1
+	shift
+	setpriv --reuid="$id" --regid="$id" --clear-groups -- /usr/bin/python3 "$W/neighbour.py" "$@"
+}
+
+# stop_stage: end the background stage (its sandbox dies with it).
+stop_stage() {
+	kill "$spid"
+	wait "$spid" || true
+	for _ in $(seq 100); do pgrep -f 'sleep 31(7[7-9]|8[0-9])' >/dev/null || break; sleep 0.05; done
+}
+
+# A host process as nobody is the neighbour the sandbox once shared a uid
+# with: it could SIGSTOP the sandbox's init (every command then timed out).
+@test "as root: a host process as nobody cannot signal a running sandbox's processes, SIGSTOP included" {
+	sleeping root 3177
+	local probe p
+	probe=$(neighbour 65534 "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -q "^$p kill=EPERM stop=EPERM " <<<"$probe" || { echo "$probe"; return 1; }
+	done
+	nothing_left
+}
+
+# It cannot trace either: a process in another user namespace may be traced
+# only with CAP_SYS_PTRACE over it, and nobody holds none over a namespace
+# root made (kernel/ptrace.c, security/commoncap.c cap_ptrace_access_check).
+@test "as root: a host process as nobody can neither trace nor read a sandbox's processes, nor reach its staging copy" {
+	sleeping root 3178
+	local probe p
+	probe=$(neighbour 65534 --fds "$spid" "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -q "^$p .* seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES$" <<<"$probe" ||
+			{ echo "$probe"; return 1; }
+	done
+	grep -qx 'fds=EACCES' <<<"$probe" || { echo "$probe"; return 1; }
+	nothing_left
+}
+
+# A process of one sandbox cannot even name another's processes (each has
+# a PID namespace of its own); what could reach them is a host uid in
+# common. Each sandbox has its own: a process with one's ids, on the host,
+# gets nowhere with the other.
+@test "as root: two concurrent sandboxes have host ids of their own: neither can signal, trace or read the other" {
+	sleeping root 3179
+	local spid_a=$spid cmd_a=$cmd init_a=$init
+	sleeping root 3180
+	local spid_b=$spid cmd_b=$cmd init_b=$init ids uid_a uid_b probe_ab probe_ba probe
+	# each sandbox's init and command run as one uid and gid, the same number
+	ids=$(stat -c %u:%g /proc/"$cmd_a" /proc/"$init_a" /proc/"$cmd_b" /proc/"$init_b" | tr '\n' ' ')
+	uid_a=$(stat -c %u /proc/"$cmd_a") uid_b=$(stat -c %u /proc/"$cmd_b")
+	probe_ab=$(neighbour "$uid_a" "$cmd_b" "$init_b")
+	probe_ba=$(neighbour "$uid_b" "$cmd_a" "$init_a")
+	spid=$spid_a stop_stage
+	spid=$spid_b stop_stage
+	[ "$ids" = "$uid_a:$uid_a $uid_a:$uid_a $uid_b:$uid_b $uid_b:$uid_b " ] || { echo "ids: $ids"; return 1; }
+	[ "$uid_a" != "$uid_b" ] || { echo "both sandboxes are uid $uid_a"; return 1; }
+	if cut -d: -f3 /etc/passwd | grep -qx -e "$uid_a" -e "$uid_b"; then echo "$ids: a uid of /etc/passwd"; return 1; fi
+	for probe in "$probe_ab" "$probe_ba"; do
+		[ "$(grep -c '^[0-9]* kill=EPERM stop=EPERM seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES$' <<<"$probe")" = 2 ] ||
+			{ echo "$probe"; return 1; }
+	done
+	nothing_left
+}
+
+# Unprivileged, the user's own uid is the only one the kernel lets it map
+# (user_namespaces(7)): its other processes are the sandbox's peers, and as
+# owner of the sandbox's user namespace they hold every capability over it
+# (sfma-exec(1), THREAT BOUNDARY). Other users' processes get nowhere.
+@test "unprivileged: a process of the same user can signal, trace and read the sandbox; another user's cannot" {
+	sleeping nobody 3181
+	local same other p
+	same=$(neighbour 65534 --fds "$spid" "$cmd" "$init")
+	other=$(neighbour 12345 --fds "$spid" "$cmd" "$init")
+	stop_stage
+	for p in "$cmd" "$init"; do
+		grep -qx "$p kill=ok stop=ok seize=ok attach=ok mem=ok environ=ok root=ok write=ok" <<<"$same" ||
+			{ echo "$same"; return 1; }
+		grep -qx "$p kill=EPERM stop=EPERM seize=EPERM attach=EPERM mem=EACCES environ=EACCES root=EACCES write=EACCES" <<<"$other" ||
+			{ echo "$other"; return 1; }
+	done
+	grep -qx 'fds=ok' <<<"$same" && grep -qx 'fds=EACCES' <<<"$other" || { echo "$same"; echo "$other"; return 1; }
 	nothing_left
 }

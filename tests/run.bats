@@ -361,3 +361,14 @@ JSON
 	done
 	[ ! -e ws ]
 }
+
+@test "SFMA_EXEC_UIDS reaches sfma-exec: the trace records sandbox ids from that range" {
+	[ "$(id -u)" = 0 ] || skip "sandboxes lease host ids as root only"
+	manifest m.json
+	mock "$CAND" '{"tool":"run","cmd":"echo hi"}' '{"tool":"done","summary":"s"}'
+	SFMA_EXEC_UIDS=2147200000-2147200099 run sfma run m.json --apply
+	trace_has '.kind=="verdict" and .data.run.exit == 0 and .data.run.sandbox.ids == "leased" and
+		.data.run.sandbox.hostUid >= 2147200000 and .data.run.sandbox.hostUid <= 2147200099' ||
+		{ echo "$output"; grep '"run"' ws/.sfma/trace.jsonl; return 1; }
+	verified
+}

@@ -511,6 +511,35 @@ int cgroup_memory_limited(const struct cgroup_box *b)
 	return b && b->memory_max >= 0;
 }
 
+long long cgroup_memory_max(const struct cgroup_box *b)
+{
+	return b ? b->memory_max : -1;
+}
+
+/* A number file of dir ("" or unreadable: left as it is). */
+static void read_count(const char *dir, const char *file, long long *out)
+{
+	char path[CG_PATH + 32], text[32];
+	if (!dir[0] || (size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path ||
+	    read_text(path, text, sizeof text) < 0)
+		return;
+	char *end;
+	long long v = strtoll(text, &end, 10);
+	if (end != text && v >= 0)
+		*out = v;
+}
+
+void cgroup_usage(const struct cgroup_box *b, long long *memory_bytes, long long *pids)
+{
+	if (!b)
+		return;
+	if (b->pids_max >= 0)
+		read_count(b->dir[0], "pids.current", pids);
+	if (b->memory_max >= 0)
+		read_count(b->dir[b->version == 2 ? 0 : 1],
+		           b->version == 2 ? "memory.current" : "memory.usage_in_bytes", memory_bytes);
+}
+
 json_t *cgroup_json(const struct cgroup_box *b)
 {
 	if (!b)

@@ -14,6 +14,8 @@
 #include "manifest.h"
 #include "utf8.h"
 
+struct cgroup_box;          /* cgroup.c */
+
 #define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
 
 /* Ceilings of a sandboxed command (sfma-exec(1)). Defaults stop a
@@ -35,6 +37,17 @@
 #define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
 #define STAGING_MAX_BYTES (512ull << 20)         /* all declared inputs together */
 #define LIMIT_CGROUP_MEMORY_BYTES (4ull << 30)   /* all processes and tmpfs pages together */
+/* POSIX message queues: the bytes all queues of a sandbox may reserve,
+ * the kernel's default (ipc/mqueue.c, MQ_BYTES_MAX). */
+#define LIMIT_MSGQUEUE_BYTES 819200ull
+
+/* The host ids sandboxes lease as root (sfma-exec(1), IDS; SFMA_EXEC_UIDS):
+ * 65536 ids below 2^31, clear of the ranges useradd(8) hands out to
+ * /etc/subuid (up to 600100000 by default, login.defs(5)) and of systemd's
+ * dynamic users (61184-65519) and container ranges (524288-1879048191) and
+ * its foreign range (2147352576-2147418111). */
+#define SANDBOX_IDS_FIRST 2147000000u
+#define SANDBOX_IDS_LAST  2147065535u
 
 /* What the hard tier and the sandbox share about the task at hand. */
 struct exec_ctx {
@@ -43,8 +56,9 @@ struct exec_ctx {
 	char *ws_real;          /* its canonical path, to tell where a link leads */
 	int apply;              /* 0: dry run */
 	long timeout_s;         /* --timeout */
-	unsigned host_uid;      /* host uid the contained program runs as */
-	unsigned host_gid;
+	int lease_ids;          /* 1: each sandbox leases host ids of its own */
+	unsigned ids_first, ids_last; /* from this range */
+	unsigned own_uid, own_gid;    /* else the contained program runs as these */
 };
 
 /* The hard tier's view of the task at hand. */
@@ -53,18 +67,47 @@ static inline struct gate_ctx gate_of(const struct exec_ctx *c)
 	return (struct gate_ctx){.m = c->m, .ws_fd = c->ws_fd, .ws_real = c->ws_real};
 }
 
+/* ---- uids.c ---- */
+
+/* The host ids of one sandbox: uid and gid, the same number, leased while
+ * fd (the lock) is open; fd -1 when they are the stage's own. */
+struct id_lease {
+	unsigned uid, gid;
+	int fd;
+};
+
+/* Parse "FIRST-LAST", 1 <= FIRST <= LAST < 2^32 - 2. 0, or -1. */
+int id_range_parse(const char *s, unsigned *first, unsigned *last);
+/* 1 if every id of [first, last] is mapped in our user namespace, as uid
+ * and as gid. */
+int id_range_mapped(unsigned first, unsigned last);
+/* Lease the lowest id of [first, last] that no account file names and no
+ * other sandbox holds. Returns 0, or -1 with errno (EAGAIN: all taken). */
+int id_lease_take(unsigned first, unsigned last, struct id_lease *l);
+/* Release a lease (nothing for the stage's own ids). */
+void id_lease_drop(struct id_lease *l);
+
 /* ---- seccomp.c ---- */
 
 /* Compile both filters once: the one with and the one without the rules
  * refusing shared memory. Returns 0 or -1 with *why (static text) set. */
 int seccomp_prepare(const char **why);
 /* Install a compiled filter on the calling thread (no allocation: safe
- * after RLIMIT_AS). Returns 0 or -1 with errno. */
+ * after RLIMIT_AS). Returns the listener of the calls the stage answers
+ * (close-on-exec), -2 when there is none (the filter then fails them with
+ * ENOSYS), or -1 with errno. */
 int seccomp_install(int refuse_shm);
 
-/* ---- cgroup.c ---- */
+/* ---- notify.c ---- */
 
-struct cgroup_box;
+/* CLOCK_BOOTTIME in nanoseconds. */
+int64_t boottime_ns(void);
+/* Answer the next call waiting on listener for the sandbox made at
+ * born_ns, whose cgroup is cg (may be NULL). Returns 0 (answered, or gone
+ * meanwhile), or -1 with errno when the listener is unusable. */
+int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns);
+
+/* ---- cgroup.c ---- */
 
 /* Create the cgroup of one command with its ceilings set. Returns it, or
  * NULL when no ceiling could be set up; *reason (static text, or NULL) says
@@ -74,6 +117,11 @@ struct cgroup_box *cgroup_open(const char **reason);
 int cgroup_enter(struct cgroup_box *b, pid_t pid);
 /* 1 if b holds a memory limit (b may be NULL). */
 int cgroup_memory_limited(const struct cgroup_box *b);
+/* That limit in bytes, or -1. */
+long long cgroup_memory_max(const struct cgroup_box *b);
+/* What b counts now: memory in bytes, processes (each left as it is when
+ * b, or that controller, is missing). */
+void cgroup_usage(const struct cgroup_box *b, long long *memory_bytes, long long *pids);
 /* The ceilings in force, for the trace: an object, or null for NULL. */
 json_t *cgroup_json(const struct cgroup_box *b);
 /* Kill what is left inside, remove the cgroup (retrying while busy). */
@@ -94,6 +142,7 @@ struct run_outcome {
 	json_t *copied;         /* array of paths */
 	json_t *refused;        /* array of {path, reason} */
 	json_t *limits;         /* object */
+	json_t *sandbox;        /* object: the host ids and what sysinfo gets */
 };
 
 /* Run argv in a fresh sandbox (the prepared one, else one made now) over

@@ -29,28 +29,12 @@
 #include "sha.h"
 
 #define REQUEST_MAX NDJSON_DEFAULT_MAX
-#define NOBODY 65534u
 
 static const char usage[] =
 	"usage: sfma-exec [--apply] [--timeout SECONDS] MANIFEST\n"
 	"       sfma-exec --version | --help\n"
 	"  --apply            apply writes and run commands (default: dry run)\n"
 	"  --timeout SECONDS  wall-clock limit of one command, 1..86400 (default 60)\n";
-
-/* 1 if host uid/gid `id` is mapped in our user namespace (always so in the
- * initial one; not so under an `unshare --map-root-user`). */
-static int id_mapped(const char *file, unsigned id)
-{
-	FILE *f = fopen(file, "re");
-	if (!f)
-		return 0;
-	unsigned inside, outside, count;
-	int found = 0;
-	while (fscanf(f, "%u %u %u", &inside, &outside, &count) == 3)
-		found |= id >= inside && id - inside < count;
-	fclose(f);
-	return found;
-}
 
 /* ---- replies ---- */
 
@@ -251,6 +235,8 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 	json_object_set_new(run, "durationMs", json_real((double)(int64_t)(took * 1000) / 1000));
 	json_object_set_new(run, "timedOut", json_boolean(o.timed_out));
 	json_object_set(run, "limits", o.limits);
+	if (o.sandbox)
+		json_object_set(run, "sandbox", o.sandbox);
 	json_object_set(run, "copiedBack", o.copied);
 	json_object_set(run, "refused", o.refused);
 	if (o.unavailable) {
@@ -430,17 +416,27 @@ int main(int argc, char **argv)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		die("no-new-privileges: %s", strerror(errno));
 	/* As root, the contained program must not be host uid 0: the kernel
-	 * exempts uid 0 from RLIMIT_NPROC and root owns most of the host. Map
-	 * it to nobody, and shed root's supplementary groups, which would
-	 * otherwise follow it into the sandbox. */
-	if (geteuid() == 0 && id_mapped("/proc/self/uid_map", NOBODY) &&
-	    id_mapped("/proc/self/gid_map", NOBODY)) {
-		c.host_uid = c.host_gid = NOBODY;
+	 * exempts uid 0 from RLIMIT_NPROC and root owns most of the host. Nor
+	 * may it share a uid with anything else, which could signal it
+	 * (kill(2)): each sandbox leases host ids of its own from the range
+	 * (uids.c), when our user namespace maps all of it (always so in the
+	 * initial one; not so under an `unshare --map-root-user`), and root's
+	 * supplementary groups, which would otherwise follow it into the
+	 * sandbox, are shed. Otherwise it runs as our own ids, the only ones
+	 * an unprivileged user can map (user_namespaces(7)). */
+	const char *range = getenv("SFMA_EXEC_UIDS");
+	c.ids_first = SANDBOX_IDS_FIRST;
+	c.ids_last = SANDBOX_IDS_LAST;
+	if (range && id_range_parse(range, &c.ids_first, &c.ids_last) < 0)
+		cli_usage_error(usage, "SFMA_EXEC_UIDS: expected FIRST-LAST, 1 <= FIRST <= LAST <= 4294967293");
+	c.own_uid = (unsigned)geteuid();
+	c.own_gid = (unsigned)getegid();
+	if (geteuid() == 0 && id_range_mapped(c.ids_first, c.ids_last)) {
+		c.lease_ids = 1;
 		if (setgroups(0, NULL) < 0 && errno != EPERM)
 			die("setgroups: %s", strerror(errno));
-	} else {
-		c.host_uid = (unsigned)geteuid();
-		c.host_gid = (unsigned)getegid();
+	} else if (geteuid() == 0 && range) {
+		cli_usage_error(usage, "SFMA_EXEC_UIDS: %s is not mapped in this user namespace", range);
 	}
 	/* A reader that went away is noticed as a write error, not a signal. */
 	signal(SIGPIPE, SIG_IGN);

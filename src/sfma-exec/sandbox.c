@@ -2,7 +2,7 @@
  * written directly against the kernel.
  *
  * Three processes: this stage; the sandbox init (PID 1 of a new PID
- * namespace, also the owner of new user, mount, network, IPC and UTS
+ * namespace, also the owner of new user, mount, network, IPC, UTS and time
  * namespaces), which builds the new root and then waits; and the command,
  * forked by init, which drops everything and execs. When init exits the
  * kernel kills every process left in its PID namespace (pid_namespaces(7)),
@@ -36,13 +36,14 @@
  * happens when the stage itself is killed with SIGKILL.
  *
  * Order, as STYLE and bubblewrap fix it: no-new-privileges (main) ->
- * validate everything (seccomp filters compiled, groups shed) -> clone ->
- * setgroups deny and id maps, cgroup placement (by the stage) -> make /
- * private -> tmpfs root and staging tmpfs -> binds, every runtime mount
- * read-only -> pivot_root, detach the old root -> drop capabilities ->
- * [ready: wait for the command; the stage fills the staging copy] ->
- * [vfork] -> death signal (again after each fork and credential change)
- * -> close stray fds -> rlimits -> seccomp -> execve. */
+ * validate everything (seccomp filters compiled, groups shed, host ids
+ * leased) -> clone -> setgroups deny and id maps, cgroup placement (by the
+ * stage) -> time namespace -> make / private -> tmpfs root and staging
+ * tmpfs -> binds, every runtime mount read-only -> pivot_root, detach the
+ * old root -> drop capabilities -> [ready: wait for the command; the stage
+ * fills the staging copy] -> [vfork] -> death signal (again after each
+ * fork and credential change) -> close stray fds -> rlimits -> seccomp
+ * (its listener handed to the stage) -> execve. */
 #include "exec.h"
 #include "staging.h"
 
@@ -52,6 +53,7 @@
 #include <linux/capability.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -311,7 +314,41 @@ static void build_root(int report)
 		fail_step(report, "mount private /tmp");
 }
 
-/* The command's last steps. Runs in the child init forked; never returns. */
+/* A command's RLIMIT_MSGQUEUE: LIMIT_MSGQUEUE_BYTES, or the stage's own
+ * hard limit where that is lower (raising one takes CAP_SYS_RESOURCE,
+ * setrlimit(2), which even root may lack). The command inherits the
+ * stage's limits through init, so both compute the same. */
+static rlim_t msgqueue_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MSGQUEUE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
+	    rl.rlim_max < LIMIT_MSGQUEUE_BYTES)
+		return rl.rlim_max;
+	return LIMIT_MSGQUEUE_BYTES;
+}
+
+/* Hand the stage a descriptor over the report socket (SCM_RIGHTS,
+ * unix(7)), in a report named step. */
+static int send_fd(int report, const char *step, int fd)
+{
+	struct step_report r = {.err = 0};
+	snprintf(r.step, sizeof r.step, "%s", step);
+	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	return sendmsg(report, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
+}
+
 /* The command's last steps. Runs in the child init forked; never returns.
  * Signal dispositions and the signal mask come from init, which reset
  * them all while preparing. */
@@ -355,14 +392,22 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 
 	/* Ceilings. RLIMIT_NPROC counts processes of the real user: that is
 	 * why the command is never host uid 0, which is exempt from it
-	 * (setrlimit(2)). RLIMIT_AS is last: nothing after it allocates (the
-	 * seccomp filters are prebuilt). */
+	 * (setrlimit(2)). RLIMIT_MSGQUEUE bounds the bytes all POSIX message
+	 * queues of a user may reserve, counted per user of each user
+	 * namespace (since Linux 5.14; per host user before) and checked at
+	 * mq_open(3) against the opener's limit (ipc/mqueue.c
+	 * mqueue_get_inode, kernel/ucount.c inc_rlimit_ucounts), which no
+	 * process of the sandbox can raise: that takes CAP_SYS_RESOURCE in
+	 * the initial user namespace (kernel/sys.c do_prlimit). RLIMIT_AS is
+	 * last: nothing after it allocates (the seccomp filters are
+	 * prebuilt). */
 	struct { int res; rlim_t soft, hard; const char *what; } lim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
 		{RLIMIT_CPU, (rlim_t)cpu_s, (rlim_t)cpu_s + 1, "RLIMIT_CPU"},
 		{RLIMIT_FSIZE, LIMIT_FSIZE_BYTES, LIMIT_FSIZE_BYTES, "RLIMIT_FSIZE"},
 		{RLIMIT_NOFILE, LIMIT_NOFILE, LIMIT_NOFILE, "RLIMIT_NOFILE"},
 		{RLIMIT_NPROC, LIMIT_NPROC, LIMIT_NPROC, "RLIMIT_NPROC"},
+		{RLIMIT_MSGQUEUE, msgqueue_limit(), msgqueue_limit(), "RLIMIT_MSGQUEUE"},
 		{RLIMIT_AS, LIMIT_AS_BYTES, LIMIT_AS_BYTES, "RLIMIT_AS"},
 	};
 	for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
@@ -372,9 +417,16 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	}
 	/* seccomp last, right before execve: the filter refuses what init
 	 * needed for the steps before (mount, umount2, pivot_root), and
-	 * nothing after it runs but execve. */
-	if (seccomp_install(refuse_shm) < 0)
+	 * nothing after it runs but the hand-over of its listener and
+	 * execve. The stage answers sysinfo (notify.c) and gets the listener
+	 * over the report socket. Should that fail, the listener closes at
+	 * execve (close-on-exec) and with it every call waiting on it, which
+	 * then fails with ENOSYS (kernel/seccomp.c seccomp_notify_detach). */
+	int listener = seccomp_install(refuse_shm);
+	if (listener == -1)
 		fail_step(report, "seccomp");
+	if (listener >= 0)
+		(void)send_fd(report, "sysinfo", listener);
 
 	/* No execvp: on ENOEXEC it would hand the file to /bin/sh. */
 	static const char *const dirs[] = {"/usr/bin/", "/bin/"};
@@ -423,27 +475,6 @@ static void drop_capabilities(int report)
 	struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}};
 	if (syscall(SYS_capset, &hdr, none) < 0)
 		fail_step(report, "drop capabilities");
-}
-
-/* Hand the stage the staging directory (SCM_RIGHTS, unix(7)): the sandbox
- * is ready for a command. */
-static int send_staging(int report, int fd)
-{
-	struct step_report r = {.step = "staging"};
-	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof u);
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-	return sendmsg(report, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
 }
 
 static int read_full(int fd, void *p, size_t n)
@@ -519,6 +550,41 @@ static void keep_channels(int *go, int *out, int *err, int *report)
 	close(null);
 }
 
+/* A time namespace of the sandbox's own, in which CLOCK_MONOTONIC and
+ * CLOCK_BOOTTIME start at 0: a command sees how long its sandbox has
+ * existed, not how long the host has (time_namespaces(7)). clone(2)
+ * cannot take CLONE_NEWTIME (its bit lies in the exit signal's, CSIGNAL),
+ * and unshare(2) moves the caller's future children, not the caller, into
+ * the new namespace; its offsets can be written only until a process is
+ * in it (kernel/time/namespace.c proc_timens_set_offset, frozen_offsets).
+ * So init writes them first and then joins it itself with setns(2): the
+ * command is a vfork child, which shares its parent's time namespace
+ * (kernel/nsproxy.c copy_namespaces, CLONE_VM) and would move only at its
+ * execve on recent kernels (fs/exec.c exec_task_namespaces). Runs while
+ * init is still host root: /proc/self belongs to the owner of a dumpable
+ * process, and the switch to the mapped ids makes init undumpable (a
+ * change of effective uid; kernel/cred.c commit_creds), its /proc/self
+ * then host root's (fs/proc/base.c task_dump_owner). */
+static void enter_time_namespace(int report)
+{
+	if (unshare(CLONE_NEWTIME) < 0)
+		fail_step(report, "time namespace");
+	struct timespec mono, boot;
+	if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
+		fail_step(report, "time namespace offsets");
+	char text[96];
+	int n = snprintf(text, sizeof text, "monotonic %lld 0\nboottime %lld 0\n",
+	                 -(long long)mono.tv_sec, -(long long)boot.tv_sec);
+	int fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, text, (size_t)n) != n)
+		fail_step(report, "time namespace offsets");
+	close(fd);
+	int ns = open("/proc/self/ns/time_for_children", O_RDONLY | O_CLOEXEC);
+	if (ns < 0 || setns(ns, CLONE_NEWTIME) < 0)
+		fail_step(report, "enter time namespace");
+	close(ns);
+}
+
 /* PID 1 of the sandbox. It prepares everything that does not depend on
  * the command, reports ready, and only then waits for one. */
 static _Noreturn void sandbox_init(int go, int out, int err, int report)
@@ -541,6 +607,7 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report)
 	/* The first go: id maps written, cgroup entered; it says which
 	 * seccomp filter the command gets. */
 	int refuse_shm = await_go(go) == 'S';
+	enter_time_namespace(report);
 	/* Become uid/gid 0 of the new namespace, i.e. the unprivileged host
 	 * ids just mapped. Until now this process was host root outside any
 	 * mapping. */
@@ -599,7 +666,7 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report)
 	/* Ready: the stage gets the staging directory and fills it once a
 	 * command comes; nothing of that command is known before. */
 	int ws = open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (ws < 0 || send_staging(report, ws) < 0)
+	if (ws < 0 || send_fd(report, "staging", ws) < 0)
 		fail_step(report, "pass the staging directory");
 	close(ws);
 	long cpu_s = 0;
@@ -712,19 +779,22 @@ static void unavailable(struct run_outcome *o, const char *step, int err)
 	if (strcmp(step, "clone namespaces") == 0 && err == ENOSPC)
 		buf_adds(&b, " (the limit of user namespaces is reached: "
 		             "see sysctl user.max_user_namespaces)");
+	else if (strcmp(step, "lease host ids") == 0 && err == EAGAIN)
+		buf_adds(&b, " (every id of the range is in use: see SFMA_EXEC_UIDS)");
 	free(o->unavailable);
 	o->unavailable = b.p;
 }
 
 static json_t *limits_json(long long timeout_ms, long cpu_s)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
 	                 "timeoutMs", (json_int_t)timeout_ms,
 	                 "cpuSeconds", (json_int_t)cpu_s,
 	                 "addressSpaceBytes", (json_int_t)LIMIT_AS_BYTES,
 	                 "fileSizeBytes", (json_int_t)LIMIT_FSIZE_BYTES,
 	                 "openFiles", (json_int_t)LIMIT_NOFILE,
 	                 "processes", (json_int_t)LIMIT_NPROC,
+	                 "messageQueueBytes", (json_int_t)msgqueue_limit(),
 	                 "coreBytes", (json_int_t)0,
 	                 "tmpBytes", (json_int_t)LIMIT_TMP_BYTES,
 	                 "rootBytes", (json_int_t)LIMIT_ROOT_BYTES,
@@ -745,6 +815,10 @@ struct sandbox {
 	int out, err;           /* the command's stdout and stderr */
 	int rep;                /* init's reports */
 	int staging;            /* the staging directory, once init is ready */
+	int listener;           /* the command's sysinfo calls, once it has one */
+	struct id_lease ids;    /* its host ids */
+	int64_t born_ns;        /* CLOCK_BOOTTIME when it was made */
+	int answers_sysinfo;    /* the command handed the stage its listener */
 	struct cgroup_box *cg;
 	json_t *cgroup, *cgroup_reason; /* the ceilings in force, for limits */
 	int refuse_shm;
@@ -754,7 +828,7 @@ struct sandbox {
 };
 
 #define SANDBOX_NONE {.pid = -1, .pidfd = -1, .go = -1, .out = -1, .err = -1, .rep = -1, \
-                      .staging = -1}
+                      .staging = -1, .listener = -1, .ids = {.fd = -1}}
 
 /* The signal handler reads their pids. */
 static struct sandbox ready = SANDBOX_NONE, running = SANDBOX_NONE, done = SANDBOX_NONE;
@@ -766,7 +840,7 @@ static void sandbox_clear(struct sandbox *s)
 
 static void close_fds(struct sandbox *s)
 {
-	int *fds[] = {&s->pidfd, &s->go, &s->out, &s->err, &s->rep, &s->staging};
+	int *fds[] = {&s->pidfd, &s->go, &s->out, &s->err, &s->rep, &s->staging, &s->listener};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
 		if (*fds[i] >= 0)
 			close(*fds[i]);
@@ -776,10 +850,15 @@ static void close_fds(struct sandbox *s)
 
 /* Sandbox inits let go and still exiting: reaped later, so that namespace
  * teardown overlaps with waiting for the next request. Their cgroups go
- * once they are reaped (a cgroup with a task in it cannot be removed). */
+ * once they are reaped (a cgroup with a task in it cannot be removed), and
+ * so do their host ids: init is reaped only once every other process of
+ * its PID namespace is (kernel/pid_namespace.c zap_pid_ns_processes waits
+ * for them before init becomes a zombie), so no process is left with the
+ * ids when the next sandbox leases them. */
 static struct exiting {
 	pid_t pid;
 	struct cgroup_box *cg;
+	struct id_lease ids;
 } exiting[32];
 static size_t n_exiting;
 
@@ -791,10 +870,12 @@ static void reap_exiting(int block)
 		do
 			r = waitpid(exiting[i].pid, NULL, block ? 0 : WNOHANG);
 		while (r < 0 && errno == EINTR);
-		if (r == 0)
+		if (r == 0) {
 			exiting[keep++] = exiting[i];
-		else
+		} else {
 			cgroup_close(exiting[i].cg);
+			id_lease_drop(&exiting[i].ids);
+		}
 	}
 	n_exiting = keep;
 }
@@ -810,6 +891,7 @@ static void sandbox_discard(struct sandbox *s)
 	}
 	close_fds(s);
 	cgroup_close(s->cg);
+	id_lease_drop(&s->ids);
 	json_decref(s->cgroup);
 	json_decref(s->cgroup_reason);
 	sandbox_clear(s);
@@ -824,10 +906,11 @@ static void sandbox_release(struct sandbox *s)
 		return;
 	}
 	reap_exiting(n_exiting == sizeof exiting / sizeof exiting[0]);
-	exiting[n_exiting] = (struct exiting){s->pid, s->cg};
+	exiting[n_exiting] = (struct exiting){s->pid, s->cg, s->ids};
 	n_exiting++;
 	s->pid = -1;
 	s->cg = NULL;
+	s->ids.fd = -1;
 	sandbox_discard(s);
 }
 
@@ -870,12 +953,27 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 	s->out = out[0];
 	s->err = err[0];
 	s->rep = rep[0];
+	/* Host ids of its own (uids.c), leased before the clone so that the
+	 * maps can name them; or the stage's own, the only ones an
+	 * unprivileged user can map (user_namespaces(7)). */
+	if (!c->lease_ids) {
+		s->ids = (struct id_lease){.uid = c->own_uid, .gid = c->own_gid, .fd = -1};
+	} else if (id_lease_take(c->ids_first, c->ids_last, &s->ids) < 0) {
+		/* The inits still exiting hold theirs until they are reaped:
+		 * wait for them before giving up. */
+		if (errno != EAGAIN || n_exiting == 0)
+			return sandbox_failed(s, "lease host ids");
+		reap_exiting(1);
+		if (id_lease_take(c->ids_first, c->ids_last, &s->ids) < 0)
+			return sandbox_failed(s, "lease host ids");
+	}
 	/* Made before the clone, entered before init goes on (see below).
 	 * Without one the command still runs, under the rlimits alone. */
 	const char *cg_reason = NULL;
 	s->cg = cgroup_open(&cg_reason);
 	sandbox_cgroup(s, s->cg, cg_reason);
 	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
+	s->born_ns = boottime_ns();
 	/* clone as a fork (no CLONE_VM, no new stack): the child continues here
 	 * on a copy of this stack, which also keeps AddressSanitizer happy. */
 	long r = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
@@ -901,7 +999,7 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 	s->pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
 	if (s->pidfd < 0 && errno != ENOSYS)
 		return sandbox_failed(s, "pidfd_open");
-	const char *map_step = write_id_maps(s->pid, c->host_uid, c->host_gid);
+	const char *map_step = write_id_maps(s->pid, s->ids.uid, s->ids.gid);
 	if (map_step)
 		return sandbox_failed(s, map_step);
 	/* init waits on the go pipe, so it forks the command only once it is
@@ -914,17 +1012,54 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 		sandbox_cgroup(s, NULL, b.p);
 		buf_free(&b);
 	}
-	/* Shared memory outside every address space - memfd_create(2),
-	 * shmget(2) - escapes RLIMIT_AS, which counts mappings only: a memfd
-	 * need never be mapped, and RLIMIT_FSIZE bounds each one, not their
-	 * number. A cgroup memory limit counts those pages (shmem is charged
-	 * to the memory cgroup of the task that first touches it, cgroup-v1
-	 * memory.txt 2.3, cgroup-v2 "Memory"); without one the filter
-	 * refuses them. POSIX shm_open needs /dev/shm, which the root lacks. */
+	/* Memory outside every address space escapes RLIMIT_AS, which counts
+	 * mappings only. A memfd (memfd_create(2)) need never be mapped, and
+	 * RLIMIT_FSIZE bounds each one, not their number. memfd_secret(2)
+	 * checks RLIMIT_MEMLOCK when a window of it is mapped, and the pages
+	 * stay in the file once it is unmapped again (mm/secretmem.c
+	 * secretmem_mmap, secretmem_fault): 8 MiB windows mapped and unmapped
+	 * in turn held 5 GiB in one process under a 4 GiB RLIMIT_AS. SysV
+	 * shared memory, message queues and semaphores (shmget(2), msgget(2),
+	 * semget(2)) live in the IPC namespace, charged to no rlimit, bounded
+	 * only by its sysctls (shmall, msgmni x msgmnb, semmns: gigabytes by
+	 * default; ipc/util.c, ipc/msg.c, ipc/sem.c). A cgroup memory limit
+	 * counts all of their pages (charged to the memory cgroup of the task
+	 * that allocates them, __GFP_ACCOUNT and mm/filemap.c
+	 * filemap_add_folio; cgroup-v1 memory.txt 2.3, cgroup-v2 "Memory");
+	 * without one the filter refuses them. POSIX shm_open needs /dev/shm,
+	 * which the root lacks; POSIX message queues are bounded by
+	 * RLIMIT_MSGQUEUE (exec_command). */
 	s->refuse_shm = !cgroup_memory_limited(s->cg);
 	if (write(s->go, s->refuse_shm ? "S" : "s", 1) != 1)
 		return sandbox_failed(s, "start sandbox");
 	return 0;
+}
+
+/* Read one report and the descriptor it carries, if any (*fd, else -1;
+ * the caller owns it). Returns what recvmsg returns. */
+static ssize_t recv_report(int rep, struct step_report *r, int *fd)
+{
+	struct iovec iov = {.iov_base = r, .iov_len = sizeof *r};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	ssize_t n;
+	do
+		n = recvmsg(rep, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	int saved = errno;
+	*fd = -1;
+	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(cm), sizeof *fd);
+	if (n == (ssize_t)sizeof *r)
+		r->step[sizeof r->step - 1] = '\0';
+	errno = saved;
+	return n;
 }
 
 /* Wait for init's ready report: the staging directory, or the step that
@@ -934,22 +1069,9 @@ static int sandbox_await_ready(struct sandbox *s)
 	if (s->staging >= 0)
 		return 0;
 	struct step_report r;
-	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-	                     .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-	ssize_t n;
-	do
-		n = recvmsg(s->rep, &msg, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	int saved = errno, fd = -1;
-	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+	int fd;
+	ssize_t n = recv_report(s->rep, &r, &fd);
+	int saved = errno;
 	if (n == (ssize_t)sizeof r && strcmp(r.step, "staging") == 0 && fd >= 0) {
 		s->staging = fd;
 		return 0;
@@ -957,7 +1079,6 @@ static int sandbox_await_ready(struct sandbox *s)
 	if (fd >= 0)
 		close(fd);
 	if (n == (ssize_t)sizeof r && r.step[0]) {
-		r.step[sizeof r.step - 1] = '\0';
 		memcpy(s->step_buf, r.step, sizeof s->step_buf);
 		errno = r.err;
 		return sandbox_failed(s, s->step_buf);
@@ -1003,7 +1124,7 @@ void sandbox_prepare(const struct exec_ctx *c, int ahead)
 	/* What a command would refuse on is left for the command to report. */
 	int wanted = ahead && c->apply && c->m->n_allowed > 0 && ready.pid <= 0;
 	if (wanted && seccomp_prepare(&why) == 0 &&
-	    (c->host_uid == (unsigned)geteuid() || getgroups(0, NULL) == 0) &&
+	    (!c->lease_ids || getgroups(0, NULL) == 0) &&
 	    sandbox_start(c, &ready) < 0)
 		sandbox_discard(&ready);
 	/* Then the last command's sandbox goes (it is never used again). The
@@ -1023,11 +1144,12 @@ static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome
 	int exited = 0, reaped = 0, status = 0, out_open = 1, err_open = 1, rep_open = 1;
 	int reported = -1; /* the command's exit code, as init reported it */
 	while ((!exited && reported < 0) || out_open || err_open) {
-		struct pollfd pf[4] = {
+		struct pollfd pf[5] = {
 			{.fd = out_open ? s->out : -1, .events = POLLIN},
 			{.fd = err_open ? s->err : -1, .events = POLLIN},
 			{.fd = rep_open ? s->rep : -1, .events = POLLIN},
 			{.fd = exited ? -1 : s->pidfd, .events = POLLIN},
+			{.fd = s->listener, .events = POLLIN},
 		};
 		int64_t left = deadline - mono_ms();
 		if (left <= 0 && !exited && !o->timed_out) {
@@ -1041,7 +1163,7 @@ static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome
 				exited = reaped = 1;
 			wait_ms = wait_ms > 20 ? 20 : wait_ms;
 		}
-		int n = poll(pf, 4, wait_ms);
+		int n = poll(pf, 5, wait_ms);
 		if (n < 0 && errno != EINTR) {
 			kill(s->pid, SIGKILL);
 			unavailable(o, "poll", errno);
@@ -1055,19 +1177,35 @@ static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome
 			err_open = pump(s->err, &o->err, &o->err_total);
 		if (pf[2].revents) {
 			struct step_report sr;
-			ssize_t got = read(s->rep, &sr, sizeof sr);
-			if (got == (ssize_t)sizeof sr && sr.step[0] == '\0') {
+			int fd;
+			ssize_t got = recv_report(s->rep, &sr, &fd);
+			int listener = got == (ssize_t)sizeof sr && strcmp(sr.step, "sysinfo") == 0;
+			if (listener && fd >= 0 && s->listener < 0) {
+				/* From the command, between its filter and execve. */
+				s->listener = fd;
+				s->answers_sysinfo = 1;
+				fd = -1;
+			} else if (listener) {
+			} else if (got == (ssize_t)sizeof sr && sr.step[0] == '\0') {
 				reported = sr.err >= 0 && sr.err < 256 ? sr.err : 127;
 			} else if (got == (ssize_t)sizeof sr) {
-				sr.step[sizeof sr.step - 1] = '\0';
 				unavailable(o, sr.step, sr.err);
 				kill(s->pid, SIGKILL);
 			}
+			if (fd >= 0)
+				close(fd);
 			if (got <= 0 || got == (ssize_t)sizeof sr)
 				rep_open = got > 0;
 		}
 		if (pf[3].revents)
 			exited = 1;
+		/* A call waits for its answer; the hang-up comes when no process
+		 * under the filter is left (kernel/seccomp.c seccomp_notify_poll). */
+		if ((pf[4].revents & POLLIN && notify_answer(s->listener, s->cg, s->born_ns) < 0) ||
+		    (pf[4].revents & ~POLLIN)) {
+			close(s->listener);
+			s->listener = -1;
+		}
 	}
 	if (reported < 0 || o->timed_out || reaped || o->unavailable) {
 		/* Not to be let go later: it is gone, or must be. */
@@ -1108,7 +1246,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	}
 	/* Root's supplementary groups would follow the program into the
 	 * sandbox (setgroups is denied there): they must be gone. */
-	if (c->host_uid != (unsigned)geteuid() && getgroups(0, NULL) != 0) {
+	if (c->lease_ids && getgroups(0, NULL) != 0) {
 		unavailable(o, "drop supplementary groups", EPERM);
 		return;
 	}
@@ -1136,7 +1274,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	json_object_set_new(o->limits, "sharedMemory",
 	                    json_string(s->refuse_shm ? "refused" : "memoryCgroup"));
 	const char *step = NULL;
-	if (staging_fill(c, s->staging, o->refused, &step) < 0) {
+	if (staging_fill(c, s->staging, s->ids.uid, s->ids.gid, o->refused, &step) < 0) {
 		unavailable(o, step, errno);
 		sandbox_discard(s);
 		return;
@@ -1146,7 +1284,15 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 		sandbox_discard(s);
 		return;
 	}
-	if (supervise(s, timeout_ms, o) == 0)
+	int ran = supervise(s, timeout_ms, o) == 0;
+	if (s->listener >= 0)
+		close(s->listener);
+	s->listener = -1;
+	o->sandbox = json_pack("{s:I,s:I,s:s,s:s}", "hostUid", (json_int_t)s->ids.uid,
+	                       "hostGid", (json_int_t)s->ids.gid,
+	                       "ids", s->ids.fd >= 0 ? "leased" : "own",
+	                       "sysinfo", s->answers_sysinfo ? "answered" : "refused");
+	if (ran)
 		staging_copy_back(c, s->staging, o->copied, o->refused);
 	/* The last reference of the stage: with init gone, the kernel frees
 	 * the staging tmpfs. */
@@ -1195,4 +1341,5 @@ void run_outcome_free(struct run_outcome *o)
 	json_decref(o->copied);
 	json_decref(o->refused);
 	json_decref(o->limits);
+	json_decref(o->sandbox);
 }

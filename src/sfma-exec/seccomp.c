@@ -1,16 +1,27 @@
 /* seccomp.c - the syscall filter a contained command runs under.
  *
  * Compiled once per process with libseccomp and kept as raw BPF, so that
- * installing it in the command's process is a single prctl with no
+ * installing it in the command's process is a single system call with no
  * allocation: it runs after RLIMIT_AS is set, and under AddressSanitizer a
  * malloc at that point would fail (the sanitizer's shadow mappings alone
- * exceed any sane address-space ceiling). */
+ * exceed any sane address-space ceiling).
+ *
+ * One call is neither allowed nor refused but answered by sfma-exec:
+ * sysinfo(2), whose load averages, memory figures and process count are
+ * the host's whatever the namespaces (kernel/sys.c do_sysinfo; only the
+ * uptime follows a time namespace). The filter hands it to a listener
+ * (seccomp_unotify(2)) that the command passes to the stage, which writes
+ * the sandbox's own figures back (notify.c). Refusing it instead is no
+ * answer: the C library reads the memory size through it and ignores its
+ * failure, so sysconf(_SC_PHYS_PAGES) would return whatever the stack
+ * held (glibc sysdeps/unix/sysv/linux/getsysstats.c __get_phys_pages). */
 #include "exec.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -30,6 +42,7 @@
 /* [0]: the filter; [1]: the same refusing shared memory as well. */
 static struct sock_filter *filter[2];
 static unsigned short filter_len[2];
+static int notifies[2];         /* the filter hands sysinfo to a listener */
 
 /* Kernel surface a build, test or git command has no use for, and which
  * has carried most container escapes: debugging other processes, the
@@ -57,7 +70,17 @@ static struct scmp_arg_cmp arg_cmp(unsigned arg, enum scmp_compare op, scmp_datu
 	return c;
 }
 
-static int add_rules(scmp_filter_ctx ctx, int refuse_shm)
+/* memfd_secret(2): libseccomp learns system calls from the kernel it was
+ * built against, and one older than Linux 5.14 lacks this one (a negative
+ * pseudo number then). It is 447 in every architecture's table that has
+ * it (include/uapi/asm-generic/unistd.h, arch/x86/entry/syscalls). */
+static int memfd_secret_nr(void)
+{
+	int nr = seccomp_syscall_resolve_name("memfd_secret");
+	return nr >= 0 ? nr : 447;
+}
+
+static int add_rules(scmp_filter_ctx ctx, int refuse_shm, int *notify)
 {
 	const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
 	for (size_t i = 0; denied[i]; i++) {
@@ -90,13 +113,26 @@ static int add_rules(scmp_filter_ctx ctx, int refuse_shm)
 	if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
 	                     arg_cmp(0, SCMP_CMP_EQ, AF_VSOCK, 0)) < 0)
 		return -1;
+	/* sysinfo to the stage (see the top of this file). libseccomp refuses
+	 * the action where the kernel lacks it (Linux < 5.0) or cannot say
+	 * (valgrind knows no seccomp(2)): then the call fails with ENOSYS, as
+	 * it does when no listener is made at install. */
+	*notify = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(sysinfo), 0) == 0;
+	if (!*notify && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(sysinfo), 0) < 0)
+		return -1;
 	/* Memory no address-space ceiling sees (see sandbox.c): answered
 	 * ENOSYS, as on a kernel built without it, which programs expect and
 	 * work around (glibc's and Python's callers of memfd_create fall back
-	 * to a file; SysV IPC is an optional kernel feature, CONFIG_SYSVIPC). */
+	 * to a file; SysV IPC is an optional kernel feature, CONFIG_SYSVIPC;
+	 * so is memfd_secret, CONFIG_SECRETMEM). libseccomp writes a rule for
+	 * msgget, semget or shmget in the ipc(2) multiplexer's form too on an
+	 * architecture that has one. */
 	if (refuse_shm &&
 	    (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(memfd_create), 0) < 0 ||
-	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(shmget), 0) < 0))
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), memfd_secret_nr(), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(shmget), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(msgget), 0) < 0 ||
+	     seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(semget), 0) < 0))
 		return -1;
 	return 0;
 }
@@ -126,7 +162,7 @@ static int compile(int refuse_shm, const char **why)
 	(void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 #endif
 	*why = "seccomp rules";
-	if (add_rules(ctx, refuse_shm) < 0)
+	if (add_rules(ctx, refuse_shm, &notifies[refuse_shm]) < 0)
 		goto out;
 	*why = "seccomp export";
 	fd = memfd_create("sfma-seccomp", MFD_CLOEXEC);
@@ -169,5 +205,19 @@ int seccomp_install(int refuse_shm)
 		errno = EINVAL;
 		return -1;
 	}
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	if (notifies[i]) {
+		/* The listener comes close-on-exec (kernel/seccomp.c
+		 * init_listener, get_unused_fd_flags(O_CLOEXEC)). */
+		long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+		                  SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+		if (fd >= 0)
+			return (int)fd;
+		/* EBUSY: a filter above ours has a listener already, and a
+		 * chain holds one (seccomp(2)); ENOSYS, EINVAL: no listeners
+		 * here. Without one the kernel fails a notifying call with
+		 * ENOSYS (kernel/seccomp.c seccomp_do_user_notification). */
+		if (errno != EBUSY && errno != ENOSYS && errno != EINVAL)
+			return -1;
+	}
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -1 : -2;
 }

@@ -68,7 +68,8 @@ static int copy_fd(int in, int out, uint64_t size)
  * namespace, and the kernel refuses (EOVERFLOW) to create an inode whose
  * owner has no mapping there (fs/namei.c may_o_create and may_create,
  * fsuidgid_has_mapping; Linux 4.8). Host root is unmapped: when this stage
- * is root it creates as the contained ids by switching its file-system ids
+ * is root it creates as the contained ids (the ids that sandbox leased,
+ * uids.c), and so they own everything, by switching its file-system ids
  * (setfsuid(2)), and only around the creating calls, because reading the
  * workspace still needs root's own rights: a change of fsuid from 0 clears
  * the file capabilities (CAP_DAC_OVERRIDE and the like) from the effective
@@ -205,13 +206,14 @@ static void copy_in_tree(struct copier *s, int src, int dst, const char *rel, in
 	closedir(d);
 }
 
-int staging_fill(const struct exec_ctx *c, int ws_fd, json_t *refused, const char **step)
+int staging_fill(const struct exec_ctx *c, int ws_fd, unsigned uid, unsigned gid,
+                 json_t *refused, const char **step)
 {
 	struct copier s = {
 		.refused = refused,
-		.switch_ids = c->host_uid != (unsigned)geteuid() || c->host_gid != (unsigned)getegid(),
-		.uid = c->host_uid,
-		.gid = c->host_gid,
+		.switch_ids = uid != (unsigned)geteuid() || gid != (unsigned)getegid(),
+		.uid = uid,
+		.gid = gid,
 	};
 	*step = "staging inputs";
 	for (size_t i = 0; i < c->m->n_inputs; i++) {

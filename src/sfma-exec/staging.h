@@ -13,10 +13,11 @@
 /* Fill the empty staging tmpfs open as ws_fd with the declared inputs
  * (symlinks and special files refused into refused[]) and make the
  * directories of declared outputs. Entries are created as the contained
- * ids (c->host_uid/gid), who must own what they may change. Returns 0, or
+ * ids, host uid and gid, who must own what they may change. Returns 0, or
  * -1 with errno and *step naming the failed step (the copy is incomplete:
  * the command must not run). */
-int staging_fill(const struct exec_ctx *c, int ws_fd, json_t *refused, const char **step);
+int staging_fill(const struct exec_ctx *c, int ws_fd, unsigned uid, unsigned gid,
+                 json_t *refused, const char **step);
 
 /* Copy the declared outputs present in the staging copy ws_fd back into
  * the workspace; paths written go to copied[], refusals to refused[]. */
