@@ -8,7 +8,7 @@
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
 #   make deps            install missing Debian packages (as root)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (make uninstall: the same files removed)
 
 VERSION  := 0.3.0
 CC       ?= cc
@@ -51,22 +51,30 @@ DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-sanitize check-valgrind bench lint-man deps install clean
+.PHONY: all check check-sanitize check-valgrind bench lint-man deps install uninstall clean
 
 all: $(BINS)
 
-$(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) Makefile
+# One object per source file; -MMD records the headers each includes
+# (the .d files read at the end), so a change rebuilds what uses it.
+$(BUILD)/lib/%.o: lib/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/src/%.o: src/%.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+prog_objs = $(patsubst src/%.c,$(BUILD)/src/%.o,$(wildcard src/$(1).c src/$(1)/*.c))
+
 .SECONDEXPANSION:
-$(BINDIR)/%: $$(wildcard src/$$*.c src/$$*/*.c) $(LIBA) $(wildcard lib/*.h) $$(wildcard src/$$*/*.h)
+$(BINDIR)/%: $$(call prog_objs,$$*) $(LIBA)
 	@mkdir -p $(BINDIR)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(LDFLAGS) -o $@ $(filter src/$*.c src/$*/%.c,$^) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(call prog_objs,$*) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 # The suite's directories are kept until every honest record it made has
@@ -124,6 +132,30 @@ $(FUZZ_DIR)/%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIBA) $$(call fuzz_o
 
 fuzz-build: $(FUZZ_BINS)
 
+# The saved inputs replayed by the same harnesses built with $(CC) and a
+# small driver (tests/fuzz/standalone.c) instead of libFuzzer, sanitized
+# like the rest: `make check` needs no clang.
+REGRESS_DIR  ?= $(BUILD)/fuzz-regress
+REGRESS_BINS := $(addprefix $(REGRESS_DIR)/,$(FUZZ_NAMES))
+REGRESS_CFLAGS := -O1 -g $(SAN_FLAGS)
+REGRESS_LIB_OBJ := $(patsubst lib/%.c,$(REGRESS_DIR)/obj/lib/%.o,$(LIB_SRC))
+regress_objs = $(patsubst %.c,$(REGRESS_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))
+
+$(REGRESS_DIR)/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(WARN) -Wno-missing-prototypes $(REGRESS_CFLAGS) -MMD -MP -Dmain=program_main -c -o $@ $<
+
+.PRECIOUS: $(REGRESS_DIR)/obj/%.o
+
+$(REGRESS_DIR)/libsfma.a: $(REGRESS_LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(REGRESS_DIR)/%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/standalone.c $(REGRESS_DIR)/libsfma.a \
+                  $$(call regress_objs,$$*)
+	$(CC) $(CPPFLAGS) -I. $(WARN) -Wno-missing-prototypes $(REGRESS_CFLAGS) -o $@ $< tests/fuzz/standalone.c \
+	        $(call regress_objs,$*) $(REGRESS_DIR)/libsfma.a $(BASE_LIBS) $(FUZZ_LIBS_$*)
+
 # Each harness FUZZ_SECONDS (default 300); a crash, leak or timeout fails.
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
@@ -132,8 +164,8 @@ fuzz-short: fuzz-build
 	FUZZ_SECONDS=60 FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
 
 # Every saved input of tests/fuzz/regressions/<harness>/ once.
-fuzz-regress: fuzz-build
-	FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh --regress $(FUZZ_NAMES)
+fuzz-regress: $(REGRESS_BINS)
+	FUZZ_DIR=$(REGRESS_DIR) sh tests/fuzz/run.sh --regress $(FUZZ_NAMES)
 
 bench: all
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/bench/run.sh
@@ -150,11 +182,21 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
 
+MAN1 := $(wildcard man/*.1)
+MAN5 := $(wildcard man/*.5)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	for m in man/*.1; do [ -e "$$m" ] && install -m 0644 $$m $(DESTDIR)$(PREFIX)/share/man/man1/; done; true
-	for m in man/*.5; do [ -e "$$m" ] && install -m 0644 $$m $(DESTDIR)$(PREFIX)/share/man/man5/; done; true
+	install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(PRESENT)) \
+	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
+	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5)))
 
 clean:
 	rm -rf $(BUILD) $(BINDIR)/sfma*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

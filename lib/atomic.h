@@ -11,7 +11,7 @@
 #include <sys/types.h>
 #include <sys/stat.h>
 
-#include "err.h"
+#include "errors.h"
 
 /* Replace dirfd/name with data. name must be a single component (no '/').
  * The temporary file is removed on any failure. Returns 0 or -1 (e filled). */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 #include "utf8.h"
 
 #define MAX_LINKS 40
@@ -44,7 +44,7 @@ static void fact_add(json_t *facts, const char *path, const struct stat *st, int
 	                 : S_ISLNK(st->st_mode) ? "link" : S_ISFIFO(st->st_mode) ? "fifo" : "other";
 	if (err && err != ENOENT)
 		return; /* not a fact of the tree: the walk's error speaks for itself */
-	f = json_pack("{s:o, s:s}", "path", json_text(path, strlen(path)), "kind", kind);
+	f = json_pack("{s:o, s:s}", "path", utf8_json(path, strlen(path)), "kind", kind);
 	if (!err && S_ISLNK(st->st_mode)) {
 		char target[PATH_MAX];
 		ssize_t tl = readlinkat(dirfd, path, target, sizeof target - 1);
@@ -52,7 +52,7 @@ static void fact_add(json_t *facts, const char *path, const struct stat *st, int
 			json_decref(f);
 			return;
 		}
-		json_object_set_new(f, "target", json_text(target, (size_t)tl));
+		json_object_set_new(f, "target", utf8_json(target, (size_t)tl));
 	}
 	json_array_append_new(facts, f);
 }

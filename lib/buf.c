@@ -1,6 +1,6 @@
 /* buf.c - a growable byte buffer. */
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 
 /* Append the canonical form of v to out. Returns 0, or -1 (e filled) for a
  * value with no canonical form (NaN, infinity). */

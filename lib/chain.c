@@ -55,6 +55,11 @@ struct line_info {
 	unsigned char is_anchor; /* kind == "clock-anchor" */
 };
 
+void chain_entry_id(char out[CHAIN_ID_MAX], const char *kind, double seq)
+{
+	snprintf(out, CHAIN_ID_MAX, "%.80s-%.0f", kind, seq);
+}
+
 static void fail(struct line_info *li, const char *msg)
 {
 	if (!li->error)
@@ -214,7 +219,7 @@ static int check_canonical(struct line_info *li)
 static void check_tree(struct line_info *li, const struct chain_opts *o)
 {
 	struct sfma_err e;
-	json_t *v = json_parse_strict(li->text, li->len, &e);
+	json_t *v = ndjson_parse(li->text, li->len, &e);
 	if (!v) {
 		fail(li, e.text);
 		return;
@@ -428,7 +433,7 @@ static void check_canonical_evidence(struct line_info *li, const struct chain_op
 	    scan_canonical_evidence(li, o))
 		return;
 	struct sfma_err e;
-	json_t *v = json_parse_strict(li->text, li->len, &e);
+	json_t *v = ndjson_parse(li->text, li->len, &e);
 	if (!v) { /* canon_scan accepted it: cannot happen, but never skip a check */
 		fail(li, e.text);
 		return;
@@ -808,7 +813,7 @@ json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_e
 		nl = memchr(buf + have, '\n', (size_t)got);
 		have += (size_t)got;
 	}
-	json_t *v = json_parse_strict(buf, (size_t)(nl - buf), e);
+	json_t *v = ndjson_parse(buf, (size_t)(nl - buf), e);
 	free(buf);
 	if (v && !json_is_object(v)) {
 		json_decref(v);
@@ -885,7 +890,7 @@ static int digest_hex(const struct chain_digest *dg, char out[65])
 static int get_u64(json_t *doc, const char *key, uint64_t *v)
 {
 	long long n;
-	if (!json_integer_of(json_object_get(doc, key), &n) || n < 0)
+	if (!ndjson_integer(json_object_get(doc, key), &n) || n < 0)
 		return 0;
 	*v = (uint64_t)n;
 	return 1;
@@ -904,12 +909,12 @@ static int get_hex64(json_t *doc, const char *key, char out[65])
 static int cache_read(const char *path, struct chain_summary *s, char check[65])
 {
 	struct sfma_err e;
-	json_t *doc = path ? json_load_strict_at(AT_FDCWD, path, 1, CACHE_MAX, &e) : NULL;
+	json_t *doc = path ? ndjson_load_at(AT_FDCWD, path, 1, CACHE_MAX, &e) : NULL;
 	json_t *seq = json_object_get(doc, "maxSeq"), *last = json_object_get(doc, "lastSeq");
 	json_t *anchor = json_object_get(doc, "anchor");
 	long long version;
 	memset(s, 0, sizeof *s);
-	int ok = json_is_object(doc) && json_integer_of(json_object_get(doc, "version"), &version) && version == 1 &&
+	int ok = json_is_object(doc) && ndjson_integer(json_object_get(doc, "version"), &version) && version == 1 &&
 	         get_u64(doc, "size", &s->size) && get_u64(doc, "entries", &s->entries) &&
 	         get_u64(doc, "legacy", &s->legacy) && get_u64(doc, "lastOffset", &s->last_offset) &&
 	         get_hex64(doc, "head", s->head) && get_hex64(doc, "check", check) && json_is_number(seq) &&

@@ -10,13 +10,17 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "errors.h"
 
 struct evidence_store;
 
 #define CHAIN_ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 #define CHAIN_MAX_SEQ 9007199254740991.0 /* 2^53 - 1 */
 #define CHAIN_ID_MAX 128
+
+/* An entry's id, <kind>-<seq> (sfma-formats(5)): what sfma-chain gives
+ * the entry it appends and what the core predicts for it. */
+void chain_entry_id(char out[CHAIN_ID_MAX], const char *kind, double seq);
 
 struct chain_opts {
 	int threads;              /* 0: one per online CPU, at most 8 */

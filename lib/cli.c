@@ -1,6 +1,6 @@
 /* cli.c - --version, --help and usage errors, the same in every program. */
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "manifest.h"
 
 #include <errno.h>

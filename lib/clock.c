@@ -1,6 +1,7 @@
 /* clock.c - wall and monotonic milliseconds, ISO 8601 timestamps. */
 #include "clock.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -33,4 +34,13 @@ char *iso8601_utc(int64_t ms, char out[ISO8601_LEN])
 	snprintf(out, ISO8601_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
 	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 	return out;
+}
+
+void sleep_ms(int64_t ms)
+{
+	if (ms <= 0)
+		return;
+	struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
 }

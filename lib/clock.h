@@ -15,6 +15,10 @@ int64_t wall_ms(void);
 int64_t mono_ms(void);
 double mono_ms_frac(void);
 
+/* Sleep ms milliseconds (nothing for ms <= 0), through signals;
+ * async-signal-safe (nanosleep only). */
+void sleep_ms(int64_t ms);
+
 /* ms since the epoch as ISO 8601 UTC with milliseconds,
  * "2026-12-01T08:18:25.123Z", into out (at least ISO8601_LEN bytes). */
 #define ISO8601_LEN 64

@@ -8,7 +8,7 @@
 
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "errors.h"
 
 /* What canon_dump would write, counted without writing it (0 for what it
  * refuses, as the empty buffer it would leave). */

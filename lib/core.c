@@ -10,7 +10,8 @@
 
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "chain.h"
+#include "errors.h"
 #include "evidence.h"
 #include "protocol.h"
 #include "sha.h"
@@ -132,7 +133,7 @@ const char *emit_at(struct core *c, int loop, const char *kind, json_t *data, js
 	struct core_fx *fx = c->fx[c->fx_n - 1];
 	if (c->next_seq > 0) {
 		fx->seq = c->next_seq++;
-		snprintf(fx->id, sizeof fx->id, "%.40s-%.0f", kind, fx->seq);
+		chain_entry_id(fx->id, kind, fx->seq);
 		if (c->first_seq == 0)
 			c->first_seq = fx->seq;
 		c->last_seq = fx->seq;

@@ -60,7 +60,7 @@ struct core_fx {
 	char *data;
 	size_t n;
 	double seq;                /* CORE_EVENT: the entry's seq */
-	char id[64];               /* CORE_EVENT: its id, <kind>-<seq> */
+	char id[128];              /* CORE_EVENT: its id, <kind>-<seq> (CHAIN_ID_MAX) */
 	int acts;                  /* CORE_EXEC: it acts on the world (not a read) */
 };
 

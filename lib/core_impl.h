@@ -53,7 +53,7 @@ struct loop {
 struct pending {
 	enum core_waiting what;
 	json_t *call;              /* the tool call */
-	char task_id[64];          /* its task entry */
+	char task_id[128];         /* its task entry */
 	int loop;                  /* the loop index it came from */
 };
 

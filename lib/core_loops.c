@@ -12,7 +12,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "context.h"
-#include "err.h"
+#include "errors.h"
 #include "protocol.h"
 #include "soft.h"
 

@@ -11,7 +11,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "context.h"
-#include "err.h"
+#include "errors.h"
 #include "evidence.h"
 #include "protocol.h"
 #include "sha.h"

@@ -865,10 +865,7 @@ json_t *evidence_put_nosync(struct evidence_store *s, const void *data, size_t n
 		}
 		durable_add(s, &ref);
 	}
-	json_t *obj = json_pack("{s:s, s:I}", "sha256", ref.sha256, "bytes", (json_int_t)n);
-	if (!obj)
-		err_set(e, "out of memory");
-	return obj;
+	return json_pack("{s:s, s:I}", "sha256", ref.sha256, "bytes", (json_int_t)n);
 }
 
 json_t *evidence_put(struct evidence_store *s, const void *data, size_t n, struct sfma_err *e)

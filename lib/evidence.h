@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 #include "sha.h"
 
 #define EVIDENCE_DIR "evidence"

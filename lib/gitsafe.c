@@ -4,7 +4,7 @@
 #include "gitsafe.h"
 
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #include <dirent.h>

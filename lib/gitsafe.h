@@ -30,7 +30,7 @@
 #include <sys/types.h>
 
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 
 /* ---- reading the repository ourselves (pure) ------------------------- */
 

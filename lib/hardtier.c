@@ -17,7 +17,7 @@
 
 #include "beneath.h"
 #include "buf.h"
-#include "err.h"
+#include "errors.h"
 
 char *quote_path(const char *s, size_t n)
 {

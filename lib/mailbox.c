@@ -111,7 +111,7 @@ void mailbox_names_free(char **names, size_t n)
 
 json_t *outbox_read(int dirfd, const char *name, struct sfma_err *e)
 {
-	json_t *msg = json_load_strict_at(dirfd, name, 1, OUTBOX_FILE_MAX, e);
+	json_t *msg = ndjson_load_at(dirfd, name, 1, OUTBOX_FILE_MAX, e);
 	if (!msg)
 		return NULL;
 	json_t *at = json_object_get(msg, "at");

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 #include "utf8.h"
 
 #define INBOX_FILE_MAX (64u << 10)   /* the engine skips larger inbox files */

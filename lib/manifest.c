@@ -1,6 +1,6 @@
 /* manifest.c - schema v2 validation, shared by every stage. */
 #include "manifest.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "url.h"
 
@@ -109,7 +109,7 @@ static long int_field(json_t *doc, const char *key, int required, long def, long
 			reason(why, "%s is required", key);
 		return def;
 	}
-	if (!json_integer_of(v, &x) || x < lo || x > hi) {
+	if (!ndjson_integer(v, &x) || x < lo || x > hi) {
 		if (hi >= 1000000000L)
 			reason(why, "%s must be an integer >= %ld", key, lo);
 		else
@@ -368,7 +368,7 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 		ep->max_output_tokens = 4096;
 		json_t *mot = json_object_get(e, "maxOutputTokens");
 		long long motv;
-		if (mot && (!json_integer_of(mot, &motv) || motv < 1 || motv > 1000000)) {
+		if (mot && (!ndjson_integer(mot, &motv) || motv < 1 || motv > 1000000)) {
 			reason(why, "modelEndpoints[%zu].maxOutputTokens must be an integer from 1 to 1000000", i);
 			ok = 0;
 		} else if (mot)
@@ -645,7 +645,7 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 struct manifest *manifest_load(const char *path, struct reasons *why)
 {
 	struct sfma_err e;
-	json_t *doc = json_load_strict(path, MANIFEST_MAX_BYTES, &e);
+	json_t *doc = ndjson_load(path, MANIFEST_MAX_BYTES, &e);
 	if (!doc) {
 		reason(why, "%s", e.text);
 		return NULL;

@@ -337,7 +337,7 @@ static void text_position(const char *text, size_t pos, int *line, int *column)
 	}
 }
 
-json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e)
+json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e)
 {
 	const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL;
 	json_error_t je;
@@ -390,7 +390,7 @@ char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e)
 	return b.p;
 }
 
-json_t *json_load_strict_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e)
+json_t *ndjson_load_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e)
 {
 	/* O_NONBLOCK: a FIFO where a file should be must not hang the reader. */
 	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
@@ -411,19 +411,19 @@ json_t *json_load_strict_at(int dirfd, const char *path, int nofollow, size_t ma
 		err_prefix(e, "%s", path);
 		return NULL;
 	}
-	json_t *v = json_parse_strict(text, len, e);
+	json_t *v = ndjson_parse(text, len, e);
 	free(text);
 	if (!v)
 		err_prefix(e, "%s", path);
 	return v;
 }
 
-json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e)
+json_t *ndjson_load(const char *path, size_t max, struct sfma_err *e)
 {
-	return json_load_strict_at(AT_FDCWD, path, 0, max, e);
+	return ndjson_load_at(AT_FDCWD, path, 0, max, e);
 }
 
-int json_print_line(FILE *out, const json_t *v)
+int ndjson_print(FILE *out, const json_t *v)
 {
 	struct buf b = {0};
 	if (canon_dump(v, &b, NULL) < 0) {
@@ -439,7 +439,7 @@ int json_print_line(FILE *out, const json_t *v)
 	return 0;
 }
 
-int json_integer_of(const json_t *v, long long *out)
+int ndjson_integer(const json_t *v, long long *out)
 {
 	double d;
 	if (json_is_integer(v)) {

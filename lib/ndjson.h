@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 
 #define NDJSON_DEFAULT_MAX (16u << 20) /* 16 MiB per message */
 
@@ -53,23 +53,23 @@ int write_all(int fd, const void *data, size_t n);
 /* Parse one JSON text strictly: duplicate keys rejected, every number read
  * as a double (as JSON.parse does), U+0000 allowed in strings. Returns a new
  * reference or NULL with e filled ("invalid JSON: <why> at column N"). */
-json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e);
+json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e);
 
 /* Read a whole regular file of at most max bytes and parse it with
- * json_parse_strict. The _at form opens relative to dirfd (AT_FDCWD: the
+ * ndjson_parse. The _at form opens relative to dirfd (AT_FDCWD: the
  * current directory) and, with nofollow, refuses a symbolic link. */
-json_t *json_load_strict(const char *path, size_t max, struct sfma_err *e);
-json_t *json_load_strict_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e);
+json_t *ndjson_load(const char *path, size_t max, struct sfma_err *e);
+json_t *ndjson_load_at(int dirfd, const char *path, int nofollow, size_t max, struct sfma_err *e);
 
 /* Read at most max bytes from fd until EOF into a new NUL-terminated buffer.
  * Returns NULL with e filled if the input is larger or a read fails. */
 char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e);
 
 /* Print v as one compact line on out (canonical form) and flush. 0 or -1. */
-int json_print_line(FILE *out, const json_t *v);
+int ndjson_print(FILE *out, const json_t *v);
 
 /* Integer view of a JSON number read as a double: 1 and *out set when v is a
  * number with an integral value in [INT64_MIN/2, INT64_MAX/2], else 0. */
-int json_integer_of(const json_t *v, long long *out);
+int ndjson_integer(const json_t *v, long long *out);
 
 #endif

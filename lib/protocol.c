@@ -8,7 +8,7 @@
 
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 /* The text the model is bound by. Its version is recorded in every result
@@ -75,7 +75,7 @@ static char *strip_fences(const char *text)
 json_t *parse_reply(const char *text)
 {
 	char *body = strip_fences(text);
-	json_t *v = json_parse_strict(body, strlen(body), NULL);
+	json_t *v = ndjson_parse(body, strlen(body), NULL);
 	/* Text that is JSON but not an object (a model wrapping its call in
 	 * [ ] or quoting it) is treated like prose around the object. */
 	if (v && !json_is_object(v)) {
@@ -85,7 +85,7 @@ json_t *parse_reply(const char *text)
 	if (!v) {
 		char *first = strchr(body, '{'), *last = strrchr(body, '}');
 		if (first && last && last > first)
-			v = json_parse_strict(first, (size_t)(last - first + 1), NULL);
+			v = ndjson_parse(first, (size_t)(last - first + 1), NULL);
 	}
 	free(body);
 	if (v && !json_is_object(v)) {

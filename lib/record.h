@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 
 #define RECORD_ALGORITHM "sha256-chain-v1"
 #define RECORD_TRACE ".sfma/trace.jsonl"

@@ -256,7 +256,7 @@ int rv_split_fd(int fd, struct rv_splitter *s, int *torn, struct sfma_err *e)
 		if (rc == 0)
 			break;
 		if (rc == 1) {
-			json_t *entry = json_parse_strict(line, len, &le);
+			json_t *entry = ndjson_parse(line, len, &le);
 			rv_split_feed(s, json_is_object(entry) ? entry : NULL, r.offset);
 			json_decref(entry);
 			continue;
@@ -787,7 +787,7 @@ json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why)
 json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
 {
 	struct sfma_err e;
-	json_t *entry = json_parse_strict(line, len, &e);
+	json_t *entry = ndjson_parse(line, len, &e);
 	if (!json_is_object(entry)) {
 		json_decref(entry);
 		return rv_row_invalid(v, line_no, entry ? "not a JSON object" : e.text);
@@ -1011,7 +1011,7 @@ json_t *rv_load_record(int sfma_dirfd)
 	struct sfma_err e;
 	if (sfma_dirfd < 0)
 		return NULL;
-	json_t *rec = json_load_strict_at(sfma_dirfd, "result.json", 1, RECORD_MAX_BYTES, &e);
+	json_t *rec = ndjson_load_at(sfma_dirfd, "result.json", 1, RECORD_MAX_BYTES, &e);
 	if (rec && !json_is_object(rec)) {
 		json_decref(rec);
 		rec = NULL;

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 
 /* Lines longer than this are shown as invalid rows and skipped. */
 #define RV_MAX_LINE (16u << 20)

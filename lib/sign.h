@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <openssl/evp.h>
 
-#include "err.h"
+#include "errors.h"
 
 /* Parse a PKCS#8 PEM private key / an SPKI PEM public key; NULL (e filled)
  * unless it is an Ed25519 key. The caller frees with EVP_PKEY_free. */

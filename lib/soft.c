@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
+#include "errors.h"
 #include "protocol.h"
 
 const char soft_judge_prompt[] =

@@ -53,7 +53,7 @@ json_t *tools_definitions(void)
 	json_t *out = json_array();
 	for (size_t i = 0; i < n_tool_defs; i++) {
 		/* The schemas are constants of this file: they always parse. */
-		json_t *schema = json_parse_strict(tool_defs[i].schema_json, strlen(tool_defs[i].schema_json), NULL);
+		json_t *schema = ndjson_parse(tool_defs[i].schema_json, strlen(tool_defs[i].schema_json), NULL);
 		json_array_append_new(out, json_pack("{s:s, s:s, s:o}", "name", tool_defs[i].name, "description",
 		                                     tool_defs[i].description, "parameters",
 		                                     schema ? schema : json_object()));
@@ -79,7 +79,7 @@ static json_t *arguments_object(json_t *args, size_t i, struct sfma_err *e)
 	if (json_string_length(args) == 0)
 		return json_object();
 	struct sfma_err pe;
-	json_t *v = json_parse_strict(json_string_value(args), json_string_length(args), &pe);
+	json_t *v = ndjson_parse(json_string_value(args), json_string_length(args), &pe);
 	if (!json_is_object(v)) {
 		json_decref(v);
 		err_set(e, "call %zu: arguments are not a JSON object", i);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <jansson.h>
 
-#include "err.h"
+#include "errors.h"
 
 /* The tools the model may call, one table (name, description, JSON
  * Schema of the input), task included (the blackboard, sfma-plan(1)). */

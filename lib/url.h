@@ -6,7 +6,7 @@
 #ifndef SFMA_URL_H
 #define SFMA_URL_H
 
-#include "err.h"
+#include "errors.h"
 
 /* 0 if url is https://..., or http:// to a loopback host (localhost,
  * 127.0.0.0/8, [::1]) with no user info; else -1 with the reason in e

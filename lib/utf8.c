@@ -45,7 +45,7 @@ int utf8_text_ok(const char *s, size_t n)
 	return 1;
 }
 
-json_t *json_text(const char *s, size_t n)
+json_t *utf8_json(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	struct buf b = {0};

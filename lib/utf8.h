@@ -15,6 +15,6 @@ int utf8_text_ok(const char *s, size_t n);
 
 /* A JSON string of s[0..n) with every invalid UTF-8 byte replaced by U+FFFD
  * (file contents and names are bytes; JSON text must be UTF-8). */
-json_t *json_text(const char *s, size_t n);
+json_t *utf8_json(const char *s, size_t n);
 
 #endif

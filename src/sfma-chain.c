@@ -21,7 +21,7 @@
 #include "canon.h"
 #include "chain.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
 #include "sha.h"
@@ -140,7 +140,7 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 		return err_set(fail, "event %lld: data must be an object", *line_no);
 	long long loop = 0;
 	json_t *lv = json_object_get(ev, "loop");
-	if (lv && (!json_integer_of(lv, &loop) || loop < 0 || loop > 1000000))
+	if (lv && (!ndjson_integer(lv, &loop) || loop < 0 || loop > 1000000))
 		return err_set(fail, "event %lld: loop must be an integer >= 0", *line_no);
 	json_t *refs = json_object_get(ev, "refs");
 	if (refs) {
@@ -168,7 +168,7 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 	if (seq > CHAIN_MAX_SEQ)
 		return err_set(fail, "seq would exceed 2^53-1");
 	char id[CHAIN_ID_MAX];
-	snprintf(id, sizeof id, "%s-%.0f", kind, seq);
+	chain_entry_id(id, kind, seq);
 
 	json_t *entry = json_object();
 	json_object_set_new(entry, "seq", json_real(seq));
@@ -360,7 +360,7 @@ int main(int argc, char **argv)
 	size_t grouped = 0;
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
 		long long no = (long long)r.line_no;
-		json_t *ev = json_parse_strict(text, len, &e);
+		json_t *ev = ndjson_parse(text, len, &e);
 		if (!ev) {
 			/* What was appended before it is reported first. */
 			sync_and_report(&t, &reports);

@@ -21,7 +21,7 @@
 #include "canon.h"
 #include "cli.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "mailbox.h"
 #include "ndjson.h"
 
@@ -75,7 +75,7 @@ static void state_load(struct chat *c)
 	int fd = openat(c->sfma_fd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno != ENOENT)
-			warnx(".sfma/%s: %s; showing every message", STATE_NAME, strerror(errno));
+			warning(".sfma/%s: %s; showing every message", STATE_NAME, strerror(errno));
 		return;
 	}
 	struct sfma_err e;
@@ -83,12 +83,12 @@ static void state_load(struct chat *c)
 	struct stat st;
 	char *text = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read_all_fd(fd, STATE_MAX, &len, &e) : NULL;
 	close(fd);
-	json_t *doc = text ? json_parse_strict(text, len, &e) : NULL;
+	json_t *doc = text ? ndjson_parse(text, len, &e) : NULL;
 	free(text);
 	json_t *names = json_object_get(doc, "shown"), *name;
 	size_t i;
 	if (!json_is_array(names)) {
-		warnx(".sfma/%s: unreadable; showing every message", STATE_NAME);
+		warning(".sfma/%s: unreadable; showing every message", STATE_NAME);
 	} else {
 		json_array_foreach(names, i, name)
 			if (json_is_string(name))
@@ -110,7 +110,7 @@ static void state_save(struct chat *c, char **present, size_t n)
 	if (canon_dump(doc, &out, &e) == 0) {
 		buf_addc(&out, '\n');
 		if (atomic_write_at(c->sfma_fd, STATE_NAME, out.p, out.len, 0644, &e) < 0)
-			warnx(".sfma/%s", e.text);
+			warning(".sfma/%s", e.text);
 	}
 	buf_free(&out);
 	json_decref(doc);
@@ -183,7 +183,7 @@ static void show_new(struct chat *c)
 		if (msg)
 			show_message(names[i], msg);
 		else
-			warnx("outbox/%s", e.text);
+			warning("outbox/%s", e.text);
 		json_decref(msg);
 		json_object_set_new(c->shown, names[i], json_true());
 		changed = true;
@@ -216,7 +216,7 @@ static void post_line(struct chat *c, const char *line, size_t len)
 	if (blank(line, len))
 		return;
 	if (!utf8_text_ok(line, len)) {
-		warnx("line %lu: not UTF-8 text; not posted", c->line_no);
+		warning("line %lu: not UTF-8 text; not posted", c->line_no);
 		c->rejected = true;
 		return;
 	}
@@ -235,7 +235,7 @@ static void post_line(struct chat *c, const char *line, size_t len)
 	if (atomic_write_at(c->inbox_fd, name, line, len, 0644, &e) < 0)
 		die("inbox/%s", e.text);
 	if (c->interactive)
-		warnx("posted as inbox/%s (read when the next run starts)", name);
+		warning("posted as inbox/%s (read when the next run starts)", name);
 }
 
 /* Split what was read into lines; a line over the inbox limit is dropped
@@ -248,7 +248,7 @@ static void feed(struct chat *c, const char *p, size_t n)
 		if (!c->discarding && c->pending.len + take > INBOX_FILE_MAX) {
 			c->discarding = true;
 			c->rejected = true;
-			warnx("line %lu: longer than %u bytes; not posted", c->line_no + 1, INBOX_FILE_MAX);
+			warning("line %lu: longer than %u bytes; not posted", c->line_no + 1, INBOX_FILE_MAX);
 		}
 		if (!c->discarding)
 			buf_add(&c->pending, p, take);
@@ -326,7 +326,7 @@ int main(int argc, char **argv)
 		state_load(&c);
 	catch_signals();
 	if (c.interactive)
-		warnx("each line you type goes to the next run of %s; Ctrl-D or Ctrl-C ends", c.workspace);
+		warning("each line you type goes to the next run of %s; Ctrl-D or Ctrl-C ends", c.workspace);
 
 	show_new(&c);
 	char chunk[8192];

@@ -10,8 +10,9 @@
  * only: nothing in the workspace is written. Exit 0, 1 when the trace is
  * unreadable or holds lines that are not entries, 2 on usage errors. */
 #include "buf.h"
+#include "clock.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "runview.h"
 
@@ -243,9 +244,7 @@ static void emit(struct out *o, const json_t *row, int kind /* 0 row, 1 header, 
 	struct buf b = {0};
 	if (o->o->json) {
 		char *s = json_dumps(row, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
-		if (!s)
-			die("out of memory");
-		buf_adds(&b, s);
+		buf_adds(&b, s ? s : "null");
 		buf_addc(&b, '\n');
 		free(s);
 	} else if (kind == 1) {
@@ -344,7 +343,7 @@ static int show_line(const char *line, size_t len, uint64_t line_no, uint64_t of
 {
 	struct show *s = arg;
 	if (s->split) {
-		json_t *entry = line ? json_parse_strict(line, len, &(struct sfma_err){{0}}) : NULL;
+		json_t *entry = line ? ndjson_parse(line, len, &(struct sfma_err){{0}}) : NULL;
 		rv_split_feed(s->split, json_is_object(entry) ? entry : NULL, offset);
 		json_decref(entry);
 		if (s->split->n > s->run_index + 1) {
@@ -372,13 +371,6 @@ static void finish_run(struct show *s, int sfma_dirfd)
 	emit(s->o, f, 2);
 	json_decref(f);
 	json_decref(record);
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }
 
 /* Open <workspace>/.sfma and its trace read-only; with wait, until both

@@ -12,7 +12,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "runview.h"
 

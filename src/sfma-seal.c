@@ -20,7 +20,7 @@
 #include "canon.h"
 #include "chain.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "record.h"
 #include "sha.h"
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 	}
 	if (len == 0)
 		die("stdin: empty: no result body to seal");
-	json_t *record = json_parse_strict(text, len, &e);
+	json_t *record = ndjson_parse(text, len, &e);
 	free(text);
 	if (!record)
 		die("stdin: %s", e.text);
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
 		die("%s: path too long", ws);
 	if (atomic_write(path, out.p, out.len, 0644, &e) < 0)
 		die("%s", e.text);
-	if (json_print_line(stdout, integrity) < 0)
+	if (ndjson_print(stdout, integrity) < 0)
 		die("stdout: %s", strerror(errno));
 	buf_free(&out);
 	json_decref(integrity);

@@ -12,7 +12,7 @@
  * record at all), 2 on usage errors. */
 #include "buf.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "record.h"
 #include "runview.h"
@@ -201,7 +201,7 @@ static int judge_before(struct row *r)
 	}
 	/* The columns come from the record as it is; whether to believe them
 	 * is what the verify column says. */
-	r->record = json_load_strict(path, RECORD_MAX_BYTES, &e);
+	r->record = ndjson_load(path, RECORD_MAX_BYTES, &e);
 	if (r->record && !json_is_object(r->record)) {
 		json_decref(r->record);
 		r->record = NULL;
@@ -326,7 +326,7 @@ static const json_t *field(const struct row *r, const char *k)
 static long long count_of(const struct row *r, const char *k)
 {
 	long long v;
-	return json_integer_of(field(r, k), &v) && v >= 0 ? v : -1;
+	return ndjson_integer(field(r, k), &v) && v >= 0 ? v : -1;
 }
 
 /* Usage, when the record has it and a provider reported any: the
@@ -335,10 +335,10 @@ static int usage_of(const struct row *r, long long *in, long long *out, long lon
 {
 	const json_t *u = field(r, "usage");
 	*cached = -1;
-	if (!json_is_object(u) || !json_integer_of(json_object_get(u, "inputTokens"), in) ||
-	    !json_integer_of(json_object_get(u, "outputTokens"), out))
+	if (!json_is_object(u) || !ndjson_integer(json_object_get(u, "inputTokens"), in) ||
+	    !ndjson_integer(json_object_get(u, "outputTokens"), out))
 		return 0;
-	if (!json_integer_of(json_object_get(u, "cachedInputTokens"), cached))
+	if (!ndjson_integer(json_object_get(u, "cachedInputTokens"), cached))
 		*cached = -1;
 	return *in > 0 || *out > 0 || *cached > 0;
 }
@@ -387,7 +387,7 @@ static void print_json(const struct row *r)
 	} else {
 		json_object_set_new(o, "reason", json_string(r->detail));
 	}
-	if (json_print_line(stdout, o) < 0)
+	if (ndjson_print(stdout, o) < 0)
 		die("standard output: %s", strerror(errno));
 	json_decref(o);
 }

@@ -31,7 +31,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "mailbox.h"
 #include "ndjson.h"
 #include "url.h"
@@ -141,13 +141,13 @@ static void state_load(struct bridge *b)
 		err_set(&e, "%s", fd < 0 ? strerror(errno) : "not a regular file");
 	if (fd >= 0)
 		close(fd);
-	json_t *doc = text ? json_parse_strict(text, len, &e) : NULL;
+	json_t *doc = text ? ndjson_parse(text, len, &e) : NULL;
 	free(text);
 	json_t *sent = json_object_get(doc, "sent"), *sending = json_object_get(doc, "sending"), *v;
 	size_t i;
 	/* A bridge that cannot tell what it delivered must not guess: starting
 	 * afresh would replay every outbox message. */
-	if (!json_is_object(doc) || !json_integer_of(json_object_get(doc, "offset"), &b->offset) ||
+	if (!json_is_object(doc) || !ndjson_integer(json_object_get(doc, "offset"), &b->offset) ||
 	    b->offset < 0 || !json_is_array(sent) || (sending && !json_is_null(sending) && !json_is_string(sending)))
 		die(".sfma/%s: unreadable (%s); fix or remove it (removing it resends every outbox message)",
 		    STATE_NAME, e.text[0] ? e.text : "not a bridge state");
@@ -292,7 +292,7 @@ static enum api_rc api_call(struct bridge *b, const char *method, json_t *req, l
 	}
 	long status = 0;
 	curl_easy_getinfo(b->curl, CURLINFO_RESPONSE_CODE, &status);
-	reply = json_parse_strict(k.body.p ? k.body.p : "", k.body.len, NULL);
+	reply = ndjson_parse(k.body.p ? k.body.p : "", k.body.len, NULL);
 	json_t *ok = json_object_get(reply, "ok");
 	if (status == 401 || status == 404) {
 		/* The Bot API answers an unknown token with 401 or 404. */
@@ -314,7 +314,7 @@ static enum api_rc api_call(struct bridge *b, const char *method, json_t *req, l
 		desc[n] = '\0';
 		scrub(b, desc, sizeof desc);
 		long long after;
-		if (retry_after && json_integer_of(json_object_get(json_object_get(reply, "parameters"),
+		if (retry_after && ndjson_integer(json_object_get(json_object_get(reply, "parameters"),
 		                                                   "retry_after"), &after) && after > 0)
 			*retry_after = after < BACKOFF_MAX_S ? (long)after : BACKOFF_MAX_S;
 		err_set(e, "%s: HTTP %ld: %s", method, status, n ? desc : "refused");
@@ -372,7 +372,7 @@ static void deliver_spool(struct bridge *b)
 		}
 		long long id = spool_update_id(de->d_name);
 		if (id < 0) {
-			warnx(".sfma/%s/%s: not a spooled message; left alone", SPOOL_NAME, de->d_name);
+			warning(".sfma/%s/%s: not a spooled message; left alone", SPOOL_NAME, de->d_name);
 			continue;
 		}
 		if (id >= b->offset) {
@@ -381,7 +381,7 @@ static void deliver_spool(struct bridge *b)
 		}
 		if (renameat(b->spool_fd, de->d_name, b->inbox_fd, de->d_name) < 0)
 			die("deliver %s: %s", de->d_name, strerror(errno));
-		warnx("delivered update %lld as inbox/%s", id, de->d_name);
+		warning("delivered update %lld as inbox/%s", id, de->d_name);
 		moved++;
 		crash_point(b, "delivered-one");
 	}
@@ -408,17 +408,17 @@ static void spool_message(struct bridge *b, long long id, json_t *msg, const cha
 {
 	json_t *text = json_object_get(msg, "text");
 	if (!json_is_string(text)) {
-		warnx("update %lld from the operator: not a text message; ignored", id);
+		warning("update %lld from the operator: not a text message; ignored", id);
 		return;
 	}
 	size_t len = json_string_length(text);
 	if (len == 0 || len > INBOX_FILE_MAX || !utf8_text_ok(json_string_value(text), len)) {
-		warnx("update %lld from the operator: empty, over %u bytes or holding NUL; ignored",
+		warning("update %lld from the operator: empty, over %u bytes or holding NUL; ignored",
 		      id, INBOX_FILE_MAX);
 		return;
 	}
 	long long date = 0;
-	if (!json_integer_of(json_object_get(msg, "date"), &date) || date < 0 || date > 99999999999LL)
+	if (!ndjson_integer(json_object_get(msg, "date"), &date) || date < 0 || date > 99999999999LL)
 		date = 0;
 	char name[200];
 	snprintf(name, sizeof name, "%013lld-%012lld-telegram-%s.txt", date * 1000, id, user);
@@ -454,8 +454,8 @@ static enum api_rc poll_updates(struct bridge *b, struct sfma_err *e)
 	json_t *u;
 	json_array_foreach(updates, i, u) {
 		long long id;
-		if (!json_integer_of(json_object_get(u, "update_id"), &id) || id < 0 || id >= (1LL << 53)) {
-			warnx("getUpdates: an update without a valid update_id; ignored");
+		if (!ndjson_integer(json_object_get(u, "update_id"), &id) || id < 0 || id >= (1LL << 53)) {
+			warning("getUpdates: an update without a valid update_id; ignored");
 			continue;
 		}
 		if (id < b->offset)
@@ -464,8 +464,8 @@ static enum api_rc poll_updates(struct bridge *b, struct sfma_err *e)
 			next = id + 1;
 		json_t *msg = json_object_get(u, "message");
 		long long chat;
-		if (!json_integer_of(json_object_get(json_object_get(msg, "chat"), "id"), &chat)) {
-			warnx("update %lld: not a chat message; ignored", id);
+		if (!ndjson_integer(json_object_get(json_object_get(msg, "chat"), "id"), &chat)) {
+			warning("update %lld: not a chat message; ignored", id);
 			continue;
 		}
 		char user[64];
@@ -480,7 +480,7 @@ static enum api_rc poll_updates(struct bridge *b, struct sfma_err *e)
 			}
 		} else if (chat != b->chat_id) {
 			/* Never the text: a stranger's words do not belong in logs. */
-			warnx("update %lld from chat %lld (%s): not TELEGRAM_CHAT_ID; ignored", id, chat, user);
+			warning("update %lld from chat %lld (%s): not TELEGRAM_CHAT_ID; ignored", id, chat, user);
 		} else {
 			spool_message(b, id, msg, user);
 		}
@@ -547,7 +547,7 @@ static enum api_rc send_outbox(struct bridge *b, long *retry_after, struct sfma_
 			continue;
 		json_t *msg = outbox_read(b->outbox_fd, names[i], &oe);
 		if (!msg) {
-			warnx("outbox/%s; not sent", oe.text);
+			warning("outbox/%s; not sent", oe.text);
 			json_object_set_new(b->sent, names[i], json_true());
 			changed = true;
 			continue;
@@ -570,7 +570,7 @@ static enum api_rc send_outbox(struct bridge *b, long *retry_after, struct sfma_
 			free(b->sending);
 			b->sending = NULL;
 			state_save(b);
-			warnx("sent outbox/%s", names[i]);
+			warning("sent outbox/%s", names[i]);
 		} else if (rc == API_REFUSED) {
 			/* The server said no: nothing went out, no repeat mark next time. */
 			free(b->sending);
@@ -743,7 +743,7 @@ static bool cycle(struct bridge *b, long *retry_after, bool *fatal)
 	if (rc == API_INTERRUPTED)
 		return true; /* a signal or a fresh outbox message: go round again */
 	if (rc != API_OK) {
-		warnx("%s", e.text);
+		warning("%s", e.text);
 		*fatal = rc == API_REJECTED;
 		return false;
 	}
@@ -762,7 +762,7 @@ int main(int argc, char **argv)
 	if (b.locked)
 		state_load(&b);
 	else
-		warnx("TELEGRAM_CHAT_ID is not set: discovery mode, printing the chat ids seen, writing nothing");
+		warning("TELEGRAM_CHAT_ID is not set: discovery mode, printing the chat ids seen, writing nothing");
 	b.seen_chats = json_object();
 	if (!(b.curl = curl_easy_init()))
 		die("cannot initialise libcurl");

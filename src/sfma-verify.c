@@ -13,7 +13,7 @@
  * Usage errors exit 2. */
 #include "chain.h"
 #include "cli.h"
-#include "err.h"
+#include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
 #include "record.h"
@@ -99,10 +99,10 @@ static int canonicalize_stdin(void)
 	int rc, status = 0;
 	lr_init(&r, 0, NDJSON_DEFAULT_MAX);
 	while ((rc = lr_next(&r, &line, &len, &e)) == 1) {
-		json_t *v = json_parse_strict(line, len, &e);
+		json_t *v = ndjson_parse(line, len, &e);
 		buf_reset(&out);
 		if (!v || canon_dump(v, &out, &e) < 0) {
-			warnx("line %llu: %s", (unsigned long long)r.line_no, e.text);
+			warning("line %llu: %s", (unsigned long long)r.line_no, e.text);
 			status = 1;
 		} else {
 			buf_addc(&out, '\n');
@@ -111,7 +111,7 @@ static int canonicalize_stdin(void)
 		json_decref(v);
 	}
 	if (rc < 0) {
-		warnx("%s", e.text);
+		warning("%s", e.text);
 		status = 1;
 	}
 	lr_free(&r);
@@ -351,7 +351,7 @@ int main(int argc, char **argv)
 	struct sfma_err e;
 	json_t *record = NULL;
 	if (!(given_workspace && access(record_path, F_OK) < 0 && errno == ENOENT)) {
-		record = json_load_strict(record_path, RECORD_MAX_BYTES, &e);
+		record = ndjson_load(record_path, RECORD_MAX_BYTES, &e);
 		if (!record)
 			invalid("%s", e.text);
 	}
@@ -366,7 +366,7 @@ int main(int argc, char **argv)
 		invalid("integrity.algorithm is not %s", RECORD_ALGORITHM);
 	const char *head = str_member(integrity, "headHash", "integrity");
 	long long entries;
-	if (!json_integer_of(json_object_get(integrity, "entries"), &entries) || entries < 0)
+	if (!ndjson_integer(json_object_get(integrity, "entries"), &entries) || entries < 0)
 		invalid("integrity.entries is missing or not a count");
 
 	/* 1. The chain, streamed, marking where the sealed prefix ends. */

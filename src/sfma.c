@@ -16,7 +16,7 @@
 #include "chain.h"
 #include "cli.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -271,7 +271,7 @@ static char **stage_env(enum stage s, const struct checked *c)
 			/* The signing key belongs to sfma-seal alone, whatever a
 			 * manifest names as an OAuth variable. */
 			if (!nm || strcmp(nm, "SFMA_AUDIT_PRIVATE_KEY") == 0)
-				warnx("modelEnv: %s is not passed to sfma-model", nm ? nm : "(not a string)");
+				warning("modelEnv: %s is not passed to sfma-model", nm ? nm : "(not a string)");
 			else
 				env_add(env, &n, nm);
 		}
@@ -461,7 +461,7 @@ static bool operator_stopped(void)
 static void describe_death(const char *what, int st)
 {
 	if (WIFSIGNALED(st) && WTERMSIG(st) != SIGPIPE)
-		warnx("stage %s killed by signal %d", what, WTERMSIG(st));
+		warning("stage %s killed by signal %d", what, WTERMSIG(st));
 }
 
 /* Reap the stages until all are gone; return the run's exit status. The
@@ -504,7 +504,7 @@ static int supervise(pid_t pid[N_STAGES])
 			for (int s = 0; s < PLAN; s++) {
 				if (gone[s])
 					continue;
-				warnx("stage %s still running %d s after the planner ended; killing it",
+				warning("stage %s still running %d s after the planner ended; killing it",
 				      stage_prog[s], GRACE_SECONDS);
 				kill(pid[s], SIGKILL);
 			}
@@ -570,7 +570,7 @@ static int start_seal_first(const char *manifest, const struct checked *c, int i
 	env_free(env);
 	close(ready[1]);
 	if (*seal < 0) {
-		warnx("%s: %s", stage_path[SEAL], strerror(errno));
+		warning("%s: %s", stage_path[SEAL], strerror(errno));
 		close(ready[0]);
 		return -1;
 	}
@@ -586,7 +586,7 @@ static int start_seal_first(const char *manifest, const struct checked *c, int i
 	while (waitpid(*seal, &st, 0) < 0 && errno == EINTR)
 		;
 	if (WIFSIGNALED(st))
-		warnx("stage sfma-seal killed by signal %d", WTERMSIG(st));
+		warning("stage sfma-seal killed by signal %d", WTERMSIG(st));
 	*seal = -1;
 	return -1;
 }
@@ -653,9 +653,9 @@ static int planner_ended_early(struct wiring *w)
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 2)
 		return 2;
 	if (WIFSIGNALED(st))
-		warnx("stage sfma-plan killed by signal %d", WTERMSIG(st));
+		warning("stage sfma-plan killed by signal %d", WTERMSIG(st));
 	else if (WEXITSTATUS(st) != 1) /* 1: it has said why */
-		warnx("sfma-plan exited with status %d before the run started", WEXITSTATUS(st));
+		warning("sfma-plan exited with status %d before the run started", WEXITSTATUS(st));
 	return 1;
 }
 
@@ -671,7 +671,7 @@ static int read_announcement(struct wiring *w)
 	while (!nl) {
 		if (len == cap) {
 			if (cap >= CHECK_REPLY_MAX) {
-				warnx("sfma-plan handshake: a reply longer than %u bytes", CHECK_REPLY_MAX);
+				warning("sfma-plan handshake: a reply longer than %u bytes", CHECK_REPLY_MAX);
 				free(line);
 				release_planner(w);
 				return 1;
@@ -690,10 +690,10 @@ static int read_announcement(struct wiring *w)
 	}
 	struct sfma_err e;
 	struct checked *c = &w->c;
-	c->doc = json_parse_strict(line, (size_t)(nl - line), &e);
+	c->doc = ndjson_parse(line, (size_t)(nl - line), &e);
 	free(line);
 	if (!c->doc) {
-		warnx("sfma-plan handshake: %s", e.text);
+		warning("sfma-plan handshake: %s", e.text);
 		release_planner(w);
 		return 1;
 	}
@@ -702,7 +702,7 @@ static int read_announcement(struct wiring *w)
 	c->trace = json_string_value(json_object_get(c->doc, "trace"));
 	c->model_env = json_object_get(c->doc, "modelEnv");
 	if (!c->workspace || !c->trace || !json_is_boolean(dry) || (c->model_env && !json_is_array(c->model_env))) {
-		warnx("sfma-plan handshake: reply lacks workspace, trace, dryRun or modelEnv");
+		warning("sfma-plan handshake: reply lacks workspace, trace, dryRun or modelEnv");
 		release_planner(w);
 		return 1;
 	}
@@ -765,7 +765,7 @@ static int start_planner(const struct opts *o, struct wiring *w)
 	for (int s = 0; s < PLAN; s++)
 		close_fd(&w->to[s][1]), close_fd(&w->from[s][0]);
 	if (w->planner < 0) {
-		warnx("%s: %s", stage_path[PLAN], strerror(err));
+		warning("%s: %s", stage_path[PLAN], strerror(err));
 		close(sv[0]);
 		close_pipes(w);
 		return 1;
@@ -796,7 +796,7 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 		return -1;
 	}
 	if (announce)
-		warnx("%s", announce);
+		warning("%s", announce);
 	/* The other stages are forked first and their execs confirmed after:
 	 * they load their programs at the same time instead of one after
 	 * another. The planner gets its go only once all have, so a stage that
@@ -828,7 +828,7 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 		}
 	}
 	if (failed >= 0) {
-		warnx("%s: %s", stage_path[failed], strerror(failed_errno));
+		warning("%s: %s", stage_path[failed], strerror(failed_errno));
 		for (int t = 0; t < PLAN; t++) {
 			if (pid[t] < 0)
 				continue;
@@ -858,7 +858,7 @@ static int cmd_run(const struct opts *o)
 	if (status != 0)
 		return status;
 	if (operator_stopped()) {
-		warnx("interrupted before the run started");
+		warning("interrupted before the run started");
 		release_planner(&w);
 		return 1;
 	}
@@ -892,7 +892,7 @@ static int cmd_relay(const struct opts *o)
 		if (checked != 0)
 			return checked;
 		if (halt_requested(w.c.workspace)) {
-			warnx("relay: halted by .sfma/HALT");
+			warning("relay: halted by .sfma/HALT");
 			release_planner(&w);
 			break;
 		}
@@ -919,7 +919,7 @@ static int cmd_relay(const struct opts *o)
 		}
 	}
 	if (interrupted)
-		warnx("relay: stopped by signal");
+		warning("relay: stopped by signal");
 	return status;
 }
 

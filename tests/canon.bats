@@ -265,7 +265,7 @@ LINES
 		read -r dump size dump2 size2 <<<"$l"
 		[ "$dump" -gt 0 ] && [ "$dump" = "$size" ] && [ "$dump2" = "$size2" ] || { echo "differs: $l"; return 1; }
 	done
-	# U+0000 keys only through json_parse_strict; the rest both ways
+	# U+0000 keys only through ndjson_parse; the rest both ways
 	[ "$(grep -c -- ' - -$' <<<"$output")" -eq 1 ]
 	[[ "${lines[11]}" == *" - -" ]]
 }

@@ -13,6 +13,7 @@
  * the command and all it forks start inside. Every live cgroup sits in a
  * small registry, so that exit paths and signal handlers remove it too. */
 #include "exec.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "errors.h"
 
 #define CG_PATH    512
 #define CG_SLOTS   40          /* one running command + the exiting ones */
@@ -560,13 +561,6 @@ json_t *cgroup_json(const struct cgroup_box *b)
 
 /* ---- removal (system calls only: also runs in a signal handler) ---- */
 
-static void pause_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* SIGKILL every process still listed in dir/cgroup.procs. */
 static void kill_members(const char *dir)
 {
@@ -612,7 +606,7 @@ static int rm_cgroup(const char *dir)
 			return -1;
 		if (write_text(dir, "cgroup.kill", "1") < 0)
 			kill_members(dir);
-		pause_ms(wait_ms);
+		sleep_ms(wait_ms);
 		wait_ms = wait_ms < 200 ? wait_ms * 2 : 200;
 	}
 	return -1;
@@ -638,7 +632,7 @@ void cgroup_close(struct cgroup_box *b)
 		return;
 	for (int i = 0; i < 2; i++)
 		if (b->dir[i][0] && rm_cgroup(b->dir[i]) < 0)
-			warnx("remove cgroup %s: %s", b->dir[i], strerror(errno));
+			warning("remove cgroup %s: %s", b->dir[i], strerror(errno));
 	memset(b, 0, sizeof *b);
 }
 

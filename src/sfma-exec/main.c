@@ -24,7 +24,7 @@
 #include "canon.h"
 #include "cli.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 #include "sha.h"
 
@@ -67,7 +67,7 @@ static json_t *accept(json_t *r, const char *reason, json_t *result)
 
 static void emit(json_t *r)
 {
-	if (json_print_line(stdout, r) < 0) {
+	if (ndjson_print(stdout, r) < 0) {
 		/* The reader is gone (the planner ended, or ^C ended the whole
 		 * pipeline): nobody is left to answer, and nothing to say. The
 		 * atexit handler still cleans up. */
@@ -133,7 +133,7 @@ static json_t *do_read(struct gate_pass *g, json_t *r)
 		           (unsigned long long)(size - got));
 	struct buf why = {0};
 	buf_printf(&why, "read %llu bytes", (unsigned long long)size);
-	accept(r, why.p, json_text(text.p, text.len));
+	accept(r, why.p, utf8_json(text.p, text.len));
 	buf_free(&text);
 	buf_free(&why);
 	return r;
@@ -198,7 +198,7 @@ static json_t *run_text(const struct run_outcome *o)
 	if (o->err_total > se)
 		buf_printf(&t, "\n[clipped: %llu bytes not shown]",
 		           (unsigned long long)(o->err_total - se));
-	json_t *j = json_text(t.p, t.len);
+	json_t *j = utf8_json(t.p, t.len);
 	buf_free(&t);
 	return j;
 }
@@ -214,7 +214,7 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 		return r;
 	}
 	long long timeout_ms = (long long)c->timeout_s * 1000, deadline;
-	if (json_integer_of(json_object_get(req, "deadlineMs"), &deadline)) {
+	if (ndjson_integer(json_object_get(req, "deadlineMs"), &deadline)) {
 		long long left = deadline - wall_ms();
 		if (left <= 0) {
 			argv_free(argv);
@@ -258,7 +258,7 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	char name[96], at[ISO8601_LEN];
 	long long seq;
 	int64_t ms = wall_ms();
-	if (json_integer_of(json_object_get(req, "seq"), &seq) && seq >= 0)
+	if (ndjson_integer(json_object_get(req, "seq"), &seq) && seq >= 0)
 		snprintf(name, sizeof name, "%016lld-%s.json", seq, kind); /* zero-padded: ls order is write order (seq < 2^53, 16 digits) */
 	else
 		snprintf(name, sizeof name, "t%lld-%s.json", (long long)ms, kind);
@@ -303,7 +303,7 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 static void handle(const struct exec_ctx *c, const char *line, size_t len)
 {
 	struct sfma_err e;
-	json_t *req = json_parse_strict(line, len, &e);
+	json_t *req = ndjson_parse(line, len, &e);
 	if (!req) {
 		emit_error(NULL, e.text);
 		return;

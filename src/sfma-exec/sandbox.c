@@ -69,7 +69,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC

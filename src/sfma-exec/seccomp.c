@@ -32,7 +32,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #ifndef AF_VSOCK

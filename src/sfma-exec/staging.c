@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "atomic.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #define STAGING_MAX_DEPTH 64
@@ -28,7 +28,7 @@
 static void refuse(json_t *list, const char *path, const char *why)
 {
 	json_t *r = json_object();
-	json_object_set_new(r, "path", json_text(path, strlen(path)));
+	json_object_set_new(r, "path", utf8_json(path, strlen(path)));
 	json_object_set_new(r, "reason", json_string(why));
 	json_array_append_new(list, r);
 }
@@ -353,7 +353,7 @@ void staging_copy_back(const struct exec_ctx *c, int ws_fd, json_t *copied, json
 				if (atomic_write_at(wdir, name, data, len, 0644, &e) < 0)
 					refuse(refused, rel, e.text);
 				else
-					json_array_append_new(copied, json_text(rel, strlen(rel)));
+					json_array_append_new(copied, utf8_json(rel, strlen(rel)));
 				close(wdir);
 			}
 			free(name);

@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "errors.h"
 
 #define LEASE_PARENT "/run/sfma"
 #define LEASE_DIR    "uids"

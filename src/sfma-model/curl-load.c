@@ -89,7 +89,7 @@ static void load_now(void)
 {
 	load();
 	if (!loaded)
-		warnx("%s: only mock endpoints can answer", load_error);
+		warning("%s: only mock endpoints can answer", load_error);
 }
 
 int curl_load(struct sfma_err *e)

@@ -8,7 +8,7 @@
 
 #include <curl/curl.h>
 
-#include "err.h"
+#include "errors.h"
 
 struct libcurl_api {
 	__typeof__(curl_global_init) *global_init;

@@ -201,7 +201,7 @@ static int unit_number(json_t *v, double *out)
 static int count_of(json_t *v, long long *out)
 {
 	long long n;
-	if (!json_integer_of(v, &n) || n < 0)
+	if (!ndjson_integer(v, &n) || n < 0)
 		return 0;
 	*out = n;
 	return 1;
@@ -441,13 +441,6 @@ static long long backoff_ms(int retry)
 	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
 		return ceiling / 2;
 	return (long long)((double)r / 4294967295.0 * (double)ceiling);
-}
-
-static void sleep_ms(long long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }
 
 /* How long to wait before retrying ep after a, or -1 to fall through. */

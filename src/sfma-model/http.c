@@ -331,7 +331,7 @@ static void sse_dispatch(struct sse *s)
 		buf_reset(&s->data);
 		return;
 	}
-	json_t *ev = json_parse_strict(s->data.p, s->data.len, NULL);
+	json_t *ev = ndjson_parse(s->data.p, s->data.len, NULL);
 	buf_reset(&s->data);
 	const char *type = json_string_value(json_object_get(ev, "type"));
 	if (!type) {

@@ -116,10 +116,10 @@ static int parse_request(json_t *doc, struct model_request *rq, struct sfma_err 
 	if (!cls || (strcmp(cls, "reasoning") != 0 && strcmp(cls, "mechanical") != 0))
 		return err_set(e, "class must be \"reasoning\" or \"mechanical\"");
 	rq->reasoning = strcmp(cls, "reasoning") == 0;
-	if (!json_integer_of(json_object_get(doc, "deadlineMs"), &rq->deadline_ms) ||
+	if (!ndjson_integer(json_object_get(doc, "deadlineMs"), &rq->deadline_ms) ||
 	    rq->deadline_ms <= 0)
 		return err_set(e, "deadlineMs must be a positive integer (epoch milliseconds)");
-	if (!json_integer_of(json_object_get(doc, "callsLeft"), &rq->calls_left) ||
+	if (!ndjson_integer(json_object_get(doc, "callsLeft"), &rq->calls_left) ||
 	    rq->calls_left < 0)
 		return err_set(e, "callsLeft must be an integer >= 0");
 	json_t *tools = json_object_get(doc, "tools");
@@ -187,11 +187,11 @@ struct server {
 static void put_reply(struct server *srv, json_t *reply)
 {
 	pthread_mutex_lock(&srv->out_lock);
-	int rc = json_print_line(stdout, reply);
+	int rc = ndjson_print(stdout, reply);
 	int err = errno;
 	json_decref(reply);
 	if (rc < 0) {
-		warnx("write stdout: %s", strerror(err));
+		warning("write stdout: %s", strerror(err));
 		_exit(1);
 	}
 	pthread_mutex_unlock(&srv->out_lock);
@@ -252,7 +252,7 @@ static void join_all(struct server *srv)
 static void serve_line(struct server *srv, const char *line, size_t len)
 {
 	struct sfma_err e;
-	json_t *doc = json_parse_strict(line, len, &e);
+	json_t *doc = ndjson_parse(line, len, &e);
 	if (!doc) {
 		put_reply(srv, error_reply(NULL, "bad request: %s", e.text));
 		return;
@@ -332,7 +332,7 @@ static void serve_stdin(struct grid *g)
 			break;
 		/* lr_next's words for a failed read(2): that is no request. */
 		if (got < 0 && strncmp(e.text, "read: ", 6) == 0) {
-			warnx("stdin: %s", e.text);
+			warning("stdin: %s", e.text);
 			_exit(1); /* requests in flight are in libcurl: see put_reply */
 		}
 		if (got == 1)

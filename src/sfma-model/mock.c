@@ -107,7 +107,7 @@ int mock_init(const struct manifest *m, struct sfma_err *e)
 	const char *env = getenv("SFMA_MOCK");
 	if (!env)
 		return 0;
-	json_t *v = json_parse_strict(env, strlen(env), e);
+	json_t *v = ndjson_parse(env, strlen(env), e);
 	if (!v)
 		return err_prefix(e, "SFMA_MOCK");
 	int rc = json_is_array(v) ? check_queue(v, "SFMA_MOCK", e)
@@ -337,7 +337,7 @@ static json_t *request_criteria(const struct model_request *rq)
 		json_t *c = json_object_get(json_array_get(rq->messages, i), "content");
 		if (!json_is_string(c))
 			continue;
-		json_t *doc = json_parse_strict(json_string_value(c), json_string_length(c), NULL);
+		json_t *doc = ndjson_parse(json_string_value(c), json_string_length(c), NULL);
 		json_t *found = find_criteria(doc, 0);
 		json_decref(doc);
 		if (found)
@@ -345,7 +345,7 @@ static json_t *request_criteria(const struct model_request *rq)
 	}
 	const char *nl = memchr(rq->system, '\n', rq->system_len);
 	if (nl) {
-		json_t *doc = json_parse_strict(nl + 1, rq->system_len - (size_t)(nl + 1 - rq->system), NULL);
+		json_t *doc = ndjson_parse(nl + 1, rq->system_len - (size_t)(nl + 1 - rq->system), NULL);
 		json_t *found = find_criteria(doc, 0);
 		json_decref(doc);
 		if (found)

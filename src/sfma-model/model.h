@@ -12,7 +12,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "curl-load.h"
-#include "err.h"
+#include "errors.h"
 #include "manifest.h"
 
 /* Largest response body accepted from a provider or token endpoint (after

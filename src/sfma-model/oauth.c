@@ -30,7 +30,7 @@ static void form_field(struct buf *b, CURL *c, const char *key, const char *valu
 
 static int token_from_reply(struct oauth *o, const struct http_reply *r, struct sfma_err *e)
 {
-	json_t *doc = json_parse_strict(r->body.p ? r->body.p : "", r->body.len, NULL);
+	json_t *doc = ndjson_parse(r->body.p ? r->body.p : "", r->body.len, NULL);
 	json_t *tok = json_object_get(doc, "access_token");
 	json_t *ttl = json_object_get(doc, "expires_in");
 	int rc = -1;

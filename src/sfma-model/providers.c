@@ -3,6 +3,7 @@
  * headers, POST, classify the status, pull the text (and, with native
  * tool use, the calls) and the token usage out of the reply. */
 #include "model.h"
+#include "utf8.h"
 #include "canon.h"
 #include "ndjson.h"
 #include "tools.h"
@@ -65,10 +66,7 @@ int provider_native(const struct endpoint *ep, const struct model_request *rq)
 
 static json_t *str(const char *s, size_t n)
 {
-	json_t *v = json_stringn(s, n);
-	if (!v)
-		die("out of memory");
-	return v;
+	return utf8_json(s, n);
 }
 
 static json_t *msg_content(json_t *m)
@@ -459,7 +457,7 @@ static int reply_text(enum provider p, const struct http_reply *r, struct buf *t
 	if (r->body.len == 0)
 		return err_set(e, "empty reply body");
 	struct sfma_err pe;
-	json_t *doc = json_parse_strict(r->body.p, r->body.len, &pe);
+	json_t *doc = ndjson_parse(r->body.p, r->body.len, &pe);
 	if (!doc)
 		return err_set(e, "reply is not JSON");
 	json_t *t = dig(doc, paths[p]);
@@ -607,7 +605,7 @@ static int reply_native(enum provider p, json_t *doc, struct buf *text, json_t *
 
 static int count_at(json_t *o, const char *key, long long *out)
 {
-	return json_integer_of(json_object_get(o, key), out) && *out >= 0;
+	return ndjson_integer(json_object_get(o, key), out) && *out >= 0;
 }
 
 /* {inputTokens,outputTokens,cachedInputTokens?} from the provider's usage
@@ -714,7 +712,7 @@ static int parse_body(struct endpoint *ep, int native, const struct http_reply *
 	}
 	if (r->body.len == 0)
 		return err_set(&a->e, "empty reply body");
-	json_t *doc = json_parse_strict(r->body.p, r->body.len, NULL);
+	json_t *doc = ndjson_parse(r->body.p, r->body.len, NULL);
 	if (!doc)
 		return err_set(&a->e, "reply is not JSON");
 	int rc = reply_native(ep->prov, doc, &a->text, &a->native, &a->e);
@@ -728,7 +726,7 @@ static int parse_body(struct endpoint *ep, int native, const struct http_reply *
 
 static json_t *usage_of_body(enum provider p, const struct http_reply *r)
 {
-	json_t *doc = json_parse_strict(r->body.p ? r->body.p : "", r->body.len, NULL);
+	json_t *doc = ndjson_parse(r->body.p ? r->body.p : "", r->body.len, NULL);
 	json_t *u = usage_of(p, doc);
 	json_decref(doc);
 	return u;
@@ -742,11 +740,7 @@ static void mock_delay(const struct model_request *rq)
 	long long ms = mock_latency_ms(), left = rq->deadline_ms - wall_ms();
 	if (left < ms)
 		ms = left;
-	if (ms <= 0)
-		return;
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	sleep_ms(ms);
 }
 
 static int http_call(struct endpoint *ep, CURL *c, const struct model_request *rq, struct attempt *a);

@@ -253,9 +253,7 @@ json_t *json_string_lossy(const char *s, size_t n)
 			i += k;
 		}
 	}
-	json_t *v = json_stringn(b.p ? b.p : "", b.len);
+	json_t *v = utf8_json(b.p ? b.p : "", b.len);
 	buf_free(&b);
-	if (!v)
-		die("out of memory");
 	return v;
 }

@@ -305,7 +305,7 @@ static int begin(struct drive *d)
 	int torn;
 	json_t *interrupted = interrupted_event(d->ws.sfma_dir, &n_interrupted, &torn, &e);
 	if (torn) {
-		warnx("%s; nothing was appended", e.text);
+		warning("%s; nothing was appended", e.text);
 		return -2;
 	}
 	if (interrupted && tracer_post(d->evidence, interrupted, "", &e) < 0) {
@@ -315,7 +315,7 @@ static int begin(struct drive *d)
 	json_decref(interrupted);
 	json_t *first = NULL;
 	if (interrupted && tracer_settle(&first, &e) == 0)
-		warnx("the previous run was interrupted before it sealed: its %llu %s recorded (%s)",
+		warning("the previous run was interrupted before it sealed: its %llu %s recorded (%s)",
 		      (unsigned long long)n_interrupted, n_interrupted == 1 ? "entry is" : "entries are",
 		      json_string_value(json_object_get(first, "id")));
 	json_decref(first);
@@ -416,7 +416,7 @@ static void remember(struct drive *d, int *certified, int *demoted)
 	char mem_path[PATH_MAX];
 	struct sfma_err e;
 	if (memory_save(&d->mem, path_join(mem_path, d->ws.sfma_dir, "memory.json"), &e) < 0)
-		warnx("memory.json: %s", e.text);
+		warning("memory.json: %s", e.text);
 }
 
 /* Close the run in the trace and in memory.json. */
@@ -474,10 +474,10 @@ static void report_failure(const struct core *c)
 {
 	long n = core_hard_failures(c);
 	if (!n || strstr(core_error(c), "refused by the hard tier")) {
-		warnx("%s: %s", core_verdict(c), core_error(c));
+		warning("%s: %s", core_verdict(c), core_error(c));
 		return;
 	}
-	warnx("%s: %s; %ld call%s refused by the hard tier (the first: %s)", core_verdict(c), core_error(c), n,
+	warning("%s: %s; %ld call%s refused by the hard tier (the first: %s)", core_verdict(c), core_error(c), n,
 	      n == 1 ? " was" : "s were", core_first_refusal(c));
 }
 
@@ -497,7 +497,7 @@ static void *finish_evidence(void *arg)
 static void summary_line(const struct drive *d)
 {
 	if (d->dry_run)
-		warnx("dry run: nothing was applied (writes were recorded, commands not run); "
+		warning("dry run: nothing was applied (writes were recorded, commands not run); "
 		      "run again with --apply to apply");
 	char verdict_uc[64];
 	size_t k = 0;
@@ -542,14 +542,14 @@ static int end(struct drive *d)
 	if (beside)
 		pthread_join(finisher, NULL);
 	if (fin.failed)
-		warnx("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
+		warning("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
 		      fin.e.text);
 	int completed = strcmp(core_verdict(d->core), "completed") == 0;
 	if (!completed && core_error(d->core)[0])
 		report_failure(d->core);
 	if (sealed < 0)
 		/* No summary line: it would name a record that does not exist. */
-		warnx("the run was not sealed (%s): no result record was written", e.text);
+		warning("the run was not sealed (%s): no result record was written", e.text);
 	else
 		summary_line(d);
 	return sealed == 0 && completed ? 0 : 1;
@@ -592,7 +592,7 @@ int run_manifest(struct manifest *m, const struct run_options *o)
 		/* Either sfma-chain has said why (-1), or begin has (-2); the run
 		 * cannot be recorded, so there is nothing to seal. */
 		if (begun == -1)
-			warnx("the run did not start: the trace refused its first entry; nothing was appended");
+			warning("the run did not start: the trace refused its first entry; nothing was appended");
 		tracer_stop(0);
 		drive_free(&d);
 		return 1;

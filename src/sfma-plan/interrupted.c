@@ -13,7 +13,7 @@
  * the operator how to recover it. */
 #include "plan.h"
 #include "chain.h"
-#include "err.h"
+#include "errors.h"
 #include "record.h"
 #include "sha.h"
 
@@ -37,13 +37,13 @@ static int sealed_prefix(const char *sfma_dir, uint64_t *entries, char head[65])
 	strcpy(head, CHAIN_ZERO_HASH);
 	if (access(path, F_OK) < 0 && errno == ENOENT)
 		return 0;
-	json_t *record = json_load_strict(path, RECORD_MAX_BYTES, &e);
+	json_t *record = ndjson_load(path, RECORD_MAX_BYTES, &e);
 	json_t *integrity = json_object_get(record, "integrity");
 	json_t *h = json_object_get(integrity, "headHash");
 	long long n;
 	if (!record || !json_is_string(h) || !is_sha256_hex(json_string_value(h), json_string_length(h)) ||
-	    !json_integer_of(json_object_get(integrity, "entries"), &n) || n < 0) {
-		warnx("%s: %s; entries after it are not recorded as an interrupted run", path,
+	    !ndjson_integer(json_object_get(integrity, "entries"), &n) || n < 0) {
+		warning("%s: %s; entries after it are not recorded as an interrupted run", path,
 		      record ? "no integrity.entries and headHash" : e.text);
 		json_decref(record);
 		return -1;
@@ -97,7 +97,7 @@ json_t *interrupted_event(const char *sfma_dir, uint64_t *entries, int *torn, st
 		return NULL;
 	}
 	if (!sum.mark_found || strcmp(sum.mark_head, head) != 0) {
-		warnx("%s/result.json does not seal a prefix of %s; entries after it are not recorded as an "
+		warning("%s/result.json does not seal a prefix of %s; entries after it are not recorded as an "
 		      "interrupted run", sfma_dir, tpath);
 		close(fd);
 		return NULL;
@@ -110,7 +110,7 @@ json_t *interrupted_event(const char *sfma_dir, uint64_t *entries, int *torn, st
 	json_t *last = first ? chain_entry_at(fd, sum.last_offset, 0, &e) : NULL;
 	close(fd);
 	if (!last) {
-		warnx("%s: %s", tpath, e.text);
+		warning("%s: %s", tpath, e.text);
 		json_decref(first);
 		return NULL;
 	}

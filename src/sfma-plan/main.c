@@ -160,7 +160,7 @@ static int cmd_check(const char *path, int apply)
 {
 	struct manifest *m = load_or_exit(path);
 	json_t *out = wiring(m, apply);
-	int rc = json_print_line(stdout, out) < 0 ? 1 : 0;
+	int rc = ndjson_print(stdout, out) < 0 ? 1 : 0;
 	json_decref(out);
 	manifest_free(m);
 	return rc;
@@ -176,7 +176,7 @@ static int handshake(int fd, const struct manifest *m, int apply)
 {
 	/* Not for the git processes a run starts. */
 	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-		warnx("--handshake-fd %d: %s", fd, strerror(errno));
+		warning("--handshake-fd %d: %s", fd, strerror(errno));
 		return -1;
 	}
 	json_t *reply = wiring(m, apply);
@@ -191,7 +191,7 @@ static int handshake(int fd, const struct manifest *m, int apply)
 	if (rc < 0) {
 		/* A peer that has gone is the same quiet end as a refusal. */
 		if (errno != EPIPE && errno != ECONNRESET)
-			warnx("--handshake-fd %d: %s", fd, strerror(errno));
+			warning("--handshake-fd %d: %s", fd, strerror(errno));
 		close(fd);
 		return -1;
 	}

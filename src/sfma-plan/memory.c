@@ -6,7 +6,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -41,7 +41,7 @@ int memory_load(struct memory *mem, const char *path, struct sfma_err *e)
 	struct stat st;
 	mem->doc = NULL;
 	if (stat(path, &st) == 0) {
-		json_t *doc = json_load_strict(path, MEMORY_MAX_BYTES, e);
+		json_t *doc = ndjson_load(path, MEMORY_MAX_BYTES, e);
 		return doc ? memory_adopt(mem, doc, e) : -1;
 	}
 	if (errno != ENOENT)
@@ -54,7 +54,7 @@ int memory_parse(struct memory *mem, const char *text, size_t len, struct sfma_e
 	mem->doc = NULL;
 	if (len > MEMORY_MAX_BYTES)
 		return err_set(e, "memory.json: larger than %u bytes", MEMORY_MAX_BYTES);
-	json_t *doc = json_parse_strict(text, len, e);
+	json_t *doc = ndjson_parse(text, len, e);
 	return doc ? memory_adopt(mem, doc, e) : -1;
 }
 

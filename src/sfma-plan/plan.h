@@ -24,7 +24,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "errors.h"
 #include "manifest.h"
 #include "ndjson.h"
 #include "store.h"

@@ -5,7 +5,7 @@
  * waits for one stage it watches all of them, so a stage that dies (its
  * stdout closes) is noticed at once, not at the next time it is used. */
 #include "plan.h"
-#include "err.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,7 +161,7 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 			err_set(e, "stage %s: %s", stages[s].name, re.text);
 			return NULL;
 		}
-		json_t *v = json_parse_strict(line, len, &re);
+		json_t *v = ndjson_parse(line, len, &re);
 		if (!v || !json_is_object(v)) {
 			json_decref(v);
 			*why = WAIT_DIED;

@@ -17,7 +17,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
-#include "err.h"
+#include "errors.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -392,7 +392,7 @@ json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_m
 static long limit_of(json_t *call, long def, long max)
 {
 	long long v;
-	if (!json_integer_of(json_object_get(call, "limit"), &v) || v < 1)
+	if (!ndjson_integer(json_object_get(call, "limit"), &v) || v < 1)
 		return def;
 	return v > max ? max : (long)v;
 }
@@ -406,7 +406,7 @@ static json_t *text_value(const char *s, size_t n)
 
 static json_t *read_record(const char *path)
 {
-	return json_load_strict_at(AT_FDCWD, path, 1, 1u << 20, NULL);
+	return ndjson_load_at(AT_FDCWD, path, 1, 1u << 20, NULL);
 }
 
 static int referential(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
@@ -432,7 +432,7 @@ static int referential(struct store *st, json_t *call, json_t *ans, struct sfma_
 		snprintf(spec, sizeof spec, "records/%s.json", id);
 		gitsafe_args_cat_blob(git_args(st, &a, 1), "HEAD", spec);
 		if (git(st, &a, &out) == 0 && out.p)
-			record = json_parse_strict(out.p, out.len, NULL);
+			record = ndjson_parse(out.p, out.len, NULL);
 		buf_free(&out);
 		if (record)
 			tier = tier_of(st, "git");
@@ -460,8 +460,8 @@ static void put_results(struct store *st, json_t *ans, const char *store_name, j
 static void episodic(struct store *st, json_t *call, json_t *ans)
 {
 	long long since = 0, until = 9007199254740991LL;
-	json_integer_of(json_object_get(call, "since"), &since);
-	json_integer_of(json_object_get(call, "until"), &until);
+	ndjson_integer(json_object_get(call, "since"), &since);
+	ndjson_integer(json_object_get(call, "until"), &until);
 	long limit = limit_of(call, 20, 200);
 	json_t *entries = json_array();
 	int fd = open(st->trace_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -472,7 +472,7 @@ static void episodic(struct store *st, json_t *call, json_t *ans)
 		size_t len;
 		lr_init(&r, fd, NDJSON_DEFAULT_MAX);
 		while ((long)json_array_size(entries) < limit && lr_next(&r, &line, &len, &e) == 1) {
-			json_t *v = json_parse_strict(line, len, &e);
+			json_t *v = ndjson_parse(line, len, &e);
 			double seq = json_number_value(json_object_get(v, "seq"));
 			if (v && seq >= (double)since && seq <= (double)until)
 				json_array_append_new(entries, json_pack("{s:O?, s:O?, s:O?, s:O?}", "seq",

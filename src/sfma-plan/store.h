@@ -11,7 +11,7 @@
 #include <limits.h>
 #include <sys/types.h>
 
-#include "err.h"
+#include "errors.h"
 #include "gitsafe.h"
 
 struct store {

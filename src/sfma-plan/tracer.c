@@ -27,8 +27,10 @@
 #include "plan.h"
 #include "buf.h"
 #include "canon.h"
+#include "chain.h"
 #include "evidence.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -56,7 +58,7 @@ struct post {
 
 /* An acknowledgement still to be read. */
 struct owed {
-	char id[64];       /* the id it must have ("" before the first ack) */
+	char id[CHAIN_ID_MAX]; /* the id it must have ("" before the first ack) */
 };
 
 static struct {
@@ -214,17 +216,14 @@ int tracer_post(struct evidence_store *store, const json_t *ev, const char *id, 
 	if (tq.gone)
 		return gone(e);
 	struct post *p = xcalloc(1, sizeof *p);
-	if (!(p->line = dump_line(ev, &p->len)))
-		die("out of memory");
+	/* The core's events are JSON it made: they always serialize. */
+	p->line = dump_line(ev, &p->len);
+	assert(p->line);
 	if (json_object_get(ev, EVIDENCE_MEMBER)) {
 		json_t *bare = json_copy((json_t *)ev);
-		if (!bare)
-			die("out of memory");
 		json_object_del(bare, EVIDENCE_MEMBER);
 		p->bare = dump_line(bare, &p->bare_len);
 		json_decref(bare);
-		if (!p->bare)
-			die("out of memory");
 	}
 	if (tq.n_owed == tq.cap_owed) {
 		tq.cap_owed = tq.cap_owed ? 2 * tq.cap_owed : 16;

@@ -111,7 +111,7 @@ json_t *workspace_inbox(struct workspace *w)
 		size_t len = 0;
 		char *body = read_regular(dfd, w->inbox[i], 64u << 10, &len);
 		if (!body || !utf8_text_ok(body, len)) {
-			warnx("inbox/%s: skipped (not a regular file of at most 64 KiB of UTF-8 text)", w->inbox[i]);
+			warning("inbox/%s: skipped (not a regular file of at most 64 KiB of UTF-8 text)", w->inbox[i]);
 			free(body);
 			free(w->inbox[i]);
 			continue;

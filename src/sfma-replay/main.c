@@ -236,7 +236,7 @@ static json_t *prompt_manifest(const char *p, size_t n)
 		return NULL;
 	a += sizeof open_mark - 1;
 	const char *b = memmem(a, (size_t)(p + n - a), close_mark, sizeof close_mark - 1);
-	return b ? json_parse_strict(a, (size_t)(b - a), NULL) : NULL;
+	return b ? ndjson_parse(a, (size_t)(b - a), NULL) : NULL;
 }
 
 /* The manifest a run was bound by: the one its system prompt states
@@ -301,7 +301,7 @@ static struct core_facts stop_facts(const struct manifest *m)
 		f.halt_signal = strcmp(trigger, "SIGINT") == 0 ? SIGINT : strcmp(trigger, "SIGHUP") == 0 ? SIGHUP : SIGTERM;
 	} else if (strcmp(trigger, "maxSeconds") == 0) {
 		long long ms;
-		if (!json_integer_of(json_object_get(data_of(e), "elapsedMs"), &ms) || ms < m->max_seconds * 1000LL)
+		if (!ndjson_integer(json_object_get(data_of(e), "elapsedMs"), &ms) || ms < m->max_seconds * 1000LL)
 			diverged(e, "a maxSeconds halt before maxSeconds", sx("elapsedMs of at least %ld", m->max_seconds * 1000L));
 		f.elapsed_ms = ms;
 	}
@@ -647,7 +647,7 @@ static void load(const char *target)
 		snprintf(ws, sizeof ws, "%s/..", dirname(copy));
 	}
 	struct sfma_err e;
-	R.record = json_load_strict_at(AT_FDCWD, record_path, 1, 64u << 20, &e);
+	R.record = ndjson_load_at(AT_FDCWD, record_path, 1, 64u << 20, &e);
 	if (!R.record || !json_is_object(R.record))
 		incomplete("%s", R.record ? "the record is not an object" : e.text);
 	struct reasons why = {0};

@@ -19,7 +19,7 @@
 #include "beneath.h"
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
 #include "protocol.h"
@@ -60,7 +60,7 @@ static char *needed_blob(const json_t *e, const char *member, size_t *n)
 
 char *result_text(const char *blob, size_t n)
 {
-	json_t *v = json_parse_strict(blob, n, NULL);
+	json_t *v = ndjson_parse(blob, n, NULL);
 	const char *t = str(v, "toolResult");
 	json_t *tv = json_object_get(v, "toolResult");
 	if (!t) {
@@ -118,7 +118,7 @@ static void reply_content(json_t *reply, const json_t *last)
 	}
 	/* A native reply: {"provider","text","native"}, the calls derived
 	 * from the provider's own objects by the code sfma-model uses. */
-	json_t *b = json_parse_strict(text, n, NULL);
+	json_t *b = ndjson_parse(text, n, NULL);
 	const char *provider = str(b, "provider"), *t = str(b, "text");
 	json_t *native = json_object_get(b, "native");
 	size_t cn = 0;
@@ -498,7 +498,7 @@ void answer_outputs(struct core *c)
 	json_t *e = verdict_entry("the done's verdict");
 	size_t n;
 	char *blob = needed_blob(e, "outputs", &n);
-	json_t *outputs = json_parse_strict(blob, n, NULL);
+	json_t *outputs = ndjson_parse(blob, n, NULL);
 	free(blob);
 	if (!json_is_array(outputs)) {
 		json_decref(outputs);

@@ -15,7 +15,7 @@
 
 #include "buf.h"
 #include "canon.h"
-#include "err.h"
+#include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
 
@@ -85,7 +85,7 @@ static int read_one(void)
 	size_t no = (size_t)T.lr.line_no;
 	if (rc < 0)
 		incomplete("trace line %zu: %s", no, e.text);
-	json_t *entry = json_parse_strict(line, len, &e);
+	json_t *entry = ndjson_parse(line, len, &e);
 	if (!entry || !json_is_object(entry)) {
 		json_decref(entry);
 		incomplete("trace line %zu: %s", no, entry ? "not an object" : e.text);

@@ -1,4 +1,4 @@
-/* fuzz_canon.c - canonical JSON (lib/canon.c) over json_parse_strict
+/* fuzz_canon.c - canonical JSON (lib/canon.c) over ndjson_parse
  * (lib/ndjson.c).
  *
  * Properties, for any input text:
@@ -363,7 +363,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct canon_scan sc;
 	int scan_ok = canon_scan(text, size, &sc);
-	json_t *v = json_parse_strict(text, size, NULL);
+	json_t *v = ndjson_parse(text, size, NULL);
 	if (!v) {
 		FUZZ_CHECK(!scan_ok, "canon_scan accepted a text that does not parse");
 		return 0;
@@ -382,7 +382,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t counted;
 	FUZZ_CHECK(canon_size(v, &counted, NULL) == 0 && counted == c1.len,
 	           "canon_size counts %zu bytes, canon_dump wrote %zu", counted, c1.len);
-	json_t *v2 = json_parse_strict(c1.p, c1.len, NULL);
+	json_t *v2 = ndjson_parse(c1.p, c1.len, NULL);
 	FUZZ_CHECK(v2, "the canonical form does not parse");
 	FUZZ_CHECK(fuzz_json_same(v, v2), "the canonical form reads back as another value");
 	check_order(v2);
@@ -390,7 +390,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(c1.len == c2.len && memcmp(c1.p, c2.p, c1.len) == 0, "canon is not idempotent");
 
 	FUZZ_CHECK(canon_dump_pretty(v, &pretty, NULL) == 0, "canon_dump_pretty failed");
-	json_t *v3 = json_parse_strict(pretty.p, pretty.len, NULL);
+	json_t *v3 = ndjson_parse(pretty.p, pretty.len, NULL);
 	FUZZ_CHECK(v3 && fuzz_json_same(v, v3), "the pretty form reads back as another value");
 
 	int is_canonical = c1.len == size && memcmp(c1.p, text, size) == 0;

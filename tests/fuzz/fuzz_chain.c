@@ -70,7 +70,7 @@ static int hex64(const json_t *v)
 static int ref_line(struct ref *r, const char *text, size_t len, int *seen_chained, struct buf *legacy_bytes)
 {
 	uint64_t no = r->entries + 1;
-	json_t *v = json_parse_strict(text, len, NULL);
+	json_t *v = ndjson_parse(text, len, NULL);
 	if (!v || !json_is_object(v)) {
 		json_decref(v);
 		return ref_fail(r, no);
@@ -239,7 +239,7 @@ static void add_entry(struct buf *out, json_t *entry, char head[65], int plain)
 		/* Jansson's own spelling (insertion order, spaces, \u escapes) when
 		 * it says the same thing: the verifier must take the tree path. */
 		char *alt = json_dumps(entry, JSON_ENSURE_ASCII);
-		json_t *back = alt ? json_parse_strict(alt, strlen(alt), NULL) : NULL;
+		json_t *back = alt ? ndjson_parse(alt, strlen(alt), NULL) : NULL;
 		if (back && fuzz_json_same(back, entry) && !strchr(alt, '\n')) {
 			buf_reset(&line);
 			buf_adds(&line, alt);
@@ -261,7 +261,7 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 	for (size_t pos = 0; pos <= n && count < max_spans;) {
 		const char *nl = memchr(s + pos, '\n', n - pos);
 		size_t len = nl ? (size_t)(nl - (s + pos)) : n - pos;
-		json_t *v = json_parse_strict(s + pos, len, NULL);
+		json_t *v = ndjson_parse(s + pos, len, NULL);
 		size_t off = out->len;
 		if (with_legacy && count == 0 && json_is_object(v) && !json_object_get(v, "hash") &&
 		    !json_object_get(v, "prevHash")) {
@@ -350,9 +350,9 @@ static void check_mutation(const uint8_t *data, size_t size, int threads)
 		while (k + 1 < count && spans[k + 1].off <= at)
 			k++;
 		FUZZ_CHECK(!spans[k].legacy, "a chain verified with legacy line %zu changed", k + 1);
-		json_t *now = json_parse_strict(chain.p + spans[k].off, spans[k].len, NULL);
+		json_t *now = ndjson_parse(chain.p + spans[k].off, spans[k].len, NULL);
 		chain.p[at] = was;
-		json_t *before = json_parse_strict(chain.p + spans[k].off, spans[k].len, NULL);
+		json_t *before = ndjson_parse(chain.p + spans[k].off, spans[k].len, NULL);
 		FUZZ_CHECK(now && before && fuzz_json_same(now, before),
 		           "a chain verified with line %zu changed at byte %zu", k + 1, at - spans[k].off);
 		json_decref(now);

@@ -1,5 +1,5 @@
 /* fuzz_manifest.c - the manifest loader (lib/manifest.c manifest_from_json)
- * over whatever json_parse_strict makes of the input.
+ * over whatever ndjson_parse makes of the input.
  *
  * Properties: it never crashes or leaks; when it refuses, it gives at least
  * one reason, each a non-empty single line (they are printed one per line
@@ -25,7 +25,7 @@ static int in_range(long v, long lo, long hi)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	json_t *doc = json_parse_strict((const char *)data, size, NULL);
+	json_t *doc = ndjson_parse((const char *)data, size, NULL);
 	if (!doc)
 		return 0;
 	struct reasons why = {0};

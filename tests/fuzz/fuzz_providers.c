@@ -57,7 +57,7 @@ static void body_mode(enum provider p, const uint8_t *s, size_t n)
 	struct sfma_err e = {{0}};
 	int rc = reply_text(p, &r, &text, &e);
 	/* The same string found again, by hand. */
-	json_t *doc = json_parse_strict((const char *)s, n, NULL), *at = doc;
+	json_t *doc = ndjson_parse((const char *)s, n, NULL), *at = doc;
 	const char *const *path = p == PROV_ANTHROPIC ? anthropic_path : p == PROV_OPENAI ? openai_path : gemini_path;
 	for (; *path && at; path++)
 		at = json_is_array(at) ? json_array_get(at, (size_t)atoi(*path)) : json_object_get(at, *path);
@@ -185,7 +185,7 @@ static void native_mode(const uint8_t *data, size_t size)
 {
 	static const enum provider provs[] = {PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI};
 	enum provider p = provs[data[1] % 3];
-	json_t *doc = json_parse_strict((const char *)data + 2, size - 2, NULL);
+	json_t *doc = ndjson_parse((const char *)data + 2, size - 2, NULL);
 	if (!doc)
 		return;
 	struct endpoint ep = {.prov = p};

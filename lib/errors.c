@@ -1,5 +1,7 @@
-/* err.c - die/warnx and the library's error out-parameter. */
-#include "err.h"
+/* errors.c - die/warning and the library's error out-parameter. */
+#include "errors.h"
+
+#include <jansson.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +15,10 @@ void set_progname(const char *argv0)
 	const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
 	if (argv0 && *argv0)
 		prog = slash ? slash + 1 : argv0;
+	/* jansson allocates through xmalloc too: a JSON value that cannot be
+	 * made is the same fatal "out of memory" as any other allocation, so
+	 * a NULL from jansson means the input was refused, never memory. */
+	json_set_alloc_funcs(xmalloc, free);
 }
 
 const char *progname(void)
@@ -55,7 +61,7 @@ void die_status(int status, const char *fmt, ...)
 	exit(status);
 }
 
-void warnx(const char *fmt, ...)
+void warning(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

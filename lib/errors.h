@@ -1,10 +1,11 @@
-/* err.h - the one error family of sfma.
+/* errors.h - the one error family of sfma (not libc's <err.h>: no name
+ * here is one of its).
  *
- * Programs report with die()/warnx(): one line on stderr, "<prog>: <text>".
+ * Programs report with die()/warning(): one line on stderr, "<prog>: <text>".
  * The library never prints and never exits: it fills a struct sfma_err and
  * returns -1; the program decides what to say. */
-#ifndef SFMA_ERR_H
-#define SFMA_ERR_H
+#ifndef SFMA_ERRORS_H
+#define SFMA_ERRORS_H
 
 #include <stddef.h>
 
@@ -14,7 +15,8 @@ struct sfma_err {
 	char text[SFMA_ERR_MAX];
 };
 
-/* Set the program name used as the prefix of every message. Call first in main. */
+/* Set the program name used as the prefix of every message, and route
+ * jansson's allocations through xmalloc. Call first in main. */
 void set_progname(const char *argv0);
 const char *progname(void);
 
@@ -23,7 +25,7 @@ _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like die() with a chosen exit status. */
 _Noreturn void die_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print "<prog>: <fmt>\n" on stderr and return. */
-void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Fill e (if non-NULL) with a formatted one-line message; always returns -1
  * so that library code can write `return err_set(e, ...)`. Newlines in the
