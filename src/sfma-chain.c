@@ -60,12 +60,17 @@ struct trace {
 static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chain_summary *sum)
 {
 	struct sfma_err e;
-	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+	/* O_NONBLOCK: a device where the trace should be must not make the
+	 * open wait (a FIFO opened O_RDWR never does, fifo(7)); it is refused
+	 * next, and a regular file's descriptor goes back to blocking. */
+	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0644);
 	if (t->fd < 0)
 		die("%s: %s", t->path, strerror(errno));
 	struct stat st;
 	if (fstat(t->fd, &st) < 0 || !S_ISREG(st.st_mode))
 		die("%s: not a regular file", t->path);
+	if (fcntl(t->fd, F_SETFL, O_APPEND) < 0)
+		die("%s: %s", t->path, strerror(errno));
 	if (flock(t->fd, LOCK_EX | (no_wait ? LOCK_NB : 0)) < 0) {
 		if (errno == EWOULDBLOCK)
 			die("%s: locked by another writer (--no-wait)", t->path);

@@ -10,7 +10,12 @@
  * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
  * A sound record whose trace goes on past its sealed prefix the way an
  * interrupted run leaves it is "AUDIT_UNSEALED: ..." on stderr, exit 3.
- * Usage errors exit 2. */
+ * Usage errors exit 2.
+ *
+ * Whatever the workspace holds is read as a hostile party may have left
+ * it: every file through ws_open_regular (a FIFO, device, directory or
+ * link where a file should be is refused at once, never waited on or
+ * followed), every string compared as the whole JSON string it is. */
 #include "chain.h"
 #include "cli.h"
 #include "err.h"
@@ -20,6 +25,7 @@
 #include "sign.h"
 #include "buf.h"
 #include "canon.h"
+#include "wsfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -158,13 +164,39 @@ static char *trace_path(json_t *record, const char *workspace)
 
 static int open_trace(const char *tpath)
 {
-	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	struct sfma_err e;
+	int fd = ws_open_regular(AT_FDCWD, tpath, &e);
 	if (fd < 0)
-		invalid("%s: %s", tpath, strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		invalid("%s: not a regular file", tpath);
+		invalid("%s", e.text);
 	return fd;
+}
+
+/* 1 if nothing at all is at path: not even a link (a dangling one is
+ * there, and refused when read, not taken for an absent file). */
+static int absent(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) < 0 && errno == ENOENT;
+}
+
+/* The record at path: a regular file, not a link, at most
+ * RECORD_MAX_BYTES, one JSON text. */
+static json_t *load_record(const char *path)
+{
+	struct sfma_err e;
+	int fd = ws_open_regular(AT_FDCWD, path, &e);
+	if (fd < 0)
+		invalid("%s", e.text);
+	size_t len;
+	char *text = read_all_fd(fd, RECORD_MAX_BYTES, &len, &e);
+	close(fd);
+	if (!text)
+		invalid("%s: %s", path, e.text);
+	json_t *record = json_parse_strict(text, len, &e);
+	free(text);
+	if (!record)
+		invalid("%s: %s", path, e.text);
+	return record;
 }
 
 /* The entries after the sealed prefix (sum->mark_*), on a chain that
@@ -219,7 +251,7 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 {
 	char *tpath = xmalloc(strlen(workspace) + sizeof RECORD_TRACE + 1);
 	sprintf(tpath, "%s/%s", workspace, RECORD_TRACE);
-	if (access(tpath, F_OK) < 0 && errno == ENOENT)
+	if (absent(tpath))
 		invalid("%s: %s", record_path, strerror(ENOENT));
 	int fd = open_trace(tpath);
 	struct sfma_err e;
@@ -350,11 +382,8 @@ int main(int argc, char **argv)
 	 * record yet: its whole trace is the unsealed tail. */
 	struct sfma_err e;
 	json_t *record = NULL;
-	if (!(given_workspace && access(record_path, F_OK) < 0 && errno == ENOENT)) {
-		record = json_load_strict(record_path, RECORD_MAX_BYTES, &e);
-		if (!record)
-			invalid("%s", e.text);
-	}
+	if (!(given_workspace && absent(record_path)))
+		record = load_record(record_path);
 	if (!record)
 		no_record(record_path, workspace, &opts);
 	if (!json_is_object(record))

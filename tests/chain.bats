@@ -171,7 +171,11 @@ seal_and_verify() {
 	[ "$(jq -r .data.n "$T" | tr '\n' ' ')" = "1 2 " ]
 }
 
-@test "a trace path that is a directory or a symlink is refused" {
+@test "a trace path that is a directory, a symlink or a FIFO is refused" {
+	mkfifo ws/.sfma/fifo
+	run timeout 5 sfma-chain ws/.sfma/fifo <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 1 ]
+	[ "$output" = "sfma-chain: ws/.sfma/fifo: not a regular file" ]
 	mkdir ws/.sfma/dir
 	run sfma-chain ws/.sfma/dir <<<'{"kind":"task","data":{}}'
 	[ "$status" -eq 1 ]

@@ -428,3 +428,70 @@ PY
 	echo '{"b":1,"a":2}' | sfma-verify --canonicalize > out
 	[ "$(cat out)" = '{"a":2,"b":1}' ]
 }
+
+# sfma-verify ARGS under a timeout: AUDIT_INVALID, one line, whose reason is
+# exactly $1. A verifier that waits on what it opens fails here (status
+# 124), not by hanging the suite.
+refused_at_once() {
+	local want=$1
+	shift
+	run timeout 5 sfma-verify "$@"
+	[ "$status" -eq 1 ] || { echo "status $status: $output"; return 1; }
+	[ "${#lines[@]}" -eq 1 ] && [ "$output" = "AUDIT_INVALID: $want" ] || { echo "got: $output"; return 1; }
+}
+
+@test "a FIFO, a link or a directory where a workspace file should be is refused at once, never waited on or followed" {
+	ours
+	cp -a ours pristine
+	S=ours/.sfma
+	restore() { rm -rf ours && cp -a pristine ours; }
+	# the trace
+	mv $S/trace.jsonl real-trace && mkfifo $S/trace.jsonl
+	refused_at_once "$S/trace.jsonl: not a regular file" ours
+	refused_at_once "$S/../.sfma/trace.jsonl: not a regular file" $S/result.json
+	rm $S/result.json
+	refused_at_once "$S/trace.jsonl: not a regular file" ours   # no record: the unsealed-trace path
+	restore
+	mv $S/trace.jsonl real-trace && ln -s "$PWD/real-trace" $S/trace.jsonl   # the target is intact
+	refused_at_once "$S/trace.jsonl: is a symbolic link, not followed" ours
+	restore
+	rm $S/trace.jsonl && mkdir $S/trace.jsonl
+	refused_at_once "$S/trace.jsonl: not a regular file" ours
+	restore
+	# a trace the record names elsewhere in the workspace
+	jq '.trace = ".sfma/other"' pristine/.sfma/result.json > $S/result.json
+	mkfifo $S/other
+	refused_at_once "ours/.sfma/other: not a regular file" ours
+	restore
+	# the record
+	mv $S/result.json real-record && mkfifo $S/result.json
+	refused_at_once "$S/result.json: not a regular file" ours
+	refused_at_once "$S/result.json: not a regular file" $S/result.json
+	restore
+	mv $S/result.json real-record && ln -s "$PWD/real-record" $S/result.json
+	refused_at_once "$S/result.json: is a symbolic link, not followed" ours
+	ln -sf "$PWD/nowhere" $S/result.json    # dangling: there, not absent
+	refused_at_once "$S/result.json: is a symbolic link, not followed" ours
+	restore
+	rm $S/result.json && mkdir $S/result.json
+	refused_at_once "$S/result.json: not a regular file" ours
+	restore
+	run sfma-verify ours
+	[ "$status" -eq 0 ]
+}
+
+@test "a FIFO in place of an evidence blob or of the journal is never waited on" {
+	mkdir -p ev/.sfma/evidence
+	h=$(printf 'the output' | sha256sum | cut -c1-64)
+	printf 'the output' > ev/.sfma/evidence/$h
+	printf '{"kind":"task","data":{},"evidence":{"output":{"bytes":10,"sha256":"%s"}}}\n' "$h" |
+		sfma-chain ev/.sfma/trace.jsonl > /dev/null
+	sfma-seal ev <<<'{"manifest":{"name":"ev","workspace":"ev"},"verdict":"completed"}' > /dev/null
+	run sfma-verify ev
+	[ "$status" -eq 0 ]
+	rm ev/.sfma/evidence/$h && mkfifo ev/.sfma/evidence/$h
+	refused_at_once "seq 1: evidence $h altered" ev
+	# not filed: looked for in the journal, which is a FIFO here
+	rm ev/.sfma/evidence/$h && mkfifo ev/.sfma/evidence/journal
+	refused_at_once "seq 1: evidence $h missing" ev
+}
