@@ -362,6 +362,12 @@ json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e)
 	return v;
 }
 
+int json_string_is(const json_t *v, const char *s)
+{
+	size_t n = strlen(s);
+	return json_is_string(v) && json_string_length(v) == n && memcmp(json_string_value(v), s, n) == 0;
+}
+
 char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e)
 {
 	struct buf b = {0};

@@ -72,4 +72,9 @@ int json_print_line(FILE *out, const json_t *v);
  * number with an integral value in [INT64_MIN/2, INT64_MAX/2], else 0. */
 int json_integer_of(const json_t *v, long long *out);
 
+/* 1 if v is a string whose characters are exactly s, compared as the whole
+ * JSON string: "task\u0000x" is not "task", as strcmp on
+ * json_string_value() would have it. */
+int json_string_is(const json_t *v, const char *s);
+
 #endif

@@ -2,6 +2,7 @@
 #include "record.h"
 #include "buf.h"
 #include "canon.h"
+#include "ndjson.h"
 #include "sha.h"
 
 #include <string.h>
@@ -33,13 +34,13 @@ int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], s
 
 int record_begins_run(const json_t *entry)
 {
-	const char *kind = json_string_value(json_object_get(entry, "kind"));
+	json_t *kind = json_object_get(entry, "kind");
 	json_t *data = json_object_get(entry, "data");
-	if (!kind || !json_is_object(data))
+	if (!json_is_object(data))
 		return 0;
-	if (strcmp(kind, "clock-anchor") == 0)
+	if (json_string_is(kind, "clock-anchor"))
 		return 1;
-	const char *error = json_string_value(json_object_get(data, "error"));
-	return strcmp(kind, "result") == 0 && (json_is_object(json_object_get(data, "interrupted")) ||
-	                                       (error && strcmp(error, "torn-write-recovered") == 0));
+	return json_string_is(kind, "result") &&
+	       (json_is_object(json_object_get(data, "interrupted")) ||
+	        json_string_is(json_object_get(data, "error"), "torn-write-recovered"));
 }

@@ -495,3 +495,38 @@ refused_at_once() {
 	rm ev/.sfma/evidence/$h && mkfifo ev/.sfma/evidence/journal
 	refused_at_once "seq 1: evidence $h missing" ev
 }
+
+@test "kinds and names are whole JSON strings: U+0000 in a kind or an entry's own member name is AUDIT_INVALID, in data it verifies" {
+	ours
+	T=ours/.sfma/trace.jsonl
+	cp "$T" orig
+	cp ours/.sfma/result.json rec
+	# "clock-anchor" then U+0000: an anchor to strcmp, not to a byte
+	# comparison. Refused alike canonical (hashed as it is) and spaced out
+	# (parsed first), as the first line and after others.
+	for form in spaced canonical; do
+		for i in 0 6; do
+			cp orig "$T"
+			rechain "es[$i][\"kind\"] = \"clock-anchor\\u0000\"" ours
+			[ $form = spaced ] || { sfma-verify --canonicalize < "$T" > canon && mv canon "$T"; }
+			grep -q '"clock-anchor\\u0000"' "$T"
+			invalid ours "trace line $((i + 1)): kind contains U+0000"
+		done
+	done
+	cp orig "$T"
+	rechain 'es[4]["kind"] = "task\u0000anything"' ours
+	invalid ours "trace line 5: kind contains U+0000"
+	# a second "kind" that a C string would take for the first
+	cp orig "$T"
+	rechain 'es[4]["kind\u0000"] = "clock-anchor"' ours
+	invalid ours "trace line 5: a member name contains U+0000"
+	# inside data, a name is the model's to choose (the earlier runner
+	# wrote one: the unicode fixture's "a\u0000b"), and the entry verifies
+	cp orig "$T"
+	rechain 'es[3]["data"]["a\u0000b"] = 1' ours
+	grep -q '"a\\u0000b"' "$T"
+	jq 'del(.integrity)' rec | sfma-seal ours > /dev/null
+	run sfma-verify ours
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=none entries=7 "* ]]
+}
