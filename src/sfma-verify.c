@@ -269,15 +269,8 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 	report_unsealed(sum.entries, rc < 0, 1);
 }
 
-static const char *str_member(json_t *obj, const char *key, const char *where)
-{
-	json_t *v = json_object_get(obj, key);
-	if (!json_is_string(v))
-		invalid("%s.%s is missing or not a string", where, key);
-	return json_string_value(v);
-}
-
-/* Check the signature block; returns the signature= word. */
+/* Check the signature block (its shape already checked by
+ * record_integrity_shape); returns the signature= word. */
 static const char *check_signature(json_t *integrity, json_t *signature)
 {
 	const char *trusted_pem = getenv("SFMA_AUDIT_PUBLIC_KEY");
@@ -293,17 +286,12 @@ static const char *check_signature(json_t *integrity, json_t *signature)
 			invalid("record is unsigned but SFMA_AUDIT_PUBLIC_KEY demands a trusted signature");
 		return "none";
 	}
-	if (!json_is_object(signature))
-		invalid("integrity.signature is not an object");
-	if (strcmp(str_member(signature, "algorithm", "integrity.signature"), "ed25519") != 0)
-		invalid("integrity.signature.algorithm is not ed25519");
-	const char *pem = str_member(signature, "publicKey", "integrity.signature");
-	const char *value = str_member(signature, "value", "integrity.signature");
-	EVP_PKEY *embedded = ed25519_public_from_pem(pem, strlen(pem), &e);
+	json_t *pem = json_object_get(signature, "publicKey"), *value = json_object_get(signature, "value");
+	EVP_PKEY *embedded = ed25519_public_from_exact_pem(json_string_value(pem), json_string_length(pem), &e);
 	if (!embedded)
 		invalid("integrity.signature.publicKey: %s", e.text);
 	unsigned char sig[96];
-	long siglen = base64_decode(value, strlen(value), sig, sizeof sig);
+	long siglen = base64_decode(json_string_value(value), json_string_length(value), sig, sizeof sig);
 	if (siglen != 64)
 		invalid("invalid audit signature (value is not a base64 Ed25519 signature)");
 
@@ -388,15 +376,14 @@ int main(int argc, char **argv)
 		no_record(record_path, workspace, &opts);
 	if (!json_is_object(record))
 		invalid("%s: not a JSON object", record_path);
+	/* The integrity object's shape first: no member or byte may be in it
+	 * that nothing checks. */
 	json_t *integrity = json_object_get(record, "integrity");
-	if (!json_is_object(integrity))
-		invalid("record has no integrity object");
-	if (strcmp(str_member(integrity, "algorithm", "integrity"), RECORD_ALGORITHM) != 0)
-		invalid("integrity.algorithm is not %s", RECORD_ALGORITHM);
-	const char *head = str_member(integrity, "headHash", "integrity");
+	if (record_integrity_shape(integrity, &e) < 0)
+		invalid("%s", e.text);
+	json_t *head = json_object_get(integrity, "headHash");
 	long long entries;
-	if (!json_integer_of(json_object_get(integrity, "entries"), &entries) || entries < 0)
-		invalid("integrity.entries is missing or not a count");
+	json_integer_of(json_object_get(integrity, "entries"), &entries);
 
 	/* 1. The chain, streamed, marking where the sealed prefix ends. */
 	char *tpath = trace_path(record, workspace);
@@ -424,14 +411,14 @@ int main(int argc, char **argv)
 	 * prefix that an interrupted run extended. The tail must be intact
 	 * (the whole chain verified, at most a torn final line) and begin as
 	 * a run begins; anything else is judged against the whole trace. */
-	int unsealed = sum.mark_found && strcmp(sum.mark_head, head) == 0 &&
+	int unsealed = sum.mark_found && json_string_is(head, sum.mark_head) &&
 	               (sum.entries > (uint64_t)entries || (chain_rc < 0 && sum.torn));
 	if (chain_rc < 0 && !(unsealed && sum.torn))
 		invalid("trace %s", e.text);
 	if (unsealed) {
 		check_tail(fd, &sum, &opts, (uint64_t)entries, chain_rc < 0, NULL);
 	} else {
-		if (strcmp(sum.head, head) != 0)
+		if (!json_string_is(head, sum.head))
 			invalid("integrity.headHash does not match the trace head %s", sum.head);
 		if ((unsigned long long)entries != sum.entries)
 			invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries,
@@ -443,9 +430,9 @@ int main(int argc, char **argv)
 	char manifest_hex[65], result_hex[65];
 	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
 		invalid("%s", e.text);
-	if (strcmp(manifest_hex, str_member(integrity, "manifestSha256", "integrity")) != 0)
+	if (!json_string_is(json_object_get(integrity, "manifestSha256"), manifest_hex))
 		invalid("integrity.manifestSha256 does not match the manifest");
-	if (strcmp(result_hex, str_member(integrity, "resultSha256", "integrity")) != 0)
+	if (!json_string_is(json_object_get(integrity, "resultSha256"), result_hex))
 		invalid("integrity.resultSha256 does not match the record (a result field was altered)");
 
 	/* 4. The signature, if any, over the integrity object. */

@@ -530,3 +530,75 @@ refused_at_once() {
 	[ "$status" -eq 0 ]
 	[[ "$output" == "AUDIT_OK signature=none entries=7 "* ]]
 }
+
+# ours, signed by a key made here (key.pem, pub.pem; other.pem another key's
+# public half).
+ours_signed() {
+	ours
+	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
+	openssl pkey -in key.pem -pubout -out pub.pem
+	openssl genpkey -algorithm ed25519 2> /dev/null | openssl pkey -pubout -out other.pem
+	jq 'del(.integrity)' ours/.sfma/result.json | SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) sfma-seal ours > /dev/null
+}
+
+@test "a signed record is not malleable: a member or a byte beyond the fixed shape is AUDIT_INVALID, the trusted key notwithstanding" {
+	ours_signed
+	for f in signed ours; do
+		if [ $f = signed ]; then
+			fixture signed
+			trusted=$(cat "$INTEROP/signed/trusted-public.pem")
+		else
+			trusted=$(cat pub.pem)
+		fi
+		R=$f/.sfma/result.json
+		cp "$R" rec
+		SFMA_AUDIT_PUBLIC_KEY=$trusted run sfma-verify $f
+		[[ "$output" == "AUDIT_OK signature=trusted "* ]]
+		try() {
+			cp rec "$R"
+			edit_record "$R" "$1"
+			SFMA_AUDIT_PUBLIC_KEY=$trusted invalid $f "$2"
+			invalid $f "$2"
+		}
+		try '.integrity.signature.note = "x"' 'integrity.signature: unexpected member "note"'
+		try '.integrity.signature.publicKey |= "junk\n" + .' 'integrity.signature.publicKey: text before the BEGIN line'
+		try '.integrity.signature.publicKey |= . + "junk"' 'integrity.signature.publicKey: text after the END line'
+		try '.integrity.signature.publicKey |= . + "\n"' 'integrity.signature.publicKey: text after the END line'
+		try '.integrity.signature.publicKey |= .[:-1]' 'integrity.signature.publicKey: no newline after the END line'
+		try ".integrity.signature.publicKey += $(jq -Rs . other.pem)" \
+			'integrity.signature.publicKey: a second PEM block after the key'
+		try '.integrity.signature.publicKey |= gsub("\n"; "\r\n")' \
+			'integrity.signature.publicKey: not one PEM block as sfma-seal writes it'
+		try '.integrity.signature.publicKey |= "\u0000" + .' 'integrity.signature.publicKey: '
+		try '.integrity.signature.value += "\u0000junk"' 'value is not a base64 Ed25519 signature'
+		try '.integrity.signature.algorithm += "\u0000"' 'integrity.signature.algorithm is not ed25519'
+		# an extra member is refused even where the signature covers it
+		try '.integrity.note = 1' 'integrity: unexpected member "note"'
+		cp rec "$R"
+	done
+}
+
+@test "an unsigned record's integrity has exactly its five members, compared as whole strings" {
+	for f in unsigned ours; do
+		if [ $f = ours ]; then ours; else fixture $f; fi
+		R=$f/.sfma/result.json
+		cp "$R" rec
+		try() {
+			cp rec "$R"
+			edit_record "$R" "$1"
+			invalid $f "$2"
+		}
+		try '.integrity.note = 1' 'integrity: unexpected member "note"'
+		try '.integrity.treeSize = 16' 'integrity: unexpected member "treeSize"'
+		try '.integrity["algorithm\u0000"] = 1' 'integrity: unexpected member "algorithm\u0000"'
+		try '.integrity["a\nb"] = 1' 'integrity: unexpected member "a\nb"'
+		try '.integrity.signature = {}' 'integrity.signature.algorithm is missing or not a string'
+		try '.integrity.algorithm += "\u0000"' 'integrity.algorithm is not sha256-chain-v1'
+		try '.integrity.headHash += "\u0000"' 'integrity.headHash does not match the trace head'
+		try '.integrity.manifestSha256 += "\u0000x"' 'integrity.manifestSha256 does not match the manifest'
+		try '.integrity.resultSha256 += "\u0000"' 'integrity.resultSha256 does not match the record'
+		cp rec "$R"
+		run sfma-verify $f
+		[ "$status" -eq 0 ]
+	done
+}
