@@ -54,6 +54,8 @@ int write_all(int fd, const void *data, size_t n);
  * as a double (as JSON.parse does), U+0000 allowed in strings. Returns a new
  * reference or NULL with e filled ("invalid JSON: <why> at column N"). */
 json_t *json_parse_strict(const char *text, size_t len, struct sfma_err *e);
+/* The same for a JSON text that may be any value, a scalar included. */
+json_t *json_parse_strict_any(const char *text, size_t len, struct sfma_err *e);
 
 /* Read a whole regular file of at most max bytes and parse it with
  * json_parse_strict. The _at form opens relative to dirfd (AT_FDCWD: the

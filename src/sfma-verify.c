@@ -94,7 +94,8 @@ static int locate(const char *target, char **record_path, char **workspace)
 }
 
 /* --canonicalize: print the canonical form (sfma-formats(5)) of each
- * JSON line on stdin - the exact bytes that are hashed and signed. */
+ * JSON line on stdin - the exact bytes that are hashed and signed. A line
+ * may hold any JSON value, a scalar as well as an object or array. */
 static int canonicalize_stdin(void)
 {
 	struct line_reader r;
@@ -105,7 +106,7 @@ static int canonicalize_stdin(void)
 	int rc, status = 0;
 	lr_init(&r, 0, NDJSON_DEFAULT_MAX);
 	while ((rc = lr_next(&r, &line, &len, &e)) == 1) {
-		json_t *v = json_parse_strict(line, len, &e);
+		json_t *v = json_parse_strict_any(line, len, &e);
 		buf_reset(&out);
 		if (!v || canon_dump(v, &out, &e) < 0) {
 			warnx("line %llu: %s", (unsigned long long)r.line_no, e.text);

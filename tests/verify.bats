@@ -602,3 +602,25 @@ ours_signed() {
 		[ "$status" -eq 0 ]
 	done
 }
+
+@test "--canonicalize reads any JSON value, scalars at the top level too, as sfma-verify(1) says" {
+	printf '%s\n' 1 -0 1E21 ' 0.10 ' '"a\u0000b"' true null '[ ]' ' {"b":1, "a":[2.50]} ' > in
+	run sh -c 'sfma-verify --canonicalize < in'
+	[ "$status" -eq 0 ]
+	[ "$output" = '1
+0
+1e+21
+0.1
+"a\u0000b"
+true
+null
+[]
+{"a":[2.5],"b":1}' ]
+	# still one value per line: two, or none, is an error for that line only
+	printf '%s\n' '1 2' '"x"' '' 'nul' > in
+	run sh -c 'sfma-verify --canonicalize < in 2> err'
+	[ "$status" -eq 1 ]
+	[ "$output" = '"x"' ]
+	[ "$(wc -l < err)" -eq 3 ]
+	grep -q '^sfma-verify: line 1: invalid JSON' err
+}
