@@ -337,9 +337,9 @@ static void text_position(const char *text, size_t pos, int *line, int *column)
 	}
 }
 
-json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e)
+static json_t *parse_strict(const char *text, size_t len, size_t extra_flags, struct sfma_err *e)
 {
-	const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL;
+	const size_t flags = JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL | extra_flags;
 	json_error_t je;
 	json_t *v = json_loadb(text, len, flags, &je);
 	if (!v && strstr(je.text, "NUL byte in object key")) {
@@ -360,6 +360,22 @@ json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e)
 	if (!v)
 		err_set(e, "invalid JSON: %s at line %d column %d", je.text, je.line, je.column);
 	return v;
+}
+
+json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e)
+{
+	return parse_strict(text, len, 0, e);
+}
+
+json_t *ndjson_parse_any(const char *text, size_t len, struct sfma_err *e)
+{
+	return parse_strict(text, len, JSON_DECODE_ANY, e);
+}
+
+int ndjson_string_is(const json_t *v, const char *s)
+{
+	size_t n = strlen(s);
+	return json_is_string(v) && json_string_length(v) == n && memcmp(json_string_value(v), s, n) == 0;
 }
 
 char *read_all_fd(int fd, size_t max, size_t *len, struct sfma_err *e)

@@ -54,6 +54,8 @@ int write_all(int fd, const void *data, size_t n);
  * as a double (as JSON.parse does), U+0000 allowed in strings. Returns a new
  * reference or NULL with e filled ("invalid JSON: <why> at column N"). */
 json_t *ndjson_parse(const char *text, size_t len, struct sfma_err *e);
+/* The same for a JSON text that may be any value, a scalar included. */
+json_t *ndjson_parse_any(const char *text, size_t len, struct sfma_err *e);
 
 /* Read a whole regular file of at most max bytes and parse it with
  * ndjson_parse. The _at form opens relative to dirfd (AT_FDCWD: the
@@ -71,5 +73,10 @@ int ndjson_print(FILE *out, const json_t *v);
 /* Integer view of a JSON number read as a double: 1 and *out set when v is a
  * number with an integral value in [INT64_MIN/2, INT64_MAX/2], else 0. */
 int ndjson_integer(const json_t *v, long long *out);
+
+/* 1 if v is a string whose characters are exactly s, compared as the whole
+ * JSON string: "task\u0000x" is not "task", as strcmp on
+ * json_string_value() would have it. */
+int ndjson_string_is(const json_t *v, const char *s);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include <openssl/bio.h>
 #include <openssl/pem.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Keys come from the environment of a pipeline stage: an encrypted key is
@@ -48,6 +49,38 @@ EVP_PKEY *ed25519_private_from_pem(const char *pem, size_t n, struct sfma_err *e
 EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e)
 {
 	return load_pem(pem, n, 0, e);
+}
+
+EVP_PKEY *ed25519_public_from_exact_pem(const char *pem, size_t n, struct sfma_err *e)
+{
+	EVP_PKEY *key = load_pem(pem, n, 0, e);
+	if (!key)
+		return NULL;
+	/* The key's one spelling: an Ed25519 SPKI has a single DER
+	 * encoding, and the writer's framing is fixed. */
+	char *want = ed25519_public_pem(key);
+	size_t wn = want ? strlen(want) : 0;
+	const char *why = NULL;
+	if (!want)
+		why = "cannot be encoded again";
+	else if (n == wn && memcmp(pem, want, n) == 0)
+		why = NULL;
+	else if (n + 1 == wn && memcmp(pem, want, n) == 0)
+		why = "no newline after the END line";
+	else if (n > wn && memcmp(pem, want, wn) == 0)
+		why = memmem(pem + wn, n - wn, "-----BEGIN", 10) ? "a second PEM block after the key"
+		                                                 : "text after the END line";
+	else if (memmem(pem, n, want, wn))
+		why = "text before the BEGIN line";
+	else
+		why = "not one PEM block as sfma-seal writes it (BEGIN line, base64 in lines of 64, END line, newline)";
+	free(want);
+	if (why) {
+		EVP_PKEY_free(key);
+		err_set(e, "%s", why);
+		return NULL;
+	}
+	return key;
 }
 
 char *ed25519_public_pem(EVP_PKEY *key)

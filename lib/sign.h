@@ -13,6 +13,15 @@
 EVP_PKEY *ed25519_private_from_pem(const char *pem, size_t n, struct sfma_err *e);
 EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e);
 
+/* The same for a key embedded in a record, which must be exactly one
+ * block in the form ed25519_public_pem writes (and the earlier runner
+ * did): the BEGIN line, the base64 of the SPKI in lines of 64, the END
+ * line, a newline, and nothing before or after. Those bytes are outside
+ * what the signature covers, so any other text would be a second
+ * spelling of a signed record (or smuggle a second key past a reader
+ * that takes the first). NULL (e filled, naming what is wrong) else. */
+EVP_PKEY *ed25519_public_from_exact_pem(const char *pem, size_t n, struct sfma_err *e);
+
 /* The SPKI PEM of a key's public half (new string, caller frees). */
 char *ed25519_public_pem(EVP_PKEY *key);
 

@@ -43,6 +43,9 @@ static const char *const kinds[] = {
 	"candidate", "clock-anchor", "call", "message", "store", "compaction", NULL,
 };
 
+/* The members an event may have. */
+static const char *const fields[] = {"kind", "data", "loop", "refs", "class", EVIDENCE_MEMBER, NULL};
+
 struct trace {
 	const char *path;
 	const char *head_cache;     /* --head-cache FILE, or NULL */
@@ -60,12 +63,17 @@ struct trace {
 static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chain_summary *sum)
 {
 	struct sfma_err e;
-	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+	/* O_NONBLOCK: a device where the trace should be must not make the
+	 * open wait (a FIFO opened O_RDWR never does, fifo(7)); it is refused
+	 * next, and a regular file's descriptor goes back to blocking. */
+	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0644);
 	if (t->fd < 0)
 		die("%s: %s", t->path, strerror(errno));
 	struct stat st;
 	if (fstat(t->fd, &st) < 0 || !S_ISREG(st.st_mode))
 		die("%s: not a regular file", t->path);
+	if (fcntl(t->fd, F_SETFL, O_APPEND) < 0)
+		die("%s: %s", t->path, strerror(errno));
 	if (flock(t->fd, LOCK_EX | (no_wait ? LOCK_NB : 0)) < 0) {
 		if (errno == EWOULDBLOCK)
 			die("%s: locked by another writer (--no-wait)", t->path);
@@ -122,18 +130,28 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 	struct sfma_err e;
 	if (!json_is_object(ev))
 		return err_set(fail, "event %lld: not a JSON object", *line_no);
-	const char *key;
-	json_t *v;
-	json_object_foreach(ev, key, v) {
-		if (strcmp(key, "kind") && strcmp(key, "data") && strcmp(key, "loop") &&
-		    strcmp(key, "refs") && strcmp(key, "class") && strcmp(key, EVIDENCE_MEMBER))
+	/* Names and kinds are compared as the whole JSON strings they are:
+	 * "kind\u0000x" is not "kind", and U+0000 in either is refused (a
+	 * reader taking them as C strings would see another name). */
+	for (void *it = json_object_iter(ev); it; it = json_object_iter_next(ev, it)) {
+		const char *key = json_object_iter_key(it);
+		size_t key_len = json_object_iter_key_len(it);
+		if (memchr(key, '\0', key_len))
+			return err_set(fail, "event %lld: a field name contains U+0000", *line_no);
+		int known_field = 0;
+		for (const char *const *f = fields; *f; f++)
+			known_field |= strcmp(*f, key) == 0;
+		if (!known_field)
 			return err_set(fail, "event %lld: unknown field %s", *line_no, key);
 	}
-	const char *kind = json_string_value(json_object_get(ev, "kind"));
-	int known = 0;
-	for (const char *const *k = kinds; kind && *k; k++)
-		known |= strcmp(*k, kind) == 0;
-	if (!known)
+	json_t *kind_value = json_object_get(ev, "kind");
+	if (json_is_string(kind_value) && memchr(json_string_value(kind_value), '\0', json_string_length(kind_value)))
+		return err_set(fail, "event %lld: kind contains U+0000", *line_no);
+	const char *kind = NULL;
+	for (const char *const *k = kinds; *k && !kind; k++)
+		if (ndjson_string_is(kind_value, *k))
+			kind = *k;
+	if (!kind)
 		return err_set(fail, "event %lld: kind must be one of the trace kinds of sfma-formats(5)", *line_no);
 	json_t *data = json_object_get(ev, "data");
 	if (!json_is_object(data))
@@ -153,8 +171,7 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 				return err_set(fail, "event %lld: refs must be an array of entry ids", *line_no);
 	}
 	json_t *cls = json_object_get(ev, "class");
-	if (cls && !(json_is_string(cls) && (strcmp(json_string_value(cls), "reasoning") == 0 ||
-	                                     strcmp(json_string_value(cls), "mechanical") == 0)))
+	if (cls && !ndjson_string_is(cls, "reasoning") && !ndjson_string_is(cls, "mechanical"))
 		return err_set(fail, "event %lld: class must be reasoning or mechanical", *line_no);
 	/* References are checked for shape only: the blobs are the sender's
 	 * to have stored (durably) before it sends the event. */

@@ -10,7 +10,12 @@
  * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
  * A sound record whose trace goes on past its sealed prefix the way an
  * interrupted run leaves it is "AUDIT_UNSEALED: ..." on stderr, exit 3.
- * Usage errors exit 2. */
+ * Usage errors exit 2.
+ *
+ * Whatever the workspace holds is read as a hostile party may have left
+ * it: every file through ws_open_regular (a FIFO, device, directory or
+ * link where a file should be is refused at once, never waited on or
+ * followed), every string compared as the whole JSON string it is. */
 #include "chain.h"
 #include "cli.h"
 #include "errors.h"
@@ -20,6 +25,7 @@
 #include "sign.h"
 #include "buf.h"
 #include "canon.h"
+#include "wsfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -88,7 +94,8 @@ static int locate(const char *target, char **record_path, char **workspace)
 }
 
 /* --canonicalize: print the canonical form (sfma-formats(5)) of each
- * JSON line on stdin - the exact bytes that are hashed and signed. */
+ * JSON line on stdin - the exact bytes that are hashed and signed. A line
+ * may hold any JSON value, a scalar as well as an object or array. */
 static int canonicalize_stdin(void)
 {
 	struct line_reader r;
@@ -99,7 +106,7 @@ static int canonicalize_stdin(void)
 	int rc, status = 0;
 	lr_init(&r, 0, NDJSON_DEFAULT_MAX);
 	while ((rc = lr_next(&r, &line, &len, &e)) == 1) {
-		json_t *v = ndjson_parse(line, len, &e);
+		json_t *v = ndjson_parse_any(line, len, &e);
 		buf_reset(&out);
 		if (!v || canon_dump(v, &out, &e) < 0) {
 			warning("line %llu: %s", (unsigned long long)r.line_no, e.text);
@@ -158,13 +165,39 @@ static char *trace_path(json_t *record, const char *workspace)
 
 static int open_trace(const char *tpath)
 {
-	int fd = open(tpath, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	struct sfma_err e;
+	int fd = ws_open_regular(AT_FDCWD, tpath, &e);
 	if (fd < 0)
-		invalid("%s: %s", tpath, strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		invalid("%s: not a regular file", tpath);
+		invalid("%s", e.text);
 	return fd;
+}
+
+/* 1 if nothing at all is at path: not even a link (a dangling one is
+ * there, and refused when read, not taken for an absent file). */
+static int absent(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) < 0 && errno == ENOENT;
+}
+
+/* The record at path: a regular file, not a link, at most
+ * RECORD_MAX_BYTES, one JSON text. */
+static json_t *load_record(const char *path)
+{
+	struct sfma_err e;
+	int fd = ws_open_regular(AT_FDCWD, path, &e);
+	if (fd < 0)
+		invalid("%s", e.text);
+	size_t len;
+	char *text = read_all_fd(fd, RECORD_MAX_BYTES, &len, &e);
+	close(fd);
+	if (!text)
+		invalid("%s: %s", path, e.text);
+	json_t *record = ndjson_parse(text, len, &e);
+	free(text);
+	if (!record)
+		invalid("%s: %s", path, e.text);
+	return record;
 }
 
 /* The entries after the sealed prefix (sum->mark_*), on a chain that
@@ -219,7 +252,7 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 {
 	char *tpath = xmalloc(strlen(workspace) + sizeof RECORD_TRACE + 1);
 	sprintf(tpath, "%s/%s", workspace, RECORD_TRACE);
-	if (access(tpath, F_OK) < 0 && errno == ENOENT)
+	if (absent(tpath))
 		invalid("%s: %s", record_path, strerror(ENOENT));
 	int fd = open_trace(tpath);
 	struct sfma_err e;
@@ -237,15 +270,8 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 	report_unsealed(sum.entries, rc < 0, 1);
 }
 
-static const char *str_member(json_t *obj, const char *key, const char *where)
-{
-	json_t *v = json_object_get(obj, key);
-	if (!json_is_string(v))
-		invalid("%s.%s is missing or not a string", where, key);
-	return json_string_value(v);
-}
-
-/* Check the signature block; returns the signature= word. */
+/* Check the signature block (its shape already checked by
+ * record_integrity_shape); returns the signature= word. */
 static const char *check_signature(json_t *integrity, json_t *signature)
 {
 	const char *trusted_pem = getenv("SFMA_AUDIT_PUBLIC_KEY");
@@ -261,17 +287,12 @@ static const char *check_signature(json_t *integrity, json_t *signature)
 			invalid("record is unsigned but SFMA_AUDIT_PUBLIC_KEY demands a trusted signature");
 		return "none";
 	}
-	if (!json_is_object(signature))
-		invalid("integrity.signature is not an object");
-	if (strcmp(str_member(signature, "algorithm", "integrity.signature"), "ed25519") != 0)
-		invalid("integrity.signature.algorithm is not ed25519");
-	const char *pem = str_member(signature, "publicKey", "integrity.signature");
-	const char *value = str_member(signature, "value", "integrity.signature");
-	EVP_PKEY *embedded = ed25519_public_from_pem(pem, strlen(pem), &e);
+	json_t *pem = json_object_get(signature, "publicKey"), *value = json_object_get(signature, "value");
+	EVP_PKEY *embedded = ed25519_public_from_exact_pem(json_string_value(pem), json_string_length(pem), &e);
 	if (!embedded)
 		invalid("integrity.signature.publicKey: %s", e.text);
 	unsigned char sig[96];
-	long siglen = base64_decode(value, strlen(value), sig, sizeof sig);
+	long siglen = base64_decode(json_string_value(value), json_string_length(value), sig, sizeof sig);
 	if (siglen != 64)
 		invalid("invalid audit signature (value is not a base64 Ed25519 signature)");
 
@@ -350,24 +371,20 @@ int main(int argc, char **argv)
 	 * record yet: its whole trace is the unsealed tail. */
 	struct sfma_err e;
 	json_t *record = NULL;
-	if (!(given_workspace && access(record_path, F_OK) < 0 && errno == ENOENT)) {
-		record = ndjson_load(record_path, RECORD_MAX_BYTES, &e);
-		if (!record)
-			invalid("%s", e.text);
-	}
+	if (!(given_workspace && absent(record_path)))
+		record = load_record(record_path);
 	if (!record)
 		no_record(record_path, workspace, &opts);
 	if (!json_is_object(record))
 		invalid("%s: not a JSON object", record_path);
+	/* The integrity object's shape first: no member or byte may be in it
+	 * that nothing checks. */
 	json_t *integrity = json_object_get(record, "integrity");
-	if (!json_is_object(integrity))
-		invalid("record has no integrity object");
-	if (strcmp(str_member(integrity, "algorithm", "integrity"), RECORD_ALGORITHM) != 0)
-		invalid("integrity.algorithm is not %s", RECORD_ALGORITHM);
-	const char *head = str_member(integrity, "headHash", "integrity");
+	if (record_integrity_shape(integrity, &e) < 0)
+		invalid("%s", e.text);
+	json_t *head = json_object_get(integrity, "headHash");
 	long long entries;
-	if (!ndjson_integer(json_object_get(integrity, "entries"), &entries) || entries < 0)
-		invalid("integrity.entries is missing or not a count");
+	ndjson_integer(json_object_get(integrity, "entries"), &entries);
 
 	/* 1. The chain, streamed, marking where the sealed prefix ends. */
 	char *tpath = trace_path(record, workspace);
@@ -395,14 +412,14 @@ int main(int argc, char **argv)
 	 * prefix that an interrupted run extended. The tail must be intact
 	 * (the whole chain verified, at most a torn final line) and begin as
 	 * a run begins; anything else is judged against the whole trace. */
-	int unsealed = sum.mark_found && strcmp(sum.mark_head, head) == 0 &&
+	int unsealed = sum.mark_found && ndjson_string_is(head, sum.mark_head) &&
 	               (sum.entries > (uint64_t)entries || (chain_rc < 0 && sum.torn));
 	if (chain_rc < 0 && !(unsealed && sum.torn))
 		invalid("trace %s", e.text);
 	if (unsealed) {
 		check_tail(fd, &sum, &opts, (uint64_t)entries, chain_rc < 0, NULL);
 	} else {
-		if (strcmp(sum.head, head) != 0)
+		if (!ndjson_string_is(head, sum.head))
 			invalid("integrity.headHash does not match the trace head %s", sum.head);
 		if ((unsigned long long)entries != sum.entries)
 			invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries,
@@ -414,9 +431,9 @@ int main(int argc, char **argv)
 	char manifest_hex[65], result_hex[65];
 	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
 		invalid("%s", e.text);
-	if (strcmp(manifest_hex, str_member(integrity, "manifestSha256", "integrity")) != 0)
+	if (!ndjson_string_is(json_object_get(integrity, "manifestSha256"), manifest_hex))
 		invalid("integrity.manifestSha256 does not match the manifest");
-	if (strcmp(result_hex, str_member(integrity, "resultSha256", "integrity")) != 0)
+	if (!ndjson_string_is(json_object_get(integrity, "resultSha256"), result_hex))
 		invalid("integrity.resultSha256 does not match the record (a result field was altered)");
 
 	/* 4. The signature, if any, over the integrity object. */

@@ -139,6 +139,52 @@ seal_and_verify() {
 	[ "$(wc -l < "$T")" -eq 2 ]
 }
 
+@test "kinds and names are whole JSON strings: U+0000 in an event's kind or field name is refused, not cut off" {
+	sfma-chain "$T" <<<'{"kind":"task","data":{}}' > /dev/null
+	cp "$T" before
+	check() {
+		run sfma-chain "$T" <<<"$1"
+		[ "$status" -eq 1 ]
+		[ "${#lines[@]}" -eq 1 ]
+		[ "$output" = "sfma-chain: event 1: $2" ] || { echo "got: $output"; return 1; }
+		cmp before "$T"
+	}
+	check '{"kind":"task\u0000anything","data":{}}' 'kind contains U+0000'
+	check '{"kind":"clock-anchor\u0000","data":{}}' 'kind contains U+0000'
+	check '{"kind":"\u0000","data":{}}' 'kind contains U+0000'
+	check '{"kind":"task","kind\u0000":"clock-anchor","data":{}}' 'a field name contains U+0000'
+	check '{"kind":"task","data":{},"data\u0000":{}}' 'a field name contains U+0000'
+	check '{"kind":"call","data":{},"class":"reasoning\u0000x"}' 'class must be reasoning or mechanical'
+	# names inside data are the sender's: kept, U+0000 and all
+	run sfma-chain "$T" <<<'{"kind":"candidate","data":{"a\u0000b":"v\u0000w"}}'
+	[ "$status" -eq 0 ]
+	[[ "$output" == *'"data":{"a\u0000b":"v\u0000w"}'* ]]
+	run seal_and_verify
+	[ "$status" -eq 0 ]
+}
+
+@test "a trace whose entry has U+0000 in its kind or own name is not extended, canonical or not" {
+	sfma-chain "$T" < <(events '{"kind":"clock-anchor","data":{"wallMs":1,"source":"system-wall"}}' \
+		'{"kind":"task","data":{}}') > /dev/null
+	cp "$T" orig
+	# canonical lines are hashed as they are, others parsed first: both
+	# must see the same kind (a byte comparison and strcmp did not)
+	for edit in 'es[0]["kind"] = "clock-anchor\u0000"' 'es[1]["kind\u0000"] = 1'; do
+		for form in spaced canonical; do
+			cp orig "$T"
+			rechain "$edit" ws
+			[ $form = spaced ] || { sfma-verify --canonicalize < "$T" > canon && mv canon "$T"; }
+			cp "$T" before
+			run sfma-chain "$T" <<<'{"kind":"task","data":{}}'
+			[ "$status" -eq 1 ]
+			[ "${#lines[@]}" -eq 1 ]
+			[[ "$output" == "sfma-chain: $T: failed hash-chain verification: line "[12]": "*" contains U+0000" ]] ||
+				{ echo "$form $edit: $output"; return 1; }
+			cmp before "$T"
+		done
+	done
+}
+
 @test "events that arrive together share one fdatasync, and none is echoed before it" {
 	require strace
 	# One write of five events: all are waiting when the first is appended.
@@ -171,7 +217,11 @@ seal_and_verify() {
 	[ "$(jq -r .data.n "$T" | tr '\n' ' ')" = "1 2 " ]
 }
 
-@test "a trace path that is a directory or a symlink is refused" {
+@test "a trace path that is a directory, a symlink or a FIFO is refused" {
+	mkfifo ws/.sfma/fifo
+	run timeout 5 sfma-chain ws/.sfma/fifo <<<'{"kind":"task","data":{}}'
+	[ "$status" -eq 1 ]
+	[ "$output" = "sfma-chain: ws/.sfma/fifo: not a regular file" ]
 	mkdir ws/.sfma/dir
 	run sfma-chain ws/.sfma/dir <<<'{"kind":"task","data":{}}'
 	[ "$status" -eq 1 ]

@@ -49,15 +49,12 @@ replays_ok() { # replays_ok RUNS
 	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
 }
 
-# rewrite PYTHON [JQ [WORKSPACE]]: apply the Python statements to the
-# trace entries `es`, recompute every hash, and reseal the record after
-# the jq filter (WORKSPACE: ws) - what a host actor without the signing key
-# can do to an unsigned record.
-rewrite() {
-	local w=${3:-ws}
-	# What tests/replay-sweep.sh leaves out: a record made to diverge.
-	touch "$w.tampered"
-	python3 - "$w/.sfma/trace.jsonl" "$1" <<'PY'
+# rechain PYTHON [WORKSPACE]: apply the Python statements to the trace
+# entries `es` of WORKSPACE (ws) and recompute every hash, writing each line
+# as Python's json.dumps spells it (not canonical). The record is left as
+# it is.
+rechain() {
+	python3 - "${2:-ws}/.sfma/trace.jsonl" "$1" <<'PY'
 import hashlib, json, subprocess, sys
 path, code = sys.argv[1], sys.argv[2]
 es = [json.loads(l) for l in open(path, encoding="utf-8").read().split("\n")[:-1]]
@@ -72,6 +69,17 @@ for e in es:
     out.append(json.dumps(e, ensure_ascii=False))
 open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
 PY
+}
+
+# rewrite PYTHON [JQ [WORKSPACE]]: rechain the trace entries `es` by the
+# Python statements and reseal the record after the jq filter (WORKSPACE:
+# ws) - what a host actor without the signing key can do to an unsigned
+# record.
+rewrite() {
+	# What tests/replay-sweep.sh leaves out: a record made to diverge.
+	touch "${3:-ws}.tampered"
+	local w=${3:-ws}
+	rechain "$1" "$w"
 	jq "del(.integrity) | ${2:-.}" "$w/.sfma/result.json" >body.json
 	sfma-seal "$w" <body.json >/dev/null
 }

@@ -84,6 +84,24 @@ canonical() {
 	[ "$status" -ne 0 ]
 }
 
+@test "the integrity object has the fixed shape sfma-verify requires; the embedded key is byte for byte openssl's PEM" {
+	sfma-seal ws <<<"$BODY" > /dev/null
+	R=ws/.sfma/result.json
+	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256"]' ]
+	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
+	openssl pkey -in key.pem -pubout -out pub.pem
+	SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) sfma-seal ws <<<"$BODY" > /dev/null
+	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256","signature"]' ]
+	[ "$(jq -c '.integrity.signature | keys_unsorted' "$R")" = '["algorithm","publicKey","value"]' ]
+	# the BEGIN line, base64 in lines of 64, the END line and its newline:
+	# exactly what sfma-verify accepts as the one embedded key
+	jq -j .integrity.signature.publicKey "$R" > embedded.pem
+	cmp embedded.pem pub.pem
+	SFMA_AUDIT_PUBLIC_KEY=$(cat pub.pem) run sfma-verify ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=trusted "* ]]
+}
+
 @test "the other way: a record signed by openssl pkeyutl verifies as trusted" {
 	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
 	openssl pkey -in key.pem -pubout -out pub.pem

@@ -428,3 +428,199 @@ PY
 	echo '{"b":1,"a":2}' | sfma-verify --canonicalize > out
 	[ "$(cat out)" = '{"a":2,"b":1}' ]
 }
+
+# sfma-verify ARGS under a timeout: AUDIT_INVALID, one line, whose reason is
+# exactly $1. A verifier that waits on what it opens fails here (status
+# 124), not by hanging the suite.
+refused_at_once() {
+	local want=$1
+	shift
+	run timeout 5 sfma-verify "$@"
+	[ "$status" -eq 1 ] || { echo "status $status: $output"; return 1; }
+	[ "${#lines[@]}" -eq 1 ] && [ "$output" = "AUDIT_INVALID: $want" ] || { echo "got: $output"; return 1; }
+}
+
+@test "a FIFO, a link or a directory where a workspace file should be is refused at once, never waited on or followed" {
+	ours
+	cp -a ours pristine
+	S=ours/.sfma
+	restore() { rm -rf ours && cp -a pristine ours; }
+	# the trace
+	mv $S/trace.jsonl real-trace && mkfifo $S/trace.jsonl
+	refused_at_once "$S/trace.jsonl: not a regular file" ours
+	refused_at_once "$S/../.sfma/trace.jsonl: not a regular file" $S/result.json
+	rm $S/result.json
+	refused_at_once "$S/trace.jsonl: not a regular file" ours   # no record: the unsealed-trace path
+	restore
+	mv $S/trace.jsonl real-trace && ln -s "$PWD/real-trace" $S/trace.jsonl   # the target is intact
+	refused_at_once "$S/trace.jsonl: is a symbolic link, not followed" ours
+	restore
+	rm $S/trace.jsonl && mkdir $S/trace.jsonl
+	refused_at_once "$S/trace.jsonl: not a regular file" ours
+	restore
+	# a trace the record names elsewhere in the workspace
+	jq '.trace = ".sfma/other"' pristine/.sfma/result.json > $S/result.json
+	mkfifo $S/other
+	refused_at_once "ours/.sfma/other: not a regular file" ours
+	restore
+	# the record
+	mv $S/result.json real-record && mkfifo $S/result.json
+	refused_at_once "$S/result.json: not a regular file" ours
+	refused_at_once "$S/result.json: not a regular file" $S/result.json
+	restore
+	mv $S/result.json real-record && ln -s "$PWD/real-record" $S/result.json
+	refused_at_once "$S/result.json: is a symbolic link, not followed" ours
+	ln -sf "$PWD/nowhere" $S/result.json    # dangling: there, not absent
+	refused_at_once "$S/result.json: is a symbolic link, not followed" ours
+	restore
+	rm $S/result.json && mkdir $S/result.json
+	refused_at_once "$S/result.json: not a regular file" ours
+	restore
+	run sfma-verify ours
+	[ "$status" -eq 0 ]
+}
+
+@test "a FIFO in place of an evidence blob or of the journal is never waited on" {
+	mkdir -p ev/.sfma/evidence
+	h=$(printf 'the output' | sha256sum | cut -c1-64)
+	printf 'the output' > ev/.sfma/evidence/$h
+	printf '{"kind":"task","data":{},"evidence":{"output":{"bytes":10,"sha256":"%s"}}}\n' "$h" |
+		sfma-chain ev/.sfma/trace.jsonl > /dev/null
+	sfma-seal ev <<<'{"manifest":{"name":"ev","workspace":"ev"},"verdict":"completed"}' > /dev/null
+	run sfma-verify ev
+	[ "$status" -eq 0 ]
+	rm ev/.sfma/evidence/$h && mkfifo ev/.sfma/evidence/$h
+	refused_at_once "seq 1: evidence $h altered" ev
+	# not filed: looked for in the journal, which is a FIFO here
+	rm ev/.sfma/evidence/$h && mkfifo ev/.sfma/evidence/journal
+	refused_at_once "seq 1: evidence $h missing" ev
+}
+
+@test "kinds and names are whole JSON strings: U+0000 in a kind or an entry's own member name is AUDIT_INVALID, in data it verifies" {
+	ours
+	T=ours/.sfma/trace.jsonl
+	cp "$T" orig
+	cp ours/.sfma/result.json rec
+	# "clock-anchor" then U+0000: an anchor to strcmp, not to a byte
+	# comparison. Refused alike canonical (hashed as it is) and spaced out
+	# (parsed first), as the first line and after others.
+	for form in spaced canonical; do
+		for i in 0 6; do
+			cp orig "$T"
+			rechain "es[$i][\"kind\"] = \"clock-anchor\\u0000\"" ours
+			[ $form = spaced ] || { sfma-verify --canonicalize < "$T" > canon && mv canon "$T"; }
+			grep -q '"clock-anchor\\u0000"' "$T"
+			invalid ours "trace line $((i + 1)): kind contains U+0000"
+		done
+	done
+	cp orig "$T"
+	rechain 'es[4]["kind"] = "task\u0000anything"' ours
+	invalid ours "trace line 5: kind contains U+0000"
+	# a second "kind" that a C string would take for the first
+	cp orig "$T"
+	rechain 'es[4]["kind\u0000"] = "clock-anchor"' ours
+	invalid ours "trace line 5: a member name contains U+0000"
+	# inside data, a name is the model's to choose (the earlier runner
+	# wrote one: the unicode fixture's "a\u0000b"), and the entry verifies
+	cp orig "$T"
+	rechain 'es[3]["data"]["a\u0000b"] = 1' ours
+	grep -q '"a\\u0000b"' "$T"
+	jq 'del(.integrity)' rec | sfma-seal ours > /dev/null
+	run sfma-verify ours
+	[ "$status" -eq 0 ]
+	[[ "$output" == "AUDIT_OK signature=none entries=7 "* ]]
+}
+
+# ours, signed by a key made here (key.pem, pub.pem; other.pem another key's
+# public half).
+ours_signed() {
+	ours
+	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
+	openssl pkey -in key.pem -pubout -out pub.pem
+	openssl genpkey -algorithm ed25519 2> /dev/null | openssl pkey -pubout -out other.pem
+	jq 'del(.integrity)' ours/.sfma/result.json | SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) sfma-seal ours > /dev/null
+}
+
+@test "a signed record is not malleable: a member or a byte beyond the fixed shape is AUDIT_INVALID, the trusted key notwithstanding" {
+	ours_signed
+	for f in signed ours; do
+		if [ $f = signed ]; then
+			fixture signed
+			trusted=$(cat "$INTEROP/signed/trusted-public.pem")
+		else
+			trusted=$(cat pub.pem)
+		fi
+		R=$f/.sfma/result.json
+		cp "$R" rec
+		SFMA_AUDIT_PUBLIC_KEY=$trusted run sfma-verify $f
+		[[ "$output" == "AUDIT_OK signature=trusted "* ]]
+		try() {
+			cp rec "$R"
+			edit_record "$R" "$1"
+			SFMA_AUDIT_PUBLIC_KEY=$trusted invalid $f "$2"
+			invalid $f "$2"
+		}
+		try '.integrity.signature.note = "x"' 'integrity.signature: unexpected member "note"'
+		try '.integrity.signature.publicKey |= "junk\n" + .' 'integrity.signature.publicKey: text before the BEGIN line'
+		try '.integrity.signature.publicKey |= . + "junk"' 'integrity.signature.publicKey: text after the END line'
+		try '.integrity.signature.publicKey |= . + "\n"' 'integrity.signature.publicKey: text after the END line'
+		try '.integrity.signature.publicKey |= .[:-1]' 'integrity.signature.publicKey: no newline after the END line'
+		try ".integrity.signature.publicKey += $(jq -Rs . other.pem)" \
+			'integrity.signature.publicKey: a second PEM block after the key'
+		try '.integrity.signature.publicKey |= gsub("\n"; "\r\n")' \
+			'integrity.signature.publicKey: not one PEM block as sfma-seal writes it'
+		try '.integrity.signature.publicKey |= "\u0000" + .' 'integrity.signature.publicKey: '
+		try '.integrity.signature.value += "\u0000junk"' 'value is not a base64 Ed25519 signature'
+		try '.integrity.signature.algorithm += "\u0000"' 'integrity.signature.algorithm is not ed25519'
+		# an extra member is refused even where the signature covers it
+		try '.integrity.note = 1' 'integrity: unexpected member "note"'
+		cp rec "$R"
+	done
+}
+
+@test "an unsigned record's integrity has exactly its five members, compared as whole strings" {
+	for f in unsigned ours; do
+		if [ $f = ours ]; then ours; else fixture $f; fi
+		R=$f/.sfma/result.json
+		cp "$R" rec
+		try() {
+			cp rec "$R"
+			edit_record "$R" "$1"
+			invalid $f "$2"
+		}
+		try '.integrity.note = 1' 'integrity: unexpected member "note"'
+		try '.integrity.treeSize = 16' 'integrity: unexpected member "treeSize"'
+		try '.integrity["algorithm\u0000"] = 1' 'integrity: unexpected member "algorithm\u0000"'
+		try '.integrity["a\nb"] = 1' 'integrity: unexpected member "a\nb"'
+		try '.integrity.signature = {}' 'integrity.signature.algorithm is missing or not a string'
+		try '.integrity.algorithm += "\u0000"' 'integrity.algorithm is not sha256-chain-v1'
+		try '.integrity.headHash += "\u0000"' 'integrity.headHash does not match the trace head'
+		try '.integrity.manifestSha256 += "\u0000x"' 'integrity.manifestSha256 does not match the manifest'
+		try '.integrity.resultSha256 += "\u0000"' 'integrity.resultSha256 does not match the record'
+		cp rec "$R"
+		run sfma-verify $f
+		[ "$status" -eq 0 ]
+	done
+}
+
+@test "--canonicalize reads any JSON value, scalars at the top level too, as sfma-verify(1) says" {
+	printf '%s\n' 1 -0 1E21 ' 0.10 ' '"a\u0000b"' true null '[ ]' ' {"b":1, "a":[2.50]} ' > in
+	run sh -c 'sfma-verify --canonicalize < in'
+	[ "$status" -eq 0 ]
+	[ "$output" = '1
+0
+1e+21
+0.1
+"a\u0000b"
+true
+null
+[]
+{"a":[2.5],"b":1}' ]
+	# still one value per line: two, or none, is an error for that line only
+	printf '%s\n' '1 2' '"x"' '' 'nul' > in
+	run sh -c 'sfma-verify --canonicalize < in 2> err'
+	[ "$status" -eq 1 ]
+	[ "$output" = '"x"' ]
+	[ "$(wc -l < err)" -eq 3 ]
+	grep -q '^sfma-verify: line 1: invalid JSON' err
+}

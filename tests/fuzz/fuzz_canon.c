@@ -1,7 +1,10 @@
 /* fuzz_canon.c - canonical JSON (lib/canon.c) over ndjson_parse
  * (lib/ndjson.c).
  *
- * Properties, for any input text:
+ * Properties, for any input text (read with ndjson_parse_any, so a
+ * scalar at the top level is a value too, as sfma-verify --canonicalize
+ * reads it; ndjson_parse must read the same value exactly when it is
+ * an object or an array, and refuse a scalar):
  *  - the tree holds what the text says: every string literal, decoded here
  *    independently, and every number, read with strtod, appear in the tree
  *    in text order (this catches a parser that changes a string, as a
@@ -363,7 +366,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct canon_scan sc;
 	int scan_ok = canon_scan(text, size, &sc);
-	json_t *v = ndjson_parse(text, size, NULL);
+	json_t *v = ndjson_parse_any(text, size, NULL);
+	json_t *strict = ndjson_parse(text, size, NULL);
+	FUZZ_CHECK(strict ? v && fuzz_json_same(strict, v) : !v || !(json_is_object(v) || json_is_array(v)),
+	           "ndjson_parse and ndjson_parse_any disagree on an object or array");
+	json_decref(strict);
 	if (!v) {
 		FUZZ_CHECK(!scan_ok, "canon_scan accepted a text that does not parse");
 		return 0;
@@ -382,7 +389,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t counted;
 	FUZZ_CHECK(canon_size(v, &counted, NULL) == 0 && counted == c1.len,
 	           "canon_size counts %zu bytes, canon_dump wrote %zu", counted, c1.len);
-	json_t *v2 = ndjson_parse(c1.p, c1.len, NULL);
+	json_t *v2 = ndjson_parse_any(c1.p, c1.len, NULL);
 	FUZZ_CHECK(v2, "the canonical form does not parse");
 	FUZZ_CHECK(fuzz_json_same(v, v2), "the canonical form reads back as another value");
 	check_order(v2);
@@ -390,7 +397,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(c1.len == c2.len && memcmp(c1.p, c2.p, c1.len) == 0, "canon is not idempotent");
 
 	FUZZ_CHECK(canon_dump_pretty(v, &pretty, NULL) == 0, "canon_dump_pretty failed");
-	json_t *v3 = ndjson_parse(pretty.p, pretty.len, NULL);
+	json_t *v3 = ndjson_parse_any(pretty.p, pretty.len, NULL);
 	FUZZ_CHECK(v3 && fuzz_json_same(v, v3), "the pretty form reads back as another value");
 
 	int is_canonical = c1.len == size && memcmp(c1.p, text, size) == 0;

@@ -9,7 +9,9 @@
  *    reference verifier written from the contract (parse every line, cut
  *    "hash", canonicalize, SHA-256, link): same verdict, same first failing
  *    line, and on success the same entries, legacy lines, head, largest seq
- *    and anchor.
+ *    and anchor. Kinds and names are whole JSON strings: "clock-anchor"
+ *    followed by anything, U+0000 included, is no anchor, and an entry
+ *    whose kind or own member name holds U+0000 breaks the chain.
  *  - mutate: bytes 1-3 say where and how to change one byte, the rest is
  *    turned into a valid chain (each line that reads as an object becomes
  *    an entry, others are wrapped; optionally a legacy line first and a
@@ -66,12 +68,25 @@ static int hex64(const json_t *v)
 	return json_is_string(v) && is_sha256_hex(json_string_value(v), json_string_length(v));
 }
 
+/* 1 if U+0000 is in the entry's kind or in one of its own member names
+ * (not in data: names there are the model's). */
+static int names_hold_nul(json_t *v)
+{
+	json_t *kind = json_object_get(v, "kind");
+	if (json_is_string(kind) && memchr(json_string_value(kind), '\0', json_string_length(kind)))
+		return 1;
+	for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it))
+		if (memchr(json_object_iter_key(it), '\0', json_object_iter_key_len(it)))
+			return 1;
+	return 0;
+}
+
 /* One line: -1 if it breaks the chain. */
 static int ref_line(struct ref *r, const char *text, size_t len, int *seen_chained, struct buf *legacy_bytes)
 {
 	uint64_t no = r->entries + 1;
 	json_t *v = ndjson_parse(text, len, NULL);
-	if (!v || !json_is_object(v)) {
+	if (!v || !json_is_object(v) || names_hold_nul(v)) {
 		json_decref(v);
 		return ref_fail(r, no);
 	}
@@ -113,7 +128,8 @@ static int ref_line(struct ref *r, const char *text, size_t len, int *seen_chain
 		       *id = json_object_get(v, "id");
 		if (json_is_number(seq) && json_number_value(seq) > r->max_seq)
 			r->max_seq = json_number_value(seq);
-		if (json_is_string(kind) && strcmp(json_string_value(kind), "clock-anchor") == 0 &&
+		if (json_is_string(kind) && json_string_length(kind) == 12 &&
+		    memcmp(json_string_value(kind), "clock-anchor", 12) == 0 &&
 		    json_is_string(id) && json_string_length(id) > 0)
 			snprintf(r->anchor, sizeof r->anchor, "%s", json_string_value(id));
 		r->entries = no;
@@ -263,6 +279,12 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 		size_t len = nl ? (size_t)(nl - (s + pos)) : n - pos;
 		json_t *v = ndjson_parse(s + pos, len, NULL);
 		size_t off = out->len;
+		/* An object that no valid entry can be (U+0000 in its kind or a
+		 * name of its own) is wrapped like any other value. */
+		if (json_is_object(v) && names_hold_nul(v)) {
+			json_t *d = v;
+			v = json_pack("{s:f,s:s,s:o}", "seq", (double)count, "kind", "event", "data", d);
+		}
 		if (with_legacy && count == 0 && json_is_object(v) && !json_object_get(v, "hash") &&
 		    !json_object_get(v, "prevHash")) {
 			/* The first line as it is, unchained: prevHash of the next is its digest. */
