@@ -290,6 +290,32 @@ PY
 	[ "$(snapshot h)" = "$before" ]
 }
 
+@test "an entry with evidence but no kind, or a kind that is not a string, is a row: no crash" {
+	mkdir -p ws/.sfma
+	# the reproduction of the crash: a reference, and no kind
+	echo '{"evidence":{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}}' \
+		>ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-log ws
+	[ "$status" -eq 0 ]
+	[[ "${lines[1]}" == *" -             entry without a kind" ]]
+	[[ "${lines[2]}" == *"evidence reply missing" ]]
+	run --separate-stderr sfma-log ws --json
+	[ "$status" -eq 0 ]
+	jq -e -s '.[1] | .kind == null and .evidence[0].field == "reply" and .evidence[0].state == "missing"' <<<"$output"
+	# the blob kept, and kinds of every other type
+	mkdir -m 700 ws/.sfma/evidence
+	printf 'x' >ws/.sfma/evidence/2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881
+	local ref='{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}'
+	for kind in '' '"kind":null,' '"kind":7,' '"kind":["call"],' '"kind":{"call":1},' '"kind":"call\u0000",'; do
+		echo "{${kind}\"data\":[1],\"evidence\":$ref}"
+	done >ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-log ws
+	[ "$status" -eq 0 ]
+	run --separate-stderr sfma-log ws --json
+	[ "$status" -eq 0 ]
+	jq -e -s 'length == 8 and ([.[1:7][] | .evidence[0].state] | unique) == ["present"]' <<<"$output"
+}
+
 @test "a reader never writes into the workspace" {
 	eventful_run evidence
 	local before

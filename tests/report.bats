@@ -181,6 +181,16 @@ no_console_messages() {
 	[ "$output" = 0 ]
 }
 
+@test "an entry with evidence but no kind is a row of the page, its evidence flagged: no crash" {
+	mkdir -p ws/.sfma
+	echo '{"evidence":{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}}' \
+		>ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-report ws -o r.html
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	grep -q '<tr id="line-1" class="" data-kind=""><td class="mono">+0.000s</td><td>1</td><td>L0</td><td></td><td></td><td class="what">entry without a kind<div><span class="badge halt">evidence missing</span> reply</div></td></tr>' r.html
+}
+
 @test "a screenshot of the page renders" {
 	eventful_run evidence
 	sfma-report ws -o report.html
