@@ -31,7 +31,7 @@
 static const char usage_text[] =
 	"usage: sfma-report WORKSPACE [-o FILE] [--run N]\n"
 	"       sfma-report --version | --help\n"
-	"  -o FILE    write the page to FILE (atomically) instead of standard output\n"
+	"  -o FILE    write the page to FILE (atomically, mode 0600) instead of standard output\n"
 	"  --run N    the Nth run (1 is the first, -1 the last; default -1)\n";
 
 #define CLIP_BYTES 8192
@@ -823,7 +823,9 @@ int main(int argc, char **argv)
 	page(&html, ws, &rep, &vr);
 	struct sfma_err e;
 	if (out_path) {
-		if (atomic_write(out_path, html.p, html.len, 0644, &e) < 0)
+		/* 0600: the page shows evidence, which the store keeps 0600
+		 * (lib/evidence.h); the umask can only make it stricter. */
+		if (atomic_write(out_path, html.p, html.len, 0600, &e) < 0)
 			die("%s: %s", out_path, e.text);
 	} else if (write_all(STDOUT_FILENO, html.p, html.len) < 0) {
 		die("standard output: %s", strerror(errno));

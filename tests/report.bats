@@ -143,6 +143,23 @@ no_console_messages() {
 	[[ "$stderr" == "sfma-report: no/such/dir/report.html: "* ]]
 }
 
+@test "-o FILE is mode 0600 under umask 022, also over a file of mode 0644: it shows evidence the store keeps 0600" {
+	eventful_run evidence
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	[ "$(stat -c %a "ws/.sfma/evidence/$out_sha")" = 600 ]
+	(umask 022 && sfma-report ws -o new.html)
+	grep -q 'stdout:MARKER-42' new.html
+	[ "$(stat -c %a new.html)" = 600 ]
+	echo old >old.html && chmod 644 old.html
+	(umask 022 && sfma-report ws -o old.html)
+	[ "$(stat -c %a old.html)" = 600 ]
+	cmp new.html old.html
+	# standard output is the shell's file, made with the umask
+	(umask 022 && sfma-report ws >stdout.html)
+	[ "$(stat -c %a stdout.html)" = 644 ]
+}
+
 @test "--run picks a run of a trace with three; the report of an older run is not sealed" {
 	cp -r "$INTEROP/multirun/ws" mr && chmod -R u+w mr
 	sfma-report mr --run 2 -o r2.html
