@@ -1033,17 +1033,111 @@ int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_h
 	return !last_hash || !*last_hash || str_is(json_object_get(in, "headHash"), last_hash);
 }
 
-json_t *rv_load_record(int sfma_dirfd)
+/* Open name under dirfd for reading as a reader of a workspace must: no
+ * link followed in its last component, no wait on a FIFO or a device, a
+ * regular file only. Returns a descriptor (reads block as usual) or -1
+ * with errno and e "NAME: REASON": ELOOP "is a symbolic link, not
+ * followed", EINVAL "not a regular file", else open(2)'s errno (ENOENT:
+ * nothing there). */
+static int open_regular(int dirfd, const char *name, struct sfma_err *e)
 {
-	struct sfma_err e;
-	if (sfma_dirfd < 0)
-		return NULL;
-	json_t *rec = json_load_strict_at(sfma_dirfd, "result.json", 1, RECORD_MAX_BYTES, &e);
-	if (rec && !json_is_object(rec)) {
-		json_decref(rec);
-		rec = NULL;
+	/* O_NONBLOCK: open(2) of a FIFO for reading returns at once instead
+	 * of waiting for a writer (fifo(7)); O_NOCTTY: a terminal never
+	 * becomes the controlling one; O_NOFOLLOW: a link as the last
+	 * component fails ELOOP instead of being followed. */
+	int fd = openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+		struct stat st;
+		/* ELOOP is also too many links on the way: "link" only when
+		 * the last component is one. */
+		if (err == ELOOP && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+			err_set(e, "%s: is a symbolic link, not followed", name);
+		} else if (err == ENXIO) { /* a socket, a device without its driver (open(2)) */
+			err_set(e, "%s: not a regular file", name);
+			err = EINVAL;
+		} else {
+			err_set(e, "%s: %s", name, strerror(err));
+		}
+		errno = err;
+		return -1;
 	}
-	return rec;
+	struct stat st;
+	int err = 0;
+	const char *why = NULL;
+	if (fstat(fd, &st) < 0)
+		err = errno;
+	else if (!S_ISREG(st.st_mode))
+		err = EINVAL, why = "not a regular file";
+	/* Back to blocking reads: F_SETFL sets only the status flags, and
+	 * the file was opened with no other (fcntl(2)). */
+	else if (fcntl(fd, F_SETFL, 0) < 0)
+		err = errno;
+	if (err) {
+		close(fd);
+		err_set(e, "%s: %s", name, why ? why : strerror(err));
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int rv_open_sfma(const char *ws, struct sfma_err *e)
+{
+	int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (wfd < 0) {
+		int err = errno;
+		err_set(e, "%s: %s", ws, strerror(err));
+		errno = err;
+		return -1;
+	}
+	/* The workspace is named by the user; its .sfma is the workspace's
+	 * own, and a link there is not followed (ENOTDIR, ELOOP). */
+	int dfd = openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno;
+	close(wfd);
+	if (dfd < 0) {
+		err_set(e, "%s/.sfma: %s", ws,
+		        err == ENOTDIR || err == ELOOP ? "not a directory (a link or a file is in its place)"
+		                                        : strerror(err));
+		errno = err;
+	}
+	return dfd;
+}
+
+int rv_open_trace(int sfma_dirfd, struct sfma_err *e)
+{
+	return open_regular(sfma_dirfd, "trace.jsonl", e);
+}
+
+int rv_load_record(int sfma_dirfd, json_t **record, struct sfma_err *e)
+{
+	*record = NULL;
+	if (sfma_dirfd < 0)
+		return 0;
+	int fd = open_regular(sfma_dirfd, "result.json", e);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	size_t len;
+	struct sfma_err re;
+	char *text = read_all_fd(fd, RECORD_MAX_BYTES, &len, &re);
+	int err = errno;
+	close(fd);
+	if (!text) {
+		/* larger than any record: one that seals nothing */
+		if (strstr(re.text, "larger than"))
+			return 0;
+		err_set(e, "result.json: %s", re.text);
+		errno = err;
+		return -1;
+	}
+	json_t *rec = json_parse_strict(text, len, &re);
+	free(text);
+	if (json_is_object(rec))
+		*record = rec;
+	else
+		json_decref(rec);
+	return 0;
 }
 
 json_t *rv_footer(const struct rv_view *v, const json_t *record)

@@ -360,14 +360,25 @@ static int show_line(const char *line, size_t len, uint64_t line_no, uint64_t of
 	return s->last_line && line_no >= s->last_line;
 }
 
-static void finish_run(struct show *s, int sfma_dirfd)
+/* The workspace's result.json, NULL when it has none; one that is not a
+ * regular file (a FIFO, a link) or cannot be read ends the reader. */
+static json_t *load_record(const char *ws, int sfma_dirfd)
+{
+	json_t *record;
+	struct sfma_err e;
+	if (rv_load_record(sfma_dirfd, &record, &e) < 0)
+		die("%s/.sfma/%s", ws, e.text);
+	return record;
+}
+
+static void finish_run(struct show *s, const char *ws, int sfma_dirfd)
 {
 	if (!s->header_done) {
 		json_t *h = rv_header(s->v, s->runs);
 		emit(s->o, h, 1);
 		json_decref(h);
 	}
-	json_t *record = rv_load_record(sfma_dirfd);
+	json_t *record = load_record(ws, sfma_dirfd);
 	json_t *f = rv_footer(s->v, record);
 	emit(s->o, f, 2);
 	json_decref(f);
@@ -381,32 +392,28 @@ static void sleep_ms(long ms)
 		;
 }
 
-/* Open <workspace>/.sfma and its trace read-only; with wait, until both
- * exist. Returns the trace fd and sets *sfma_dirfd. */
+/* Open <workspace>/.sfma and its trace read-only (rv_open_sfma,
+ * rv_open_trace: a FIFO or a link there is refused, never waited on);
+ * with wait, until both exist. Returns the trace fd and sets *sfma_dirfd. */
 static int open_trace(const char *ws, int wait, int *sfma_dirfd)
 {
 	long delay = POLL_MIN_MS;
 	for (;;) {
-		int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		int dfd = wfd >= 0 ? openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		int saved = errno;
-		if (wfd >= 0)
-			close(wfd);
-		if (wfd < 0 && !wait)
-			die("%s: %s", ws, strerror(saved));
-		int fd = dfd >= 0 ? openat(dfd, "trace.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
-		saved = errno;
+		struct sfma_err e;
+		int dfd = rv_open_sfma(ws, &e);
+		if (dfd < 0 && !(wait && errno == ENOENT))
+			die("%s", e.text);
+		int fd = dfd >= 0 ? rv_open_trace(dfd, &e) : -1;
 		if (fd >= 0) {
-			struct stat st;
-			if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-				die("%s/.sfma/trace.jsonl: not a regular file", ws);
 			*sfma_dirfd = dfd;
 			return fd;
 		}
-		if (dfd >= 0)
+		if (dfd >= 0) {
+			int err = errno;
 			close(dfd);
-		if (!wait || saved != ENOENT)
-			die("%s/.sfma/trace.jsonl: %s", ws, strerror(saved));
+			if (!(wait && err == ENOENT))
+				die("%s/.sfma/%s", ws, e.text);
+		}
 		sleep_ms(delay);
 		delay = delay * 2 > POLL_MAX_MS ? POLL_MAX_MS : delay * 2;
 	}
@@ -414,12 +421,12 @@ static int open_trace(const char *ws, int wait, int *sfma_dirfd)
 
 /* Follow the last run: rows as they arrive, until the run's closing anchor
  * is sealed by result.json, or a later run begins. */
-static void follow_run(struct reader *r, struct show *s, int sfma_dirfd)
+static void follow_run(struct reader *r, struct show *s, const char *ws, int sfma_dirfd)
 {
 	long delay = POLL_MIN_MS;
 	for (;;) {
 		if (s->v->closed) {
-			json_t *record = rv_load_record(sfma_dirfd);
+			json_t *record = load_record(ws, sfma_dirfd);
 			int sealed = record && rv_record_seals(record, s->v->last_line, s->v->last_hash);
 			json_decref(record);
 			if (sealed)
@@ -487,6 +494,8 @@ int main(int argc, char **argv)
 	struct out o = {.o = &opts};
 	int sfma_dirfd = -1;
 	int fd = open_trace(ws, opts.follow, &sfma_dirfd);
+	/* a result.json that is not a regular file is refused before any row */
+	json_decref(load_record(ws, sfma_dirfd));
 	struct rv_splitter split;
 	rv_split_init(&split);
 	int torn;
@@ -516,7 +525,7 @@ int main(int argc, char **argv)
 			s.last_line = 0;
 			s.split = &split;
 			s.run_index = (size_t)i;
-			follow_run(&r, &s, sfma_dirfd);
+			follow_run(&r, &s, ws, sfma_dirfd);
 		} else {
 			read_lines(&r, show_line, &s);
 		}
@@ -525,7 +534,7 @@ int main(int argc, char **argv)
 			emit(&o, row, 0);
 			json_decref(row);
 		}
-		finish_run(&s, sfma_dirfd);
+		finish_run(&s, ws, sfma_dirfd);
 		rv_view_free(&v);
 	}
 	if (opts.follow && split.n == 0) {
@@ -534,8 +543,8 @@ int main(int argc, char **argv)
 		rv_view_init(&v, sfma_dirfd, 1, CLIP_BYTES);
 		struct show s = {.o = &o, .v = &v, .runs = 1, .split = &split};
 		struct reader r = {.fd = fd};
-		follow_run(&r, &s, sfma_dirfd);
-		finish_run(&s, sfma_dirfd);
+		follow_run(&r, &s, ws, sfma_dirfd);
+		finish_run(&s, ws, sfma_dirfd);
 		rv_view_free(&v);
 	}
 	rv_split_free(&split);

@@ -192,22 +192,17 @@ struct report {
 	int torn;
 };
 
+/* <workspace>/.sfma and its trace, opened as every reader of a workspace
+ * opens them (rv_open_sfma, rv_open_trace: a FIFO or a link is refused). */
 static int open_sfma(const char *ws, int *trace_fd)
 {
-	int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (wfd < 0)
-		die("%s: %s", ws, strerror(errno));
-	int dfd = openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	int saved = errno;
-	close(wfd);
+	struct sfma_err e;
+	int dfd = rv_open_sfma(ws, &e);
 	if (dfd < 0)
-		die("%s/.sfma: %s", ws, strerror(saved));
-	int fd = openat(dfd, "trace.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	struct stat st;
+		die("%s", e.text);
+	int fd = rv_open_trace(dfd, &e);
 	if (fd < 0)
-		die("%s/.sfma/trace.jsonl: %s", ws, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		die("%s/.sfma/trace.jsonl: not a regular file", ws);
+		die("%s/.sfma/%s", ws, e.text);
 	*trace_fd = fd;
 	return dfd;
 }
@@ -259,7 +254,8 @@ static void load_run(const char *ws, long pick, struct report *rep, int sfma_dir
 	lr_free(&lr);
 	if (rep->torn)
 		json_array_append_new(rep->rows, rv_row_invalid(&v, split.lines + 1, "torn final line (no newline)"));
-	rep->record = rv_load_record(sfma_dirfd);
+	if (rv_load_record(sfma_dirfd, &rep->record, &e) < 0)
+		die("%s/.sfma/%s", ws, e.text);
 	rep->header = rv_header(&v, split.n);
 	rep->footer = rv_footer(&v, rep->record);
 	rv_view_free(&v);

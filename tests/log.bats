@@ -355,6 +355,39 @@ PY
 	[[ "$output" == "usage: sfma-log WORKSPACE"* ]]
 }
 
+@test "a FIFO or a link in place of result.json or the trace is refused before any row; a FIFO elsewhere is never waited on" {
+	eventful_run evidence
+	cp -r ws keep
+	rm ws/.sfma/result.json && mkfifo ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: not a regular file" ]
+	run --separate-stderr timeout 5 sfma-log ws --json
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: not a regular file" ]
+	rm ws/.sfma/result.json && ln -s ../../keep/.sfma/result.json ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: is a symbolic link, not followed" ]
+	rm -r ws && cp -r keep ws
+	rm ws/.sfma/trace.jsonl && ln -s ../../keep/.sfma/trace.jsonl ws/.sfma/trace.jsonl
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/trace.jsonl: is a symbolic link, not followed" ]
+	# a FIFO as a blob, as the journal, as memory.json: the log is shown, the blob flagged
+	rm -r ws && cp -r keep ws
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	rm "ws/.sfma/evidence/$out_sha" && mkfifo "ws/.sfma/evidence/$out_sha"
+	mkfifo ws/.sfma/evidence/journal
+	rm -f ws/.sfma/memory.json && mkfifo ws/.sfma/memory.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"evidence output altered"* ]]
+	[[ "${lines[-3]}" == "verdict failed"*"sealed by result.json" ]]
+}
+
 @test "sfma log runs sfma-log" {
 	eventful_run
 	run sfma log ws --json

@@ -208,6 +208,34 @@ no_console_messages() {
 	grep -q '<tr id="line-1" class="" data-kind=""><td class="mono">+0.000s</td><td>1</td><td>L0</td><td></td><td></td><td class="what">entry without a kind<div><span class="badge halt">evidence missing</span> reply</div></td></tr>' r.html
 }
 
+@test "a FIFO or a link in place of result.json or the trace is refused; a FIFO elsewhere is never waited on" {
+	eventful_run evidence
+	cp -r ws keep
+	rm ws/.sfma/result.json && mkfifo ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-report ws -o r.html
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/result.json: not a regular file" ]
+	[ ! -e r.html ]
+	rm ws/.sfma/result.json && ln -s ../../keep/.sfma/result.json ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-report ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/result.json: is a symbolic link, not followed" ]
+	rm -r ws && cp -r keep ws
+	rm ws/.sfma/trace.jsonl && mkfifo ws/.sfma/trace.jsonl
+	run --separate-stderr timeout 5 sfma-report ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/trace.jsonl: not a regular file" ]
+	rm -r ws && cp -r keep ws
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	rm "ws/.sfma/evidence/$out_sha" && mkfifo "ws/.sfma/evidence/$out_sha"
+	mkfifo ws/.sfma/evidence/journal
+	rm -f ws/.sfma/memory.json && mkfifo ws/.sfma/memory.json
+	run --separate-stderr timeout 5 sfma-report ws -o r.html
+	[ "$status" -eq 0 ]
+	grep -q '<span class="badge error">evidence altered</span> output' r.html
+}
+
 @test "a screenshot of the page renders" {
 	eventful_run evidence
 	sfma-report ws -o report.html
