@@ -197,7 +197,14 @@ int log_json_row(struct buf *b, const json_t *row)
 	char *s = json_dumps(row, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
 	if (!s)
 		return -1;
-	buf_adds(b, s);
+	/* JSON_ENSURE_ASCII leaves DEL as it is; it can only be inside a
+	 * string, where \u007f says the same and prints nothing odd. */
+	for (const char *p = s; *p; p++) {
+		if (*p == 0x7f)
+			buf_adds(b, "\\u007f");
+		else
+			buf_addc(b, *p);
+	}
 	buf_addc(b, '\n');
 	free(s);
 	return 0;

@@ -17,8 +17,8 @@ void log_text_row(struct buf *b, const json_t *row, int colour);
 /* Append the text of a footer row: the verdict, the counts, whether it is sealed. */
 void log_text_footer(struct buf *b, const json_t *footer, int colour);
 
-/* Append a row as one line of compact ASCII JSON (--json). 0, or -1 when
- * it cannot be encoded. */
+/* Append a row as one line of compact JSON in printable ASCII (--json):
+ * every other character is escaped. 0, or -1 when it cannot be encoded. */
 int log_json_row(struct buf *b, const json_t *row);
 
 #endif

@@ -492,7 +492,7 @@ static void entry_row(struct buf *b, const json_t *row)
 		cls = "quiet";
 	}
 	buf_printf(b, "<tr id=\"line-%.0f\" class=\"%s\" data-kind=\"", num(row, "line"), cls);
-	esc(b, kind);
+	esc_text(b, json_object_get(row, "kind"), 64, 0); /* the trace's, even in an attribute */
 	buf_printf(b, "\"><td class=\"mono\">+%.3fs</td><td>%.0f</td><td>", num(row, "t") / 1000,
 	           num(row, "line"));
 	if (is(row, "row", "entry"))

@@ -253,6 +253,7 @@ out.write(b'{"kind":"message","data":{"dir":"out","text":"' + b"A" * (17 << 20) 
 entry(seq=7, kind="\x1b[2Jkind\u009b", data={})
 entry(seq=8, kind="lifecycle", data={"from": "probation", "to": "halted-\x1b]0;title\x07"})
 entry(seq=9, kind="clock-anchor", data={"wallMs": -1})
+entry(seq=10, kind="message", data={"dir": "in", "text": "a DEL: \x7f"})
 out.write(b'{"torn":')
 PY
 	local before
@@ -283,7 +284,7 @@ PY
 	# --json is ASCII, one valid object per line
 	run --separate-stderr sfma-log h --json
 	[ "$status" -eq 1 ]
-	echo "$output" | jq -e -s 'length == 19' >/dev/null
+	echo "$output" | jq -e -s 'length == 20' >/dev/null
 	run grep -c -P '[^\x20-\x7e]' <<<"$output"
 	[ "$output" = 0 ]
 	# a reader: nothing in the workspace changed

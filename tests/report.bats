@@ -181,6 +181,7 @@ no_console_messages() {
 		'not json </table></svg><script>document.title="PWNED3"</script>' \
 		'{"kind":"task","loop":1,"data":{"call":{"tool":"write","path":"\u001b[2J\u202e<b>x</b>"}}}' \
 		'{"kind":"call","loop":1,"data":{"endpoint":"<i>e</i>","latencyMs":1e308,"ok":true}}' \
+		'{"kind":"\u001b[2J\r\u202e<b>k</b>","data":{}}' \
 		'{"kind":"lifecycle","data":{"from":"probation","to":"halted-<b>v</b>\u001b[2J"}}' >h/.sfma/trace.jsonl
 	printf '{"torn":' >>h/.sfma/trace.jsonl
 	run sfma-report h -o h.html
@@ -194,8 +195,12 @@ no_console_messages() {
 	grep -q '&lt;i&gt;e&lt;/i&gt;' dom.html
 	grep -q 'torn final line' dom.html
 	grep -q 'NOT VERIFIED\|AUDIT_INVALID' dom.html
-	run grep -ci '<script\|<b>x\|<i>e\|<b>v' dom.html
+	run grep -ci '<script\|<b>x\|<i>e\|<b>v\|<b>k' dom.html
 	[ "$output" = 0 ]
+	# no control character of the trace is in the page, not even in an attribute
+	run grep -c $'[\001-\010\013-\037\177]\|\xe2\x80\xae' h.html
+	[ "$output" = 0 ]
+	grep -q 'data-kind="\\x1b\[2J\\r\\u{202e}&lt;b&gt;k&lt;/b&gt;"' h.html
 }
 
 @test "an entry with evidence but no kind is a row of the page, its evidence flagged: no crash" {
