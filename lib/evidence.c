@@ -32,19 +32,14 @@ struct durable_slot {
 };
 
 /* The journal (evidence.h): one record per blob, a fixed header then the
- * bytes. The header is "<64 hex> <16 hex digits of the length>\n". */
-#define JOURNAL_NAME "journal"
-#define JOURNAL_HEADER_LEN (SHA256_HEX_LEN + 1 + 16 + 1)
+ * bytes. */
+#define JOURNAL_NAME EVIDENCE_JOURNAL
+#define JOURNAL_HEADER_LEN EVIDENCE_JOURNAL_HEADER_LEN
 /* Records the filing thread waits for before it sets to work. */
 #define FILER_BATCH 8
 
-struct journal_rec {
-	char sha256[SHA256_HEX_LEN];
-	uint64_t bytes, off; /* off: of the bytes, past the header */
-};
-
 struct rec_list {
-	struct journal_rec *v;
+	struct evidence_journal_rec *v;
 	size_t n, cap;
 };
 
@@ -70,9 +65,16 @@ struct evidence_store {
 	pthread_cond_t work;
 	char filer_error[SFMA_ERR_MAX]; /* the first filing failure */
 	/* A reader's index of the journal (blobs of a live or interrupted
-	 * run), under lock: records up to index_end. */
+	 * run), under lock: its sound records, in order, up to index_end,
+	 * read from the journal (index_dev, index_ino) when it was
+	 * index_size bytes long; index_bad is the record the reading stopped
+	 * at when it is not its header's (sha256 "" when none is). */
 	struct rec_list index;
-	uint64_t index_end;
+	uint64_t index_end, index_size;
+	int index_read;
+	dev_t index_dev;
+	ino_t index_ino;
+	struct evidence_journal_rec index_bad;
 	struct durable_slot durable[CACHE_SLOTS]; /* writers only; not locked */
 	enum evidence_state dir_state; /* what every check answers when dirfd < 0 */
 	char dir_error[SFMA_ERR_MAX];  /* with EVIDENCE_ERROR */
@@ -84,7 +86,7 @@ struct evidence_store {
 static int recover_journal(struct evidence_store *s, struct sfma_err *e);
 static void stop_filer(struct evidence_store *s);
 
-static void rec_push(struct rec_list *l, const struct journal_rec *r)
+static void rec_push(struct rec_list *l, const struct evidence_journal_rec *r)
 {
 	if (l->n == l->cap) {
 		l->cap = l->cap ? l->cap * 2 : 64;
@@ -93,31 +95,65 @@ static void rec_push(struct rec_list *l, const struct journal_rec *r)
 	l->v[l->n++] = *r;
 }
 
-/* Parse the record header at off of a journal of size end: 1 and *r,
- * 0 at the end or at a torn or unreadable record (nothing past it is
- * trusted: records are appended in order, so only the last can be torn,
- * and a run names a record only once it is complete and fdatasynced). */
-static int journal_header(int fd, uint64_t off, uint64_t end, struct journal_rec *r)
+static enum evidence_state hash_range(int fd, uint64_t off, const struct evidence_ref *ref, int probe_past,
+                                      char *keep, uint64_t keep_max, struct sfma_err *e);
+
+/* Records are appended in order, and a run names a record only once it is
+ * whole and fdatasynced: only the last can be torn. A record that is not
+ * its header's was written by someone else, and nothing behind it can be
+ * trusted to be the run's - so every reader and the recovery stop at the
+ * first record that is not sound (evidence.h). */
+enum evidence_journal_step evidence_journal_next(int fd, uint64_t off, uint64_t end,
+                                                 struct evidence_journal_rec *r, struct sfma_err *e)
 {
 	char h[JOURNAL_HEADER_LEN];
-	if (end - off < JOURNAL_HEADER_LEN ||
-	    pread(fd, h, sizeof h, (off_t)off) != (ssize_t)sizeof h)
-		return 0;
+	r->sha256[0] = '\0';
+	r->bytes = 0;
+	r->off = off;
+	if (off >= end)
+		return EVIDENCE_JOURNAL_END;
+	if (end - off < JOURNAL_HEADER_LEN)
+		return EVIDENCE_JOURNAL_TORN;
+	for (size_t got = 0; got < sizeof h;) {
+		ssize_t n = pread(fd, h + got, sizeof h - got, (off_t)(off + got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err_set(e, "%s: %s: read: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
+			return EVIDENCE_JOURNAL_ERROR;
+		}
+		if (n == 0) /* shorter than its fstat: cut while being read */
+			return EVIDENCE_JOURNAL_TORN;
+		got += (size_t)n;
+	}
 	if (!is_sha256_hex(h, SHA256_HEX_LEN) || h[SHA256_HEX_LEN] != ' ' || h[sizeof h - 1] != '\n')
-		return 0;
+		return EVIDENCE_JOURNAL_BAD;
 	uint64_t n = 0;
 	for (size_t i = SHA256_HEX_LEN + 1; i < sizeof h - 1; i++) {
 		char c = h[i];
 		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-			return 0;
+			return EVIDENCE_JOURNAL_BAD;
 		n = n << 4 | (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
 	}
-	if (n > EVIDENCE_MAX_REF_BYTES || n > end - off - JOURNAL_HEADER_LEN)
-		return 0;
+	if (n > EVIDENCE_MAX_REF_BYTES)
+		return EVIDENCE_JOURNAL_BAD;
 	memcpy(r->sha256, h, SHA256_HEX_LEN);
+	r->sha256[SHA256_HEX_LEN] = '\0';
 	r->bytes = n;
 	r->off = off + JOURNAL_HEADER_LEN;
-	return 1;
+	if (n > end - off - JOURNAL_HEADER_LEN)
+		return EVIDENCE_JOURNAL_TORN;
+	struct evidence_ref ref;
+	memcpy(ref.sha256, r->sha256, sizeof ref.sha256);
+	ref.bytes = n;
+	switch (hash_range(fd, r->off, &ref, 0, NULL, 0, e)) {
+	case EVIDENCE_OK:
+		return EVIDENCE_JOURNAL_RECORD;
+	case EVIDENCE_ERROR:
+		return EVIDENCE_JOURNAL_ERROR;
+	default: /* other bytes (or fewer: the journal cut since its fstat) */
+		return EVIDENCE_JOURNAL_BAD;
+	}
 }
 
 /* 1 when the store holds no blob at all (a workspace's first run): its
@@ -369,45 +405,109 @@ static enum evidence_state hash_range(int fd, uint64_t off, const struct evidenc
 	return EVIDENCE_OK;
 }
 
-/* Bring the reader's index of the journal (fd, size bytes) up to date,
- * under s->lock. A journal shorter than the index is another journal
- * (filed and begun again): it is indexed afresh. */
-static void index_journal(struct evidence_store *s, int fd, uint64_t size)
+/* Bring the reader's index of the journal fd (st: its fstat) up to date,
+ * under s->lock: read on from where the last reading stopped, once the
+ * journal has grown. Another journal (filed, removed and begun again: a
+ * new inode, a shorter file, or another first record) is read afresh.
+ * 0, or -1 with e filled when a read failed (the next look reads again). */
+static int index_journal(struct evidence_store *s, int fd, const struct stat *st, struct sfma_err *e)
 {
-	if (size < s->index_end)
-		s->index.n = 0, s->index_end = 0;
-	struct journal_rec r;
-	while (journal_header(fd, s->index_end, size, &r)) {
+	uint64_t size = (uint64_t)st->st_size;
+	int same = s->index_read && st->st_dev == s->index_dev && st->st_ino == s->index_ino &&
+	           size >= s->index_end;
+	if (same && s->index.n) {
+		/* An inode number is reused at once on some file systems: the
+		 * first record must still be the one indexed. */
+		const struct evidence_journal_rec *first = &s->index.v[0];
+		char h[JOURNAL_HEADER_LEN + 1], now[JOURNAL_HEADER_LEN];
+		snprintf(h, sizeof h, "%s %016llx\n", first->sha256, (unsigned long long)first->bytes);
+		same = pread(fd, now, sizeof now, 0) == (ssize_t)sizeof now && memcmp(now, h, sizeof now) == 0;
+	}
+	if (!same) {
+		s->index.n = 0;
+		s->index_end = 0;
+	} else if (size == s->index_size) {
+		return 0; /* nothing written since it was read */
+	}
+	s->index_bad.sha256[0] = '\0';
+	for (;;) {
+		struct evidence_journal_rec r;
+		enum evidence_journal_step step = evidence_journal_next(fd, s->index_end, size, &r, e);
+		if (step == EVIDENCE_JOURNAL_ERROR) {
+			s->index_read = 0;
+			return -1;
+		}
+		if (step != EVIDENCE_JOURNAL_RECORD) {
+			if (step == EVIDENCE_JOURNAL_BAD)
+				s->index_bad = r;
+			break;
+		}
 		rec_push(&s->index, &r);
 		s->index_end = r.off + r.bytes;
 	}
+	s->index_read = 1;
+	s->index_dev = st->st_dev;
+	s->index_ino = st->st_ino;
+	s->index_size = size;
+	return 0;
 }
 
-/* A reader's look into the journal for a blob not yet filed: the index
- * is brought up to the journal's current end first. */
+/* The journal, opened by a reader: a descriptor and its fstat, or -1
+ * when there is none that is a regular file (a link or a FIFO in its
+ * place is no journal: the next writer removes it unread). */
+static int open_journal(struct evidence_store *s, struct stat *st)
+{
+	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* The journal's record of blob hex: 1 with *found, its sound record; 2
+ * with *found, the record the reading stopped at (not its header's); 0
+ * none; -1 a read failed (e). Takes s->lock. */
+static int journal_lookup(struct evidence_store *s, int fd, const struct stat *st, const char *hex,
+                          struct evidence_journal_rec *found, struct sfma_err *e)
+{
+	int have = 0;
+	pthread_mutex_lock(&s->lock);
+	if (index_journal(s, fd, st, e) < 0)
+		have = -1;
+	for (size_t i = 0; have == 0 && i < s->index.n; i++)
+		if (memcmp(s->index.v[i].sha256, hex, SHA256_HEX_LEN) == 0) {
+			*found = s->index.v[i];
+			have = 1;
+		}
+	if (have == 0 && s->index_bad.sha256[0] && memcmp(s->index_bad.sha256, hex, SHA256_HEX_LEN) == 0) {
+		*found = s->index_bad;
+		have = 2;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return have;
+}
+
+/* A reader's look into the journal for a blob not filed (or not intact
+ * under its name): what the next writer would file is what is found. */
 static enum evidence_state read_journal(struct evidence_store *s, const struct evidence_ref *ref, char *keep,
                                         uint64_t keep_max, struct sfma_err *e)
 {
-	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	struct stat st;
+	int fd = open_journal(s, &st);
 	if (fd < 0)
 		return EVIDENCE_MISSING; /* no journal: nothing waits to be filed */
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return EVIDENCE_MISSING;
-	}
-	struct journal_rec found = {0};
-	int have = 0;
-	pthread_mutex_lock(&s->lock);
-	index_journal(s, fd, (uint64_t)st.st_size);
-	for (size_t i = s->index.n; i-- > 0;)
-		if (s->index.v[i].bytes == ref->bytes && memcmp(s->index.v[i].sha256, ref->sha256, SHA256_HEX_LEN) == 0) {
-			found = s->index.v[i];
-			have = 1;
-			break;
-		}
-	pthread_mutex_unlock(&s->lock);
-	enum evidence_state state = have ? hash_range(fd, found.off, ref, 0, keep, keep_max, e) : EVIDENCE_MISSING;
+	struct evidence_journal_rec found;
+	int have = journal_lookup(s, fd, &st, ref->sha256, &found, e);
+	enum evidence_state state;
+	if (have < 0)
+		state = EVIDENCE_ERROR;
+	else if (have == 0)
+		state = EVIDENCE_MISSING;
+	else if (have == 2 || found.bytes != ref->bytes) /* not its bytes, or not its size */
+		state = EVIDENCE_ALTERED;
+	else
+		state = hash_range(fd, found.off, ref, 0, keep, keep_max, e);
 	close(fd);
 	return state;
 }
@@ -428,34 +528,37 @@ static enum evidence_state read_blob_at(struct evidence_store *s, const struct e
 	}
 	/* O_NONBLOCK: a FIFO planted under a blob's name must not hang the
 	 * reader (it is then reported altered: not a regular file). */
+	enum evidence_state state;
 	int fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && from_journal) {
-		enum evidence_state state = read_journal(s, ref, keep, keep_max, e);
-		/* Filed and its journal removed between the two looks (a live
-		 * run ending): the name holds it now. */
-		if (state != EVIDENCE_MISSING)
-			return state;
-		fd = openat(s->dirfd, ref->sha256, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	}
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return EVIDENCE_MISSING;
-		if (errno == ELOOP || errno == ENXIO) /* a link; a socket */
-			return EVIDENCE_ALTERED;
+	struct stat st;
+	if (fd < 0 && errno == ENOENT) {
+		state = EVIDENCE_MISSING;
+	} else if (fd < 0 && (errno == ELOOP || errno == ENXIO)) { /* a link; a socket */
+		state = EVIDENCE_ALTERED;
+	} else if (fd < 0) {
 		err_set(e, "evidence %s: %s", ref->sha256, strerror(errno));
 		return EVIDENCE_ERROR;
+	} else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != ref->bytes) {
+		state = EVIDENCE_ALTERED;
+	} else {
+		state = hash_range(fd, 0, ref, 1, keep, keep_max, e);
 	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != ref->bytes) {
-		close(fd);
-		return EVIDENCE_ALTERED;
-	}
-	enum evidence_state state = hash_range(fd, 0, ref, 1, keep, keep_max, e);
-	if (state == EVIDENCE_OK && fd_out)
+	if (fd >= 0 && state == EVIDENCE_OK && fd_out) {
 		*fd_out = fd;
-	else
+		fd = -1;
+	}
+	if (fd >= 0)
 		close(fd);
-	return state;
+	if (state == EVIDENCE_OK || state == EVIDENCE_ERROR || !from_journal)
+		return state;
+	/* Not filed, or not intact under its name: the journal's sound
+	 * record is what the next writer files there (recover_journal). */
+	enum evidence_state in_journal = read_journal(s, ref, keep, keep_max, e);
+	if (in_journal != EVIDENCE_MISSING || state == EVIDENCE_ALTERED)
+		return in_journal != EVIDENCE_MISSING ? in_journal : state;
+	/* Filed and its journal removed between the two looks (a live run
+	 * ending): the name holds it now. */
+	return read_blob_at(s, ref, keep, keep_max, fd_out, 0, e);
 }
 
 static enum evidence_state read_blob(struct evidence_store *s, const struct evidence_ref *ref,
@@ -483,23 +586,18 @@ int evidence_find(struct evidence_store *s, const char *hex, struct evidence_ref
 		out->bytes = (uint64_t)st.st_size;
 		return 0;
 	}
-	/* Not filed yet: the journal's index knows its length. */
-	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	/* Not filed yet: the journal's sound record knows its length. */
+	int fd = open_journal(s, &st);
 	if (fd < 0)
 		return -1;
-	int rc = -1;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-		pthread_mutex_lock(&s->lock);
-		index_journal(s, fd, (uint64_t)st.st_size);
-		for (size_t i = s->index.n; i-- > 0 && rc < 0;)
-			if (memcmp(s->index.v[i].sha256, hex, SHA256_HEX_LEN) == 0) {
-				out->bytes = s->index.v[i].bytes;
-				rc = 0;
-			}
-		pthread_mutex_unlock(&s->lock);
-	}
+	struct evidence_journal_rec found;
+	struct sfma_err ignored;
+	int have = journal_lookup(s, fd, &st, hex, &found, &ignored);
 	close(fd);
-	return rc;
+	if (have != 1)
+		return -1;
+	out->bytes = found.bytes;
+	return 0;
 }
 
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
@@ -565,7 +663,7 @@ static void durable_add(struct evidence_store *s, const struct evidence_ref *ref
  * place (rename(2) replaces whatever was there, a link itself and never
  * its target). Not fsynced: the record stays in the durable journal until
  * evidence_finish has synced the store. */
-static int file_record(struct evidence_store *s, int jfd, const struct journal_rec *r, struct sfma_err *e)
+static int file_record(struct evidence_store *s, int jfd, const struct evidence_journal_rec *r, struct sfma_err *e)
 {
 	char name[SHA256_HEX_LEN + 1], tmp[SHA256_HEX_LEN + 16];
 	memcpy(name, r->sha256, SHA256_HEX_LEN);
@@ -635,7 +733,7 @@ static void *filer_main(void *arg)
 			break;
 		/* Every record queued so far, claimed under one lock: the
 		 * run's thread takes the same lock for each blob it appends. */
-		struct journal_rec batch[4 * FILER_BATCH];
+		struct evidence_journal_rec batch[4 * FILER_BATCH];
 		size_t n = s->to_file.n - s->next_to_file;
 		if (n > sizeof batch / sizeof batch[0])
 			n = sizeof batch / sizeof batch[0];
@@ -683,6 +781,9 @@ static int sync_filed(struct evidence_store *s, struct sfma_err *e)
 	return 0;
 }
 
+/* File the journal a stopped run left: its records as its readers read
+ * them (evidence_journal_next), up to the first that is not sound; the
+ * journal is removed once they are durable. A read that fails keeps it. */
 static int recover_journal(struct evidence_store *s, struct sfma_err *e)
 {
 	int fd = openat(s->dirfd, JOURNAL_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -698,23 +799,23 @@ static int recover_journal(struct evidence_store *s, struct sfma_err *e)
 			return err_set(e, "%s: %s: %s", EVIDENCE_DIR, JOURNAL_NAME, strerror(errno));
 		return 0;
 	}
-	struct journal_rec r;
+	struct evidence_journal_rec r;
 	uint64_t off = 0;
 	int rc = 0;
-	while (rc == 0 && journal_header(fd, off, (uint64_t)st.st_size, &r)) {
+	enum evidence_journal_step step;
+	while (rc == 0 &&
+	       (step = evidence_journal_next(fd, off, (uint64_t)st.st_size, &r, e)) == EVIDENCE_JOURNAL_RECORD) {
 		struct evidence_ref ref;
-		memcpy(ref.sha256, r.sha256, SHA256_HEX_LEN);
-		ref.sha256[SHA256_HEX_LEN] = '\0';
+		memcpy(ref.sha256, r.sha256, sizeof ref.sha256);
 		ref.bytes = r.bytes;
 		struct sfma_err ignored;
-		/* A record that is not what its header says is not evidence. */
-		if (hash_range(fd, r.off, &ref, 0, NULL, 0, &ignored) != EVIDENCE_OK)
-			break;
 		if (read_blob_at(s, &ref, NULL, 0, NULL, 0, &ignored) != EVIDENCE_OK)
 			rc = file_record(s, fd, &r, e);
 		off = r.off + r.bytes;
 	}
 	close(fd);
+	if (rc == 0 && step == EVIDENCE_JOURNAL_ERROR)
+		rc = -1;
 	if (rc == 0)
 		rc = sync_filed(s, e);
 	/* The journal goes only once what it held is durable elsewhere. */
@@ -812,7 +913,7 @@ static int journal_append(struct evidence_store *s, const struct evidence_ref *r
 		}
 		done += (uint64_t)w;
 	}
-	struct journal_rec r;
+	struct evidence_journal_rec r;
 	memcpy(r.sha256, ref->sha256, SHA256_HEX_LEN);
 	r.bytes = n;
 	r.off = s->journal_end + JOURNAL_HEADER_LEN;

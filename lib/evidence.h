@@ -111,8 +111,9 @@ int evidence_entry_refs(const json_t *entry,
 
 /* Check the blob a reference names: a regular file (not a link) of the
  * stated size whose SHA-256 is the stated one, or, while it is not filed
- * yet (a live run, a stopped one), a record of the journal holding those
- * bytes. Streams the blob. */
+ * (a live run, a stopped one), a record of the journal holding those
+ * bytes (evidence_journal_next) - what the next writer would file under
+ * the name. Streams the blob. */
 enum evidence_state evidence_check(struct evidence_store *s, const struct evidence_ref *ref,
                                    struct sfma_err *e);
 
@@ -125,6 +126,38 @@ enum evidence_state evidence_head(struct evidence_store *s, const struct evidenc
  * 0 with *out filled (its size as stored; evidence_get then checks the
  * bytes), or -1 when the store has no such blob. */
 int evidence_find(struct evidence_store *s, const char *hex, struct evidence_ref *out);
+
+/* The journal (sfma-formats(5), Evidence): records appended in order, each
+ * a header "<64 lowercase hex> <its length as 16 lowercase hex digits>\n"
+ * then that many bytes, which must hash to the header's digest. */
+#define EVIDENCE_JOURNAL "journal"
+#define EVIDENCE_JOURNAL_HEADER_LEN (SHA256_HEX_LEN + 1 + 16 + 1)
+
+struct evidence_journal_rec {
+	char sha256[SHA256_HEX_LEN + 1]; /* "" when the header did not parse */
+	uint64_t bytes;                  /* the length the header states */
+	uint64_t off;                    /* where the bytes begin, past the header */
+};
+
+enum evidence_journal_step {
+	EVIDENCE_JOURNAL_RECORD, /* a whole record whose bytes are its header's */
+	EVIDENCE_JOURNAL_END,    /* off is the end: nothing more */
+	EVIDENCE_JOURNAL_TORN,   /* a header or its bytes run past the end (a write
+	                            in progress, or cut short by a crash) */
+	EVIDENCE_JOURNAL_BAD,    /* not a header, or bytes that are not its header's */
+	EVIDENCE_JOURNAL_ERROR,  /* a read failed; e says why */
+};
+
+/* Read the record at off of the journal fd, of size end (its fstat): *r
+ * is set for RECORD, and for BAD when its header parsed (else r->sha256
+ * is ""); the next record is at r->off + r->bytes. This is the one
+ * reading of the journal: its readers (evidence_check, evidence_head,
+ * evidence_get, evidence_find) and the recovery of evidence_open with
+ * create go through it from offset 0 and stop at the first step that is
+ * not RECORD - nothing from there on is evidence, so a reader finds
+ * exactly the blobs the next writer files. Hashes the record's bytes. */
+enum evidence_journal_step evidence_journal_next(int fd, uint64_t off, uint64_t end,
+                                                 struct evidence_journal_rec *r, struct sfma_err *e);
 
 /* Read a blob of at most max bytes, checked as evidence_check does.
  * Returns a malloc'd buffer of ref->bytes bytes plus a NUL, or NULL with e

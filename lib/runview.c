@@ -421,6 +421,31 @@ static int terminal_state(const char *to)
 	return to && (strcmp(to, "completed") == 0 || strcmp(to, "failed") == 0 || strncmp(to, "halted", 6) == 0);
 }
 
+/* The kinds a row is made for; everything else is K_OTHER, and an entry
+ * whose kind is not a string K_NONE. Compared as C strings, as the chain
+ * and the record readers compare them (lib/chain.c, lib/record.c). */
+enum kind {
+	K_NONE, K_OTHER, K_CLOCK_ANCHOR, K_LIFECYCLE, K_MESSAGE, K_CLARIFICATION, K_CALL, K_CANDIDATE,
+	K_TASK, K_VERDICT, K_MUTATION, K_RESULT, K_WEIGHT, K_STORE, K_COMPACTION,
+};
+
+static enum kind kind_of(const json_t *kind)
+{
+	static const char *const names[] = {
+		[K_CLOCK_ANCHOR] = "clock-anchor", [K_LIFECYCLE] = "lifecycle", [K_MESSAGE] = "message",
+		[K_CLARIFICATION] = "clarification", [K_CALL] = "call", [K_CANDIDATE] = "candidate",
+		[K_TASK] = "task", [K_VERDICT] = "verdict", [K_MUTATION] = "mutation", [K_RESULT] = "result",
+		[K_WEIGHT] = "weight", [K_STORE] = "store", [K_COMPACTION] = "compaction",
+	};
+	const char *s = json_string_value(kind);
+	if (!s)
+		return K_NONE;
+	for (size_t k = K_CLOCK_ANCHOR; k < sizeof names / sizeof *names; k++)
+		if (strcmp(s, names[k]) == 0)
+			return (enum kind)k;
+	return K_OTHER;
+}
+
 /* A copy of v with every integral number as an integer: the strict parser
  * reads all numbers as doubles, and 7 should print as 7, not 7.0. */
 static json_t *tidy(const json_t *v, int depth)
@@ -773,13 +798,14 @@ json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why)
 	if (!v->first_line)
 		v->first_line = line_no;
 	v->last_line = line_no;
-	json_t *row = json_pack("{s:s, s:i, s:I}", "row", "invalid", "run", v->run, "line", (json_int_t)line_no);
+	json_t *row = json_pack("{s:s, s:I, s:I}", "row", "invalid", "run", (json_int_t)v->run, "line", (json_int_t)line_no);
 	set_time(v, row);
-	json_object_set_new(row, "error", json_string(why));
+	/* why may quote the line (a parser's "near '...'"): kept valid UTF-8 */
+	json_object_set_new(row, "error", lossy_string((const unsigned char *)why, strlen(why), 0));
 	struct buf d = {0};
 	buf_adds(&d, "not a trace entry: ");
 	buf_adds(&d, why);
-	json_object_set_new(row, "display", json_stringn(d.p, d.len));
+	json_object_set_new(row, "display", lossy_string((const unsigned char *)d.p, d.len, 0));
 	buf_free(&d);
 	return row;
 }
@@ -800,27 +826,28 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 	if (hash && is_sha256_hex(hash, hn))
 		memcpy(v->last_hash, hash, 65);
 
-	const char *kind = json_string_value(json_object_get(entry, "kind"));
+	json_t *kind_value = json_object_get(entry, "kind");
+	enum kind kind = kind_of(kind_value);
 	json_t *data = json_object_get(entry, "data");
 	if (!json_is_object(data))
 		data = NULL;
-	json_t *row = json_pack("{s:s, s:i, s:I}", "row", "entry", "run", v->run, "line", (json_int_t)line_no);
+	json_t *row = json_pack("{s:s, s:I, s:I}", "row", "entry", "run", (json_int_t)v->run, "line", (json_int_t)line_no);
 	json_object_set_new(row, "t", json_null());
 	json_object_set_new(row, "at", json_null());
 	copy_if(row, "seq", entry, "seq");
 	copy_if(row, "loop", entry, "loop");
 	json_object_set_new(row, "turn", json_integer(v->turn));
-	json_object_set_new(row, "kind", kind ? json_string(kind) : json_null());
+	json_object_set(row, "kind", kind == K_NONE ? json_null() : kind_value);
 	copy_if(row, "id", entry, "id");
 	copy_if(row, "class", entry, "class");
 	copy_if(row, "refs", entry, "refs");
 
 	struct buf d = {0};
-	if (!kind) {
+	if (kind == K_NONE) {
 		buf_adds(&d, "entry without a kind");
-	} else if (strcmp(kind, "clock-anchor") == 0) {
+	} else if (kind == K_CLOCK_ANCHOR) {
 		row_anchor(v, row, data, line_no, &d);
-	} else if (strcmp(kind, "lifecycle") == 0) {
+	} else if (kind == K_LIFECYCLE) {
 		json_t *from = json_object_get(data, "from"), *to = json_object_get(data, "to");
 		json_object_set(row, "from", from ? from : json_null());
 		json_object_set(row, "to", to ? to : json_null());
@@ -835,7 +862,7 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			json_decref(v->verdict);
 			v->verdict = json_incref(to);
 		}
-	} else if (strcmp(kind, "message") == 0) {
+	} else if (kind == K_MESSAGE) {
 		copy_if(row, "dir", data, "dir");
 		copy_if(row, "messageKind", data, "kind");
 		copy_if(row, "file", data, "file");
@@ -851,24 +878,24 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		}
 		buf_adds(&d, ": ");
 		add_str(&d, json_object_get(data, "text"));
-	} else if (strcmp(kind, "clarification") == 0) {
+	} else if (kind == K_CLARIFICATION) {
 		copy_if(row, "source", data, "source");
 		copy_if(row, "text", data, "text");
 		add_str(&d, json_object_get(data, "source"));
 		buf_adds(&d, ": ");
 		add_str(&d, json_object_get(data, "text"));
-	} else if (strcmp(kind, "call") == 0) {
+	} else if (kind == K_CALL) {
 		row_call(v, row, data, &d);
 		double lat, wait;
 		if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
 			v->t_ms += lat;
 		if (num_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait))
 			v->t_ms += wait;
-	} else if (strcmp(kind, "candidate") == 0) {
+	} else if (kind == K_CANDIDATE) {
 		copy_if(row, "mission", data, "mission");
 		buf_adds(&d, "adopted: ");
 		add_str(&d, json_object_get(data, "mission"));
-	} else if (strcmp(kind, "task") == 0) {
+	} else if (kind == K_TASK) {
 		json_t *call = json_object_get(data, "call");
 		json_t *shown = json_object();
 		static const char *const parts[] = {"tool", "path", "cmd", "mode", "summary"};
@@ -888,13 +915,13 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			json_decref(v->summary);
 			v->summary = json_incref(json_object_get(call, "summary"));
 		}
-	} else if (strcmp(kind, "verdict") == 0) {
+	} else if (kind == K_VERDICT) {
 		row_verdict(v, row, entry, data, &d);
 		double dur;
 		json_t *run = json_object_get(data, "run");
 		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur))
 			v->t_ms += dur;
-	} else if (strcmp(kind, "mutation") == 0) {
+	} else if (kind == K_MUTATION) {
 		copy_if(row, "path", data, "path");
 		copy_if(row, "bytes", data, "bytes");
 		copy_if(row, "sha256", data, "sha256");
@@ -908,13 +935,13 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			buf_adds(&d, ", sha256 ");
 			short_hex(&d, json_object_get(data, "sha256"));
 		}
-	} else if (strcmp(kind, "result") == 0) {
+	} else if (kind == K_RESULT) {
 		row_result(v, row, data, &d);
-	} else if (strcmp(kind, "weight") == 0) {
+	} else if (kind == K_WEIGHT) {
 		row_weight(row, data ? data : json_object_get(entry, "data"), &d);
-	} else if (strcmp(kind, "store") == 0) {
+	} else if (kind == K_STORE) {
 		row_store(row, data, &d);
-	} else if (strcmp(kind, "compaction") == 0) {
+	} else if (kind == K_COMPACTION) {
 		copy_if(row, "beforeBytes", data, "beforeBytes");
 		copy_if(row, "afterBytes", data, "afterBytes");
 		copy_if(row, "elided", data, "elided");
@@ -932,7 +959,7 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 	set_time(v, row);
 
 	json_t *items = json_array();
-	if (data && kind && strcmp(kind, "mutation") == 0) {
+	if (data && kind == K_MUTATION) {
 		const char *sha;
 		/* the digest of what was written: evidence when the blob is kept
 		 * (records made before evidence existed keep none, and that is
@@ -955,16 +982,16 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		json_t *t = NULL;
 		/* By key only: a call's other items are what was sent (the
 		 * prompt, the message), never its reply. */
-		if (strcmp(kind, "call") == 0 && (t = evidence_text(items, reply_w)))
+		if (kind == K_CALL && (t = evidence_text(items, reply_w)))
 			json_object_set(row, "reply", t);
-		if (strcmp(kind, "verdict") == 0 && (t = evidence_text(items, out_w)))
+		if (kind == K_VERDICT && (t = evidence_text(items, out_w)))
 			json_object_set_new(row, "output", tool_result_text(t));
 		if ((t = evidence_text(items, sum_w))) {
 			json_object_set(row, "summary", t);
 			json_decref(v->summary);
 			v->summary = json_incref(t);
 		}
-		if ((strcmp(kind, "mutation") == 0 || strcmp(kind, "task") == 0) && (t = evidence_text(items, content_w)))
+		if ((kind == K_MUTATION || kind == K_TASK) && (t = evidence_text(items, content_w)))
 			json_object_set(row, "content", t);
 	}
 	json_decref(items);
@@ -984,7 +1011,7 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 
 json_t *rv_header(const struct rv_view *v, size_t runs)
 {
-	json_t *row = json_pack("{s:s, s:i, s:I, s:I}", "row", "header", "run", v->run, "runs", (json_int_t)runs,
+	json_t *row = json_pack("{s:s, s:I, s:I, s:I}", "row", "header", "run", (json_int_t)v->run, "runs", (json_int_t)runs,
 	                        "firstLine", (json_int_t)v->first_line);
 	if (v->have_start) {
 		char iso[ISO8601_LEN];
@@ -1006,23 +1033,117 @@ int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_h
 	return !last_hash || !*last_hash || str_is(json_object_get(in, "headHash"), last_hash);
 }
 
-json_t *rv_load_record(int sfma_dirfd)
+/* Open name under dirfd for reading as a reader of a workspace must: no
+ * link followed in its last component, no wait on a FIFO or a device, a
+ * regular file only. Returns a descriptor (reads block as usual) or -1
+ * with errno and e "NAME: REASON": ELOOP "is a symbolic link, not
+ * followed", EINVAL "not a regular file", else open(2)'s errno (ENOENT:
+ * nothing there). */
+static int open_regular(int dirfd, const char *name, struct sfma_err *e)
 {
-	struct sfma_err e;
-	if (sfma_dirfd < 0)
-		return NULL;
-	json_t *rec = ndjson_load_at(sfma_dirfd, "result.json", 1, RECORD_MAX_BYTES, &e);
-	if (rec && !json_is_object(rec)) {
-		json_decref(rec);
-		rec = NULL;
+	/* O_NONBLOCK: open(2) of a FIFO for reading returns at once instead
+	 * of waiting for a writer (fifo(7)); O_NOCTTY: a terminal never
+	 * becomes the controlling one; O_NOFOLLOW: a link as the last
+	 * component fails ELOOP instead of being followed. */
+	int fd = openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+		struct stat st;
+		/* ELOOP is also too many links on the way: "link" only when
+		 * the last component is one. */
+		if (err == ELOOP && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+			err_set(e, "%s: is a symbolic link, not followed", name);
+		} else if (err == ENXIO) { /* a socket, a device without its driver (open(2)) */
+			err_set(e, "%s: not a regular file", name);
+			err = EINVAL;
+		} else {
+			err_set(e, "%s: %s", name, strerror(err));
+		}
+		errno = err;
+		return -1;
 	}
-	return rec;
+	struct stat st;
+	int err = 0;
+	const char *why = NULL;
+	if (fstat(fd, &st) < 0)
+		err = errno;
+	else if (!S_ISREG(st.st_mode))
+		err = EINVAL, why = "not a regular file";
+	/* Back to blocking reads: F_SETFL sets only the status flags, and
+	 * the file was opened with no other (fcntl(2)). */
+	else if (fcntl(fd, F_SETFL, 0) < 0)
+		err = errno;
+	if (err) {
+		close(fd);
+		err_set(e, "%s: %s", name, why ? why : strerror(err));
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int rv_open_sfma(const char *ws, struct sfma_err *e)
+{
+	int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (wfd < 0) {
+		int err = errno;
+		err_set(e, "%s: %s", ws, strerror(err));
+		errno = err;
+		return -1;
+	}
+	/* The workspace is named by the user; its .sfma is the workspace's
+	 * own, and a link there is not followed (ENOTDIR, ELOOP). */
+	int dfd = openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno;
+	close(wfd);
+	if (dfd < 0) {
+		err_set(e, "%s/.sfma: %s", ws,
+		        err == ENOTDIR || err == ELOOP ? "not a directory (a link or a file is in its place)"
+		                                        : strerror(err));
+		errno = err;
+	}
+	return dfd;
+}
+
+int rv_open_trace(int sfma_dirfd, struct sfma_err *e)
+{
+	return open_regular(sfma_dirfd, "trace.jsonl", e);
+}
+
+int rv_load_record(int sfma_dirfd, json_t **record, struct sfma_err *e)
+{
+	*record = NULL;
+	if (sfma_dirfd < 0)
+		return 0;
+	int fd = open_regular(sfma_dirfd, "result.json", e);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	size_t len;
+	struct sfma_err re;
+	char *text = read_all_fd(fd, RECORD_MAX_BYTES, &len, &re);
+	int err = errno;
+	close(fd);
+	if (!text) {
+		/* larger than any record: one that seals nothing */
+		if (strstr(re.text, "larger than"))
+			return 0;
+		err_set(e, "result.json: %s", re.text);
+		errno = err;
+		return -1;
+	}
+	json_t *rec = ndjson_parse(text, len, &re);
+	free(text);
+	if (json_is_object(rec))
+		*record = rec;
+	else
+		json_decref(rec);
+	return 0;
 }
 
 json_t *rv_footer(const struct rv_view *v, const json_t *record)
 {
 	int seals = record && rv_record_seals(record, v->last_line, v->last_hash);
-	json_t *row = json_pack("{s:s, s:i, s:I, s:I}", "row", "footer", "run", v->run, "firstLine",
+	json_t *row = json_pack("{s:s, s:I, s:I, s:I}", "row", "footer", "run", (json_int_t)v->run, "firstLine",
 	                        (json_int_t)v->first_line, "lastLine", (json_int_t)v->last_line);
 	json_t *verdict = seals ? json_object_get(record, "verdict") : v->verdict;
 	json_object_set(row, "verdict", verdict ? verdict : json_null());

@@ -99,8 +99,26 @@ json_t *rv_footer(const struct rv_view *v, const json_t *record);
 /* Does record seal the run that ends at last_line with hash last_hash? */
 int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_hash);
 
-/* Load <sfma_dirfd>/result.json, or NULL when absent or unreadable. */
-json_t *rv_load_record(int sfma_dirfd);
+/* A reader of a workspace opens what it reads without following a link
+ * in place of a file, without waiting on a FIFO or a device found there,
+ * and reads regular files only: whoever can write to a workspace can put
+ * anything there.
+ *
+ * Open <ws>/.sfma (a directory, not a link to one). Returns its
+ * descriptor, or -1 with errno and e "WS: REASON" or "WS/.sfma: REASON". */
+int rv_open_sfma(const char *ws, struct sfma_err *e);
+
+/* Open <sfma_dirfd>/trace.jsonl for reading: a descriptor, or -1 with
+ * errno and e "trace.jsonl: REASON" - ENOENT when there is none, ELOOP
+ * "is a symbolic link, not followed", EINVAL "not a regular file". */
+int rv_open_trace(int sfma_dirfd, struct sfma_err *e);
+
+/* Load <sfma_dirfd>/result.json into *record: 0 with *record set, or
+ * NULL when there is none (or sfma_dirfd < 0) or it is no record (not a
+ * JSON object, larger than RECORD_MAX_BYTES); -1 with errno and e
+ * ("result.json: REASON", as rv_open_trace) when something other than a
+ * regular file is there or it cannot be read. */
+int rv_load_record(int sfma_dirfd, json_t **record, struct sfma_err *e);
 
 /* s[0..n) as text safe to print on a terminal: valid UTF-8 is kept except
  * control characters (C0, DEL, C1), line and paragraph separators and

@@ -13,13 +13,12 @@
 #include "clock.h"
 #include "cli.h"
 #include "errors.h"
+#include "logtext.h"
 #include "ndjson.h"
 #include "runview.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +34,8 @@ static const char usage_text[] =
 	"  --all      every run in the trace\n"
 	"  --follow   follow the run until it is sealed\n";
 
-/* Evidence text kept per item, and shown of it on one text row. */
+/* Evidence text kept per item (a row shows 200 characters of it). */
 #define CLIP_BYTES 4096
-#define SHOW_CHARS 200
 /* --follow polls the trace this often at most, and at least this often. */
 #define POLL_MIN_MS 50
 #define POLL_MAX_MS 250
@@ -54,211 +52,26 @@ struct out {
 	char first_bad[SFMA_ERR_MAX];
 };
 
-/* ---- text ---------------------------------------------------------------- */
-
-enum { C_RESET, C_BOLD, C_DIM, C_RED, C_GREEN, C_YELLOW, C_CYAN };
-static const char *const sgr[] = {"\033[0m", "\033[1m", "\033[2m", "\033[1;31m", "\033[32m", "\033[33m", "\033[36m"};
-
-static void paint(struct buf *b, const struct out *o, int c, const char *text)
-{
-	if (o->o->colour)
-		buf_adds(b, sgr[c]);
-	buf_adds(b, text);
-	if (o->o->colour)
-		buf_adds(b, sgr[C_RESET]);
-}
-
-static void visible(struct buf *b, const json_t *s, size_t max)
-{
-	size_t n;
-	const char *p = rv_str(s, &n);
-	if (p)
-		rv_visible(b, p, n, max);
-}
-
-static int is_true(const json_t *row, const char *k)
-{
-	return json_is_true(json_object_get(row, k));
-}
-
-static const char *str(const json_t *row, const char *k)
-{
-	const char *s = json_string_value(json_object_get(row, k));
-	return s ? s : "";
-}
-
-/* The status word of a row and its colour, or NULL. */
-static const char *status_of(const json_t *row, int *colour)
-{
-	const char *kind = str(row, "kind");
-	if (strcmp(str(row, "row"), "invalid") == 0)
-		return *colour = C_RED, "INVALID";
-	if (strcmp(kind, "verdict") == 0) {
-		if (is_true(row, "pass"))
-			return *colour = C_GREEN, "PASS";
-		/* the soft tier fails work; only the hard tier refuses a call */
-		if (strcmp(str(row, "tier"), "soft") == 0 || strcmp(str(row, "tier"), "criteria") == 0)
-			return *colour = C_RED, "FAIL";
-		return *colour = C_RED, "REFUSED";
-	}
-	if (strcmp(kind, "call") == 0 && !is_true(row, "ok"))
-		return *colour = C_RED, "FAILED";
-	if (strcmp(kind, "result") == 0) {
-		if (json_is_string(json_object_get(row, "halt")))
-			return *colour = C_YELLOW, "HALT";
-		return *colour = C_RED, "ERROR";
-	}
-	return NULL;
-}
-
-static void extra_line(struct buf *b, const struct out *o, const char *label, const json_t *text)
-{
-	if (!json_is_string(text))
-		return;
-	buf_adds(b, "                           ");
-	paint(b, o, C_DIM, label);
-	buf_adds(b, " ");
-	visible(b, text, SHOW_CHARS);
-	buf_addc(b, '\n');
-}
-
-static void text_row(struct buf *b, const struct out *o, const json_t *row)
-{
-	const char *kind = str(row, "kind");
-	char col[64];
-	double t = json_number_value(json_object_get(row, "t"));
-	snprintf(col, sizeof col, "%+9.3fs", isfinite(t) ? t / 1000 : 0);
-	paint(b, o, C_DIM, col);
-	double loop = json_number_value(json_object_get(row, "loop"));
-	double turn = json_number_value(json_object_get(row, "turn"));
-	if (strcmp(str(row, "row"), "invalid") == 0) {
-		snprintf(col, sizeof col, "  line %-9.0f ", json_number_value(json_object_get(row, "line")));
-	} else {
-		char tn[16] = "";
-		if (turn >= 1 && turn < 1e9 && loop != 0)
-			snprintf(tn, sizeof tn, "T%.0f", turn);
-		snprintf(col, sizeof col, "  L%-2.0f %-5s ", fabs(loop) < 1e6 ? loop : -1, tn);
-	}
-	buf_adds(b, col);
-	/* the kind is the trace's too: made visible, cut to its column */
-	struct buf label = {0};
-	if (kind[0])
-		visible(&label, json_object_get(row, "kind"), 13);
-	else
-		buf_adds(&label, "-");
-	while (label.len < 13)
-		buf_addc(&label, ' ');
-	if (strcmp(kind, "message") == 0 || strcmp(kind, "lifecycle") == 0 || strcmp(kind, "clock-anchor") == 0 ||
-	    strcmp(kind, "task") == 0)
-		paint(b, o, C_CYAN, label.p);
-	else
-		buf_adds(b, label.p);
-	buf_free(&label);
-	buf_addc(b, ' ');
-	int colour = C_RESET;
-	const char *status = status_of(row, &colour);
-	if (status) {
-		paint(b, o, colour, status);
-		buf_addc(b, ' ');
-	}
-	int quiet = strcmp(kind, "store") == 0 || strcmp(kind, "weight") == 0;
-	if (quiet && o->o->colour)
-		buf_adds(b, sgr[C_DIM]);
-	visible(b, json_object_get(row, "display"), SHOW_CHARS);
-	if (quiet && o->o->colour)
-		buf_adds(b, sgr[C_RESET]);
-	buf_addc(b, '\n');
-	extra_line(b, o, "reply:", json_object_get(row, "reply"));
-	extra_line(b, o, "output:", json_object_get(row, "output"));
-	extra_line(b, o, "summary:", json_object_get(row, "summary"));
-	extra_line(b, o, "content:", json_object_get(row, "content"));
-	size_t i;
-	json_t *it;
-	json_array_foreach(json_object_get(row, "evidence"), i, it) {
-		const char *state = str(it, "state");
-		if (strcmp(state, "present") == 0)
-			continue;
-		buf_adds(b, "                           ");
-		buf_adds(b, "evidence ");
-		visible(b, json_object_get(it, "field"), 64);
-		buf_adds(b, " ");
-		paint(b, o, strcmp(state, "altered") == 0 ? C_RED : C_YELLOW, state);
-		buf_addc(b, '\n');
-	}
-}
-
-static void text_header(struct buf *b, const struct out *o, const json_t *h, int follow)
-{
-	char line[256];
-	snprintf(line, sizeof line, "run %.0f of %.0f", json_number_value(json_object_get(h, "run")),
-	         json_number_value(json_object_get(h, "runs")));
-	paint(b, o, C_BOLD, line);
-	if (json_is_string(json_object_get(h, "start")))
-		buf_printf(b, "  started %s", str(h, "start"));
-	buf_printf(b, "  trace line %.0f%s\n", json_number_value(json_object_get(h, "firstLine")),
-	           follow ? ", following" : "");
-}
-
-static void text_footer(struct buf *b, const struct out *o, const json_t *f)
-{
-	const char *verdict = json_string_value(json_object_get(f, "verdict"));
-	struct buf shown = {0};
-	if (verdict)
-		visible(&shown, json_object_get(f, "verdict"), 40);
-	else
-		buf_adds(&shown, "(unfinished)");
-	paint(b, o, C_BOLD, "verdict ");
-	paint(b, o, !verdict ? C_YELLOW : strcmp(verdict, "completed") == 0 ? C_GREEN : C_RED, shown.p);
-	buf_free(&shown);
-	buf_printf(b, "  turns %.0f  model calls %.0f", json_number_value(json_object_get(f, "turns")),
-	           json_number_value(json_object_get(f, "modelCalls")));
-	if (json_number_value(json_object_get(f, "failedCalls")) > 0)
-		buf_printf(b, " (%.0f failed)", json_number_value(json_object_get(f, "failedCalls")));
-	buf_printf(b, "  refused %.0f", json_number_value(json_object_get(f, "hardTierFailures")));
-	if (json_number_value(json_object_get(f, "protocolRefusals")) > 0)
-		buf_printf(b, "  invalid replies %.0f", json_number_value(json_object_get(f, "protocolRefusals")));
-	if (json_is_number(json_object_get(f, "durationMs")))
-		buf_printf(b, "  %.3f s", json_number_value(json_object_get(f, "durationMs")) / 1000);
-	json_t *u = json_object_get(f, "usage");
-	if (json_is_object(u))
-		buf_printf(b, "  tokens in %.0f out %.0f cached %.0f", json_number_value(json_object_get(u, "inputTokens")),
-		           json_number_value(json_object_get(u, "outputTokens")),
-		           json_number_value(json_object_get(u, "cachedInputTokens")));
-	buf_adds(b, is_true(f, "sealed") ? "  sealed by result.json\n" : "  not sealed by result.json\n");
-	if (json_is_string(json_object_get(f, "summary"))) {
-		buf_adds(b, "summary ");
-		visible(b, json_object_get(f, "summary"), SHOW_CHARS);
-		buf_addc(b, '\n');
-	}
-	if (json_is_string(json_object_get(f, "error")) && !(verdict && strcmp(verdict, "completed") == 0)) {
-		paint(b, o, C_BOLD, "why ");
-		visible(b, json_object_get(f, "error"), SHOW_CHARS);
-		buf_addc(b, '\n');
-	}
-}
-
-/* Print one row (its text or its JSON line) and flush: --follow shows rows
- * as they arrive. */
+/* Print one row (its text or its JSON line, lib/logtext.h) and flush:
+ * --follow shows rows as they arrive. */
 static void emit(struct out *o, const json_t *row, int kind /* 0 row, 1 header, 2 footer */)
 {
 	struct buf b = {0};
 	if (o->o->json) {
-		char *s = json_dumps(row, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
-		buf_adds(&b, s ? s : "null");
-		buf_addc(&b, '\n');
-		free(s);
+		if (log_json_row(&b, row) < 0)
+			die("out of memory");
 	} else if (kind == 1) {
-		text_header(&b, o, row, o->o->follow);
+		log_text_header(&b, row, o->o->colour, o->o->follow);
 	} else if (kind == 2) {
-		text_footer(&b, o, row);
+		log_text_footer(&b, row, o->o->colour);
 	} else {
-		text_row(&b, o, row);
+		log_text_row(&b, row, o->o->colour);
 	}
-	if (strcmp(str(row, "row"), "invalid") == 0) {
-		if (!o->invalid++) {
-			o->first_bad_line = (uint64_t)json_number_value(json_object_get(row, "line"));
-			snprintf(o->first_bad, sizeof o->first_bad, "%s", str(row, "error"));
-		}
+	const char *what = json_string_value(json_object_get(row, "row"));
+	if (what && strcmp(what, "invalid") == 0 && !o->invalid++) {
+		const char *why = json_string_value(json_object_get(row, "error"));
+		o->first_bad_line = (uint64_t)json_number_value(json_object_get(row, "line"));
+		snprintf(o->first_bad, sizeof o->first_bad, "%s", why ? why : "");
 	}
 	if (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0)
 		die("standard output: %s", strerror(errno));
@@ -359,46 +172,53 @@ static int show_line(const char *line, size_t len, uint64_t line_no, uint64_t of
 	return s->last_line && line_no >= s->last_line;
 }
 
-static void finish_run(struct show *s, int sfma_dirfd)
+/* The workspace's result.json, NULL when it has none; one that is not a
+ * regular file (a FIFO, a link) or cannot be read ends the reader. */
+static json_t *load_record(const char *ws, int sfma_dirfd)
+{
+	json_t *record;
+	struct sfma_err e;
+	if (rv_load_record(sfma_dirfd, &record, &e) < 0)
+		die("%s/.sfma/%s", ws, e.text);
+	return record;
+}
+
+static void finish_run(struct show *s, const char *ws, int sfma_dirfd)
 {
 	if (!s->header_done) {
 		json_t *h = rv_header(s->v, s->runs);
 		emit(s->o, h, 1);
 		json_decref(h);
 	}
-	json_t *record = rv_load_record(sfma_dirfd);
+	json_t *record = load_record(ws, sfma_dirfd);
 	json_t *f = rv_footer(s->v, record);
 	emit(s->o, f, 2);
 	json_decref(f);
 	json_decref(record);
 }
 
-/* Open <workspace>/.sfma and its trace read-only; with wait, until both
- * exist. Returns the trace fd and sets *sfma_dirfd. */
+/* Open <workspace>/.sfma and its trace read-only (rv_open_sfma,
+ * rv_open_trace: a FIFO or a link there is refused, never waited on);
+ * with wait, until both exist. Returns the trace fd and sets *sfma_dirfd. */
 static int open_trace(const char *ws, int wait, int *sfma_dirfd)
 {
 	long delay = POLL_MIN_MS;
 	for (;;) {
-		int wfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		int dfd = wfd >= 0 ? openat(wfd, ".sfma", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-		int saved = errno;
-		if (wfd >= 0)
-			close(wfd);
-		if (wfd < 0 && !wait)
-			die("%s: %s", ws, strerror(saved));
-		int fd = dfd >= 0 ? openat(dfd, "trace.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
-		saved = errno;
+		struct sfma_err e;
+		int dfd = rv_open_sfma(ws, &e);
+		if (dfd < 0 && !(wait && errno == ENOENT))
+			die("%s", e.text);
+		int fd = dfd >= 0 ? rv_open_trace(dfd, &e) : -1;
 		if (fd >= 0) {
-			struct stat st;
-			if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-				die("%s/.sfma/trace.jsonl: not a regular file", ws);
 			*sfma_dirfd = dfd;
 			return fd;
 		}
-		if (dfd >= 0)
+		if (dfd >= 0) {
+			int err = errno;
 			close(dfd);
-		if (!wait || saved != ENOENT)
-			die("%s/.sfma/trace.jsonl: %s", ws, strerror(saved));
+			if (!(wait && err == ENOENT))
+				die("%s/.sfma/%s", ws, e.text);
+		}
 		sleep_ms(delay);
 		delay = delay * 2 > POLL_MAX_MS ? POLL_MAX_MS : delay * 2;
 	}
@@ -406,12 +226,12 @@ static int open_trace(const char *ws, int wait, int *sfma_dirfd)
 
 /* Follow the last run: rows as they arrive, until the run's closing anchor
  * is sealed by result.json, or a later run begins. */
-static void follow_run(struct reader *r, struct show *s, int sfma_dirfd)
+static void follow_run(struct reader *r, struct show *s, const char *ws, int sfma_dirfd)
 {
 	long delay = POLL_MIN_MS;
 	for (;;) {
 		if (s->v->closed) {
-			json_t *record = rv_load_record(sfma_dirfd);
+			json_t *record = load_record(ws, sfma_dirfd);
 			int sealed = record && rv_record_seals(record, s->v->last_line, s->v->last_hash);
 			json_decref(record);
 			if (sealed)
@@ -479,6 +299,8 @@ int main(int argc, char **argv)
 	struct out o = {.o = &opts};
 	int sfma_dirfd = -1;
 	int fd = open_trace(ws, opts.follow, &sfma_dirfd);
+	/* a result.json that is not a regular file is refused before any row */
+	json_decref(load_record(ws, sfma_dirfd));
 	struct rv_splitter split;
 	rv_split_init(&split);
 	int torn;
@@ -508,7 +330,7 @@ int main(int argc, char **argv)
 			s.last_line = 0;
 			s.split = &split;
 			s.run_index = (size_t)i;
-			follow_run(&r, &s, sfma_dirfd);
+			follow_run(&r, &s, ws, sfma_dirfd);
 		} else {
 			read_lines(&r, show_line, &s);
 		}
@@ -517,7 +339,7 @@ int main(int argc, char **argv)
 			emit(&o, row, 0);
 			json_decref(row);
 		}
-		finish_run(&s, sfma_dirfd);
+		finish_run(&s, ws, sfma_dirfd);
 		rv_view_free(&v);
 	}
 	if (opts.follow && split.n == 0) {
@@ -526,8 +348,8 @@ int main(int argc, char **argv)
 		rv_view_init(&v, sfma_dirfd, 1, CLIP_BYTES);
 		struct show s = {.o = &o, .v = &v, .runs = 1, .split = &split};
 		struct reader r = {.fd = fd};
-		follow_run(&r, &s, sfma_dirfd);
-		finish_run(&s, sfma_dirfd);
+		follow_run(&r, &s, ws, sfma_dirfd);
+		finish_run(&s, ws, sfma_dirfd);
 		rv_view_free(&v);
 	}
 	rv_split_free(&split);

@@ -191,22 +191,45 @@ static int judge_before(struct row *r)
 		r->detail = xstrdup("not a workspace directory");
 		return 0;
 	}
-	char *path = xmalloc(strlen(r->arg) + sizeof "/.sfma/result.json");
-	sprintf(path, "%s/.sfma/result.json", r->arg);
-	if (lstat(path, &st) < 0 && errno == ENOENT) {
-		free(path);
+	/* Every file is opened as a reader of a workspace must (lib/runview.h):
+	 * a FIFO or a link where the record or the trace should be makes the
+	 * workspace invalid here, and sfma-verify is never handed it. */
+	int dfd = rv_open_sfma(r->arg, &e);
+	if (dfd < 0 && errno == ENOENT) {
 		r->status = ST_NO_RECORD;
 		r->detail = xstrdup("no .sfma/result.json");
 		return 0;
 	}
+	if (dfd < 0) {
+		r->status = ST_INVALID;
+		r->detail = xstrdup(".sfma: not a directory (a link or a file is in its place)");
+		return 0;
+	}
+	int has_record = fstatat(dfd, "result.json", &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT;
 	/* The columns come from the record as it is; whether to believe them
 	 * is what the verify column says. */
-	r->record = ndjson_load(path, RECORD_MAX_BYTES, &e);
-	if (r->record && !json_is_object(r->record)) {
-		json_decref(r->record);
-		r->record = NULL;
+	int refused = has_record && rv_load_record(dfd, &r->record, &e) < 0;
+	if (has_record && !refused) {
+		int fd = rv_open_trace(dfd, &e);
+		/* no trace at all is sfma-verify's to report */
+		refused = fd < 0 && errno != ENOENT;
+		if (fd >= 0)
+			close(fd);
 	}
-	free(path);
+	close(dfd);
+	if (!has_record) {
+		r->status = ST_NO_RECORD;
+		r->detail = xstrdup("no .sfma/result.json");
+		return 0;
+	}
+	if (refused) {
+		r->status = ST_INVALID;
+		struct buf why = {0};
+		buf_adds(&why, ".sfma/");
+		rv_visible(&why, e.text, strlen(e.text), REASON_CHARS);
+		r->detail = why.p;
+		return 0;
+	}
 	return 1;
 }
 

@@ -132,6 +132,30 @@ trace_lengths() {
 	[ "${lines[4]}" = "total 4: verified 1, invalid 0, unsealed 0, no record 3; completed 1" ]
 }
 
+@test "summary: a FIFO or a link in place of the record or the trace is invalid at once, never waited on" {
+	run_into a
+	local w
+	for w in trace-fifo record-fifo trace-link record-link memory-fifo; do cp -r a "$w"; done
+	rm trace-fifo/.sfma/trace.jsonl && mkfifo trace-fifo/.sfma/trace.jsonl
+	rm record-fifo/.sfma/result.json && mkfifo record-fifo/.sfma/result.json
+	mv trace-link/.sfma/trace.jsonl trace-link/t && ln -s ../t trace-link/.sfma/trace.jsonl
+	mv record-link/.sfma/result.json record-link/r && ln -s ../r record-link/.sfma/result.json
+	rm -f memory-fifo/.sfma/memory.json && mkfifo memory-fifo/.sfma/memory.json
+	run --separate-stderr timeout 5 sfma-summary --json trace-fifo record-fifo trace-link record-link memory-fifo
+	[ "$status" -eq 1 ]
+	[ -z "$stderr" ]
+	[ "${#lines[@]}" -eq 5 ]
+	# the record's columns are shown as they are; no record is read through a link or a FIFO
+	jq -e '.workspace == "trace-fifo" and .verdict == "completed" and .verify == "invalid" and
+		.reason == ".sfma/trace.jsonl: not a regular file"' <<<"${lines[0]}"
+	jq -e '. == {"workspace":"record-fifo","verify":"invalid","reason":".sfma/result.json: not a regular file"}' <<<"${lines[1]}"
+	jq -e '.verify == "invalid" and .reason == ".sfma/trace.jsonl: is a symbolic link, not followed"' <<<"${lines[2]}"
+	jq -e '. == {"workspace":"record-link","verify":"invalid",
+		"reason":".sfma/result.json: is a symbolic link, not followed"}' <<<"${lines[3]}"
+	# memory.json is not the summary's to read: the record still verifies
+	jq -e '.workspace == "memory-fifo" and .verify == "verified"' <<<"${lines[4]}"
+}
+
 @test "summary: a run interrupted after the record (unsealed) is a failure" {
 	run_into a
 	# what a run killed before it sealed leaves: its opening clock-anchor

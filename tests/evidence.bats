@@ -400,6 +400,125 @@ PY
 	[ "$("$tool" check ws/.sfma "$ra")" = missing ]
 }
 
+# journal FILE SPEC...: write a journal by hand, one record per SPEC:
+# "good:TEXT" (a sound record of TEXT), "bad:TEXT" (the header of TEXT over
+# other bytes of its length), "junk" (a line that is no header).
+journal() {
+	python3 - "$@" <<'PY'
+import hashlib, sys
+out = b""
+for spec in sys.argv[2:]:
+    kind, _, text = spec.partition(":")
+    data = text.encode()
+    head = b"%s %016x\n" % (hashlib.sha256(data).hexdigest().encode(), len(data))
+    if kind == "good":
+        out += head + data
+    elif kind == "bad":
+        out += head + bytes(b ^ 1 for b in data)
+    else:
+        out += b"not a header, though as long as one: " + b"x" * 44 + b"\n"
+open(sys.argv[1], "wb").write(out)
+PY
+}
+
+# ref_of TEXT: the reference of TEXT's blob.
+ref_of() {
+	printf '{"bytes":%d,"sha256":"%s"}' "$(printf '%s' "$1" | wc -c)" "$(printf '%s' "$1" | sha256sum | cut -c1-64)"
+}
+
+# journal_reads SPEC WANT...: the journal of SPEC (see journal) read by the
+# store's readers gives each of first, second, third the state WANT in
+# turn; the next writer then files exactly the blobs found ok and removes
+# the journal.
+journal_reads() {
+	local spec=$1 text want
+	shift
+	rm -rf ws && mkdir -p ws/.sfma/evidence && chmod 700 ws/.sfma/evidence
+	# shellcheck disable=SC2086 # one word per record
+	journal ws/.sfma/evidence/journal $spec
+	local -a wants=("$@")
+	local i=0
+	for text in first second third; do
+		want=${wants[$i]}
+		i=$((i + 1))
+		[ "$("$tool" check ws/.sfma "$(ref_of "$text")")" = "$want" ] ||
+			{ echo "$spec: $text is $("$tool" check ws/.sfma "$(ref_of "$text")"), want $want"; return 1; }
+	done
+	printf 'other' | "$tool" put ws/.sfma >/dev/null
+	[ ! -e ws/.sfma/evidence/journal ] || { echo "$spec: the journal stayed"; return 1; }
+	i=0
+	for text in first second third; do
+		want=${wants[$i]}
+		i=$((i + 1))
+		local f
+		f=ws/.sfma/evidence/$(printf '%s' "$text" | sha256sum | cut -c1-64)
+		if [ "$want" = ok ]; then
+			[ "$(cat "$f")" = "$text" ] || { echo "$spec: $text not filed"; return 1; }
+		else
+			[ ! -e "$f" ] || { echo "$spec: $text filed, though no reader found it"; return 1; }
+		fi
+	done
+}
+
+@test "the journal is read up to its first unsound record, by the readers as by the next writer" {
+	journal_reads "good:first good:second good:third" ok ok ok
+	# behind a record whose bytes are not its header's, or a line that is
+	# no header, nothing is evidence; the bad record's own blob is altered
+	journal_reads "bad:first good:second" altered missing missing
+	journal_reads "good:first bad:second good:third" ok altered missing
+	journal_reads "junk good:second good:third" missing missing missing
+	journal_reads "good:first junk good:third" ok missing missing
+}
+
+@test "a blob behind an unsound journal record is not evidence: verify and replay never say OK, before or after the next run" {
+	cat >m.json <<'JSON'
+{"name":"j","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo"],"inputs":[],"outputs":["out.txt"],"maxTurns":8,"dryRunDefault":false}
+JSON
+	local cand='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
+	mock "$cand" '{"tool":"write","path":"out.txt","content":"hi\n"}' '{"tool":"done","summary":"FIRST-SUMMARY"}'
+	sfma run m.json --apply >/dev/null 2>&1
+	sfma-verify ws >/dev/null
+	# the done summary's blob, as a killed run leaves it: in the journal
+	# only, behind a record whose bytes are not its header's
+	local b
+	b=$(jq -r 'select(.kind == "task" and .evidence.summary) | .evidence.summary.sha256' ws/.sfma/trace.jsonl)
+	[ "$(cat "ws/.sfma/evidence/$b")" = FIRST-SUMMARY ]
+	journal ws/.sfma/evidence/journal bad:planted good:FIRST-SUMMARY
+	rm "ws/.sfma/evidence/$b"
+	run sfma-verify ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "AUDIT_INVALID: seq "*": evidence $b missing" ]]
+	local before=$output
+	run sfma replay ws
+	[ "$status" -ne 0 ]
+	[[ "$output" != *REPLAY_OK* ]]
+	# the next run opens the store for writing: the journal goes, the blob
+	# was never evidence, and the verifier says what it said before
+	mock "$cand" '{"tool":"write","path":"out.txt","content":"hi\n"}' '{"tool":"done","summary":"SECOND-SUMMARY"}'
+	sfma run m.json --apply >/dev/null 2>&1
+	[ ! -e ws/.sfma/evidence/journal ]
+	[ ! -e "ws/.sfma/evidence/$b" ]
+	run sfma-verify ws
+	[ "$status" -eq 1 ]
+	[ "$output" = "$before" ]
+}
+
+@test "a blob altered under its name while the journal holds it sound is found, as the next writer files it" {
+	mkdir -p ws/.sfma/evidence && chmod 700 ws/.sfma/evidence
+	local h
+	h=$(printf 'kept' | sha256sum | cut -c1-64)
+	journal ws/.sfma/evidence/journal good:kept
+	printf 'kelp' >"ws/.sfma/evidence/$h"
+	[ "$("$tool" check ws/.sfma "$(ref_of kept)")" = ok ]
+	[ "$("$tool" get ws/.sfma "$(ref_of kept)" 100)" = kept ]
+	printf 'x' | "$tool" put ws/.sfma >/dev/null
+	[ "$(cat "ws/.sfma/evidence/$h")" = kept ]
+	# without the journal the name alone speaks
+	printf 'kelp' >"ws/.sfma/evidence/$h"
+	[ "$("$tool" check ws/.sfma "$(ref_of kept)")" = altered ]
+}
+
 @test "the scan of canonical lines and the parse of any other line agree on every shape" {
 	# seeds chosen to cover intact, missing, altered and malformed references
 	for seed in $(seq 1 40); do

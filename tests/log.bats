@@ -253,6 +253,7 @@ out.write(b'{"kind":"message","data":{"dir":"out","text":"' + b"A" * (17 << 20) 
 entry(seq=7, kind="\x1b[2Jkind\u009b", data={})
 entry(seq=8, kind="lifecycle", data={"from": "probation", "to": "halted-\x1b]0;title\x07"})
 entry(seq=9, kind="clock-anchor", data={"wallMs": -1})
+entry(seq=10, kind="message", data={"dir": "in", "text": "a DEL: \x7f"})
 out.write(b'{"torn":')
 PY
 	local before
@@ -283,11 +284,37 @@ PY
 	# --json is ASCII, one valid object per line
 	run --separate-stderr sfma-log h --json
 	[ "$status" -eq 1 ]
-	echo "$output" | jq -e -s 'length == 19' >/dev/null
+	echo "$output" | jq -e -s 'length == 20' >/dev/null
 	run grep -c -P '[^\x20-\x7e]' <<<"$output"
 	[ "$output" = 0 ]
 	# a reader: nothing in the workspace changed
 	[ "$(snapshot h)" = "$before" ]
+}
+
+@test "an entry with evidence but no kind, or a kind that is not a string, is a row: no crash" {
+	mkdir -p ws/.sfma
+	# the reproduction of the crash: a reference, and no kind
+	echo '{"evidence":{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}}' \
+		>ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-log ws
+	[ "$status" -eq 0 ]
+	[[ "${lines[1]}" == *" -             entry without a kind" ]]
+	[[ "${lines[2]}" == *"evidence reply missing" ]]
+	run --separate-stderr sfma-log ws --json
+	[ "$status" -eq 0 ]
+	jq -e -s '.[1] | .kind == null and .evidence[0].field == "reply" and .evidence[0].state == "missing"' <<<"$output"
+	# the blob kept, and kinds of every other type
+	mkdir -m 700 ws/.sfma/evidence
+	printf 'x' >ws/.sfma/evidence/2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881
+	local ref='{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}'
+	for kind in '' '"kind":null,' '"kind":7,' '"kind":["call"],' '"kind":{"call":1},' '"kind":"call\u0000",'; do
+		echo "{${kind}\"data\":[1],\"evidence\":$ref}"
+	done >ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-log ws
+	[ "$status" -eq 0 ]
+	run --separate-stderr sfma-log ws --json
+	[ "$status" -eq 0 ]
+	jq -e -s 'length == 8 and ([.[1:7][] | .evidence[0].state] | unique) == ["present"]' <<<"$output"
 }
 
 @test "a reader never writes into the workspace" {
@@ -327,6 +354,39 @@ PY
 	run sfma-log --help
 	[ "$status" -eq 0 ]
 	[[ "$output" == "usage: sfma-log WORKSPACE"* ]]
+}
+
+@test "a FIFO or a link in place of result.json or the trace is refused before any row; a FIFO elsewhere is never waited on" {
+	eventful_run evidence
+	cp -r ws keep
+	rm ws/.sfma/result.json && mkfifo ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: not a regular file" ]
+	run --separate-stderr timeout 5 sfma-log ws --json
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: not a regular file" ]
+	rm ws/.sfma/result.json && ln -s ../../keep/.sfma/result.json ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/result.json: is a symbolic link, not followed" ]
+	rm -r ws && cp -r keep ws
+	rm ws/.sfma/trace.jsonl && ln -s ../../keep/.sfma/trace.jsonl ws/.sfma/trace.jsonl
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-log: ws/.sfma/trace.jsonl: is a symbolic link, not followed" ]
+	# a FIFO as a blob, as the journal, as memory.json: the log is shown, the blob flagged
+	rm -r ws && cp -r keep ws
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	rm "ws/.sfma/evidence/$out_sha" && mkfifo "ws/.sfma/evidence/$out_sha"
+	mkfifo ws/.sfma/evidence/journal
+	rm -f ws/.sfma/memory.json && mkfifo ws/.sfma/memory.json
+	run --separate-stderr timeout 5 sfma-log ws
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"evidence output altered"* ]]
+	[[ "${lines[-3]}" == "verdict failed"*"sealed by result.json" ]]
 }
 
 @test "sfma log runs sfma-log" {

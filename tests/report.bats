@@ -143,6 +143,23 @@ no_console_messages() {
 	[[ "$stderr" == "sfma-report: no/such/dir/report.html: "* ]]
 }
 
+@test "-o FILE is mode 0600 under umask 022, also over a file of mode 0644: it shows evidence the store keeps 0600" {
+	eventful_run evidence
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	[ "$(stat -c %a "ws/.sfma/evidence/$out_sha")" = 600 ]
+	(umask 022 && sfma-report ws -o new.html)
+	grep -q 'stdout:MARKER-42' new.html
+	[ "$(stat -c %a new.html)" = 600 ]
+	echo old >old.html && chmod 644 old.html
+	(umask 022 && sfma-report ws -o old.html)
+	[ "$(stat -c %a old.html)" = 600 ]
+	cmp new.html old.html
+	# standard output is the shell's file, made with the umask
+	(umask 022 && sfma-report ws >stdout.html)
+	[ "$(stat -c %a stdout.html)" = 644 ]
+}
+
 @test "--run picks a run of a trace with three; the report of an older run is not sealed" {
 	cp -r "$INTEROP/multirun/ws" mr && chmod -R u+w mr
 	sfma-report mr --run 2 -o r2.html
@@ -164,6 +181,7 @@ no_console_messages() {
 		'not json </table></svg><script>document.title="PWNED3"</script>' \
 		'{"kind":"task","loop":1,"data":{"call":{"tool":"write","path":"\u001b[2J\u202e<b>x</b>"}}}' \
 		'{"kind":"call","loop":1,"data":{"endpoint":"<i>e</i>","latencyMs":1e308,"ok":true}}' \
+		'{"kind":"\u001b[2J\r\u202e<b>k</b>","data":{}}' \
 		'{"kind":"lifecycle","data":{"from":"probation","to":"halted-<b>v</b>\u001b[2J"}}' >h/.sfma/trace.jsonl
 	printf '{"torn":' >>h/.sfma/trace.jsonl
 	run sfma-report h -o h.html
@@ -177,8 +195,50 @@ no_console_messages() {
 	grep -q '&lt;i&gt;e&lt;/i&gt;' dom.html
 	grep -q 'torn final line' dom.html
 	grep -q 'NOT VERIFIED\|AUDIT_INVALID' dom.html
-	run grep -ci '<script\|<b>x\|<i>e\|<b>v' dom.html
+	run grep -ci '<script\|<b>x\|<i>e\|<b>v\|<b>k' dom.html
 	[ "$output" = 0 ]
+	# no control character of the trace is in the page, not even in an attribute
+	run grep -c $'[\001-\010\013-\037\177]\|\xe2\x80\xae' h.html
+	[ "$output" = 0 ]
+	grep -q 'data-kind="\\x1b\[2J\\r\\u{202e}&lt;b&gt;k&lt;/b&gt;"' h.html
+}
+
+@test "an entry with evidence but no kind is a row of the page, its evidence flagged: no crash" {
+	mkdir -p ws/.sfma
+	echo '{"evidence":{"reply":{"bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}}}' \
+		>ws/.sfma/trace.jsonl
+	run --separate-stderr sfma-report ws -o r.html
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	grep -q '<tr id="line-1" class="" data-kind=""><td class="mono">+0.000s</td><td>1</td><td>L0</td><td></td><td></td><td class="what">entry without a kind<div><span class="badge halt">evidence missing</span> reply</div></td></tr>' r.html
+}
+
+@test "a FIFO or a link in place of result.json or the trace is refused; a FIFO elsewhere is never waited on" {
+	eventful_run evidence
+	cp -r ws keep
+	rm ws/.sfma/result.json && mkfifo ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-report ws -o r.html
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/result.json: not a regular file" ]
+	[ ! -e r.html ]
+	rm ws/.sfma/result.json && ln -s ../../keep/.sfma/result.json ws/.sfma/result.json
+	run --separate-stderr timeout 5 sfma-report ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/result.json: is a symbolic link, not followed" ]
+	rm -r ws && cp -r keep ws
+	rm ws/.sfma/trace.jsonl && mkfifo ws/.sfma/trace.jsonl
+	run --separate-stderr timeout 5 sfma-report ws
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sfma-report: ws/.sfma/trace.jsonl: not a regular file" ]
+	rm -r ws && cp -r keep ws
+	local out_sha
+	out_sha=$(jq -r 'select(.kind == "verdict" and .data.run) | .evidence.output.sha256' ws/.sfma/trace.jsonl)
+	rm "ws/.sfma/evidence/$out_sha" && mkfifo "ws/.sfma/evidence/$out_sha"
+	mkfifo ws/.sfma/evidence/journal
+	rm -f ws/.sfma/memory.json && mkfifo ws/.sfma/memory.json
+	run --separate-stderr timeout 5 sfma-report ws -o r.html
+	[ "$status" -eq 0 ]
+	grep -q '<span class="badge error">evidence altered</span> output' r.html
 }
 
 @test "a screenshot of the page renders" {

@@ -1,0 +1,24 @@
+/* logtext.h - the rows of a run (lib/runview.h) as sfma-log prints them:
+ * one line of text per row (and a line for each evidence text or flag it
+ * carries), SGR colour only when asked for, every string of the trace
+ * made visible (rv_visible); or one line of ASCII JSON per row. Built in
+ * memory; nothing is read or written. */
+#ifndef SFMA_LOGTEXT_H
+#define SFMA_LOGTEXT_H
+
+#include <jansson.h>
+
+#include "buf.h"
+
+/* Append the text of a header row ("run N of M ..."; follow: "following"). */
+void log_text_header(struct buf *b, const json_t *header, int colour, int follow);
+/* Append the text of an entry or invalid row. */
+void log_text_row(struct buf *b, const json_t *row, int colour);
+/* Append the text of a footer row: the verdict, the counts, whether it is sealed. */
+void log_text_footer(struct buf *b, const json_t *footer, int colour);
+
+/* Append a row as one line of compact JSON in printable ASCII (--json):
+ * every other character is escaped. 0, or -1 when it cannot be encoded. */
+int log_json_row(struct buf *b, const json_t *row);
+
+#endif
