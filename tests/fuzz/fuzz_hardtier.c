@@ -43,10 +43,17 @@ static void must(int ok, const char *what)
 	}
 }
 
+/* base/rel into p; the scratch paths are short, a long one is a bug here. */
+static void at_base(char p[PATH_MAX], const char *rel)
+{
+	int n = snprintf(p, PATH_MAX, "%s/%s", base, rel);
+	must(n > 0 && n < PATH_MAX, rel);
+}
+
 static void put(const char *rel, const char *text)
 {
 	char p[PATH_MAX];
-	snprintf(p, sizeof p, "%s/%s", base, rel);
+	at_base(p, rel);
 	FILE *f = fopen(p, "w");
 	must(f != NULL, p);
 	fputs(text, f);
@@ -56,14 +63,14 @@ static void put(const char *rel, const char *text)
 static void dir(const char *rel)
 {
 	char p[PATH_MAX];
-	snprintf(p, sizeof p, "%s/%s", base, rel);
+	at_base(p, rel);
 	must(mkdir(p, 0755) == 0, p);
 }
 
 static void link_(const char *target, const char *rel)
 {
 	char p[PATH_MAX];
-	snprintf(p, sizeof p, "%s/%s", base, rel);
+	at_base(p, rel);
 	must(symlink(target, p) == 0, p);
 }
 
