@@ -205,12 +205,21 @@ void end_halted(struct core *c, const char *verdict, const char *trigger, const 
 	va_end(ap);
 }
 
-void lifecycle(struct core *c, const char *to)
+static void lifecycle_with(struct core *c, const char *to, json_t *extra)
 {
 	size_t n = json_array_size(c->lifecycle);
 	json_t *from = n ? json_incref(json_array_get(c->lifecycle, n - 1)) : json_null();
-	emit_at(c, 0, "lifecycle", json_pack("{s:o, s:s}", "from", from, "to", to), NULL, NULL, NULL);
+	json_t *data = json_pack("{s:o, s:s}", "from", from, "to", to);
+	if (extra)
+		json_object_update(data, extra);
+	json_decref(extra);
+	emit_at(c, 0, "lifecycle", data, NULL, NULL, NULL);
 	json_array_append_new(c->lifecycle, json_string(to));
+}
+
+void lifecycle(struct core *c, const char *to)
+{
+	lifecycle_with(c, to, NULL);
 }
 
 void refused(struct core *c, const char *reason)
@@ -272,7 +281,10 @@ void core_begin(struct core *c, const struct core_begin *b)
 	c->pinned_run = json_is_object(b->pinned);
 	if (c->pinned_run)
 		c->candidate = json_deep_copy(b->pinned);
-	lifecycle(c, c->pinned_run ? "pinned-replay" : "probation");
+	/* The caller's trace the run joins, on the run's first lifecycle
+	 * (sfma export parents the run there). */
+	lifecycle_with(c, c->pinned_run ? "pinned-replay" : "probation",
+	               b->traceparent ? json_pack("{s:s}", "traceparent", b->traceparent) : NULL);
 	c->stores_ok = b->stores != NULL;
 	if (!b->stores) {
 		end_with(c, "failed", "memory store: %s", b->store_error ? b->store_error : "unavailable");

@@ -80,6 +80,7 @@ struct core_begin {
 	const char *store_error;   /* why they failed */
 	const json_t *inbox;       /* [{"file","text"}...], sorted by name; NULL: none */
 	const json_t *endpoints;   /* the endpoint state memory.json keeps, or NULL */
+	const char *traceparent;   /* the caller's W3C trace context (checked), or NULL */
 };
 
 /* How a wait for a reply ended without one. */

@@ -59,6 +59,8 @@ static const char *const env_model[] = {
 };
 static const char *const env_seal[] = { "SFMA_AUDIT_PRIVATE_KEY", NULL };
 static const char *const env_exec[] = { "SFMA_EXEC_UIDS", NULL };
+/* The caller's W3C trace context, which the run records and joins. */
+static const char *const env_plan[] = { "TRACEPARENT", NULL };
 
 struct opts {
 	const char *cmd;        /* "run" or "relay" */
@@ -280,6 +282,9 @@ static char **stage_env(enum stage s, const struct checked *c)
 			env_add(env, &n, *v);
 	} else if (s == EXEC) {
 		for (const char *const *v = env_exec; *v; v++)
+			env_add(env, &n, *v);
+	} else if (s == PLAN) {
+		for (const char *const *v = env_plan; *v; v++)
 			env_add(env, &n, *v);
 	}
 	return env;

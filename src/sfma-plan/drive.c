@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "core.h"
 #include "evidence.h"
+#include "traceparent.h"
 #include "utf8.h"
 
 #include <ctype.h>
@@ -325,6 +326,11 @@ static int begin(struct drive *d)
 	if (!d->trace_alive || tracer_settle(&anchor, &e) < 0)
 		return -1;
 	json_t *pinned = memory_pinned(&d->mem);
+	const char *traceparent = getenv("TRACEPARENT"), *why;
+	if (traceparent && !traceparent_valid(traceparent, &why)) {
+		warning("TRACEPARENT ignored: %s", why);
+		traceparent = NULL;
+	}
 	struct sfma_err se = {""};
 	json_t *stores = open_stores(d, &se);
 	json_t *inbox = workspace_inbox(&d->ws);
@@ -333,6 +339,7 @@ static int begin(struct drive *d)
 		.pinned = pinned ? json_object_get(pinned, "candidate") : NULL,
 		.stores = stores, .store_error = se.text, .inbox = inbox,
 		.endpoints = json_object_get(d->mem.doc, "endpoints"),
+		.traceparent = traceparent,
 	};
 	core_begin(d->core, &b);
 	json_decref(anchor);

@@ -544,7 +544,8 @@ static void replay_run(void)
 		diverged(life, life ? sx("a %s entry", kind_of(life)) : "no further entry", "the run's first lifecycle");
 	int pinned = strcmp(to, "pinned-replay") == 0;
 	json_t *stores = json_array(), *inbox = json_array();
-	struct core_begin b = {.anchor_seq = (double)seq_of(anchor), .pinned = pinned ? pinned_candidate() : NULL};
+	struct core_begin b = {.anchor_seq = (double)seq_of(anchor), .pinned = pinned ? pinned_candidate() : NULL,
+	                       .traceparent = str(data_of(life), "traceparent")};
 	const char *clarification = NULL, *store_error;
 	begin_facts(&b, stores, inbox, &clarification, &store_error);
 	json_t *call = prompt_call();
