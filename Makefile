@@ -157,11 +157,14 @@ $(REGRESS_DIR)/%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/standalone.c 
 	        $(call regress_objs,$*) $(REGRESS_DIR)/libsfma.a $(BASE_LIBS) $(FUZZ_LIBS_$*)
 
 # Each harness FUZZ_SECONDS (default 300); a crash, leak or timeout fails.
-fuzz: fuzz-build
+# Then the fuzzers that drive the programs themselves (tests/fuzz/pipeline.sh).
+fuzz: fuzz-build all
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
+	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/fuzz/pipeline.sh $(FUZZ_SECONDS)
 
-fuzz-short: fuzz-build
+fuzz-short: fuzz-build all
 	FUZZ_SECONDS=60 FUZZ_DIR=$(FUZZ_DIR) sh tests/fuzz/run.sh $(FUZZ_NAMES)
+	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/fuzz/pipeline.sh 60
 
 # Every saved input of tests/fuzz/regressions/<harness>/ once.
 fuzz-regress: $(REGRESS_BINS)

@@ -124,6 +124,12 @@ void trace_calls(struct core *c, json_t *reply, const char *cls, json_t *msg_ref
 				json_object_set(data, "usage", json_object_get(reply, "usage"));
 			if (json_is_false(json_object_get(reply, "independent")))
 				json_object_set_new(data, "independent", json_false());
+			/* An answer that is not this attempt's (the array-form mock's
+			 * judge answering after a real attempt failed) says whose. */
+			const char *ep = json_string_value(json_object_get(reply, "endpoint"));
+			const char *mine = json_string_value(json_object_get(call, "endpoint"));
+			if (ok && ep && (!mine || strcmp(ep, mine) != 0))
+				json_object_set_new(data, "answeredBy", json_string(ep));
 		}
 		usage_add(&c->usage, json_object_get(data, "usage"));
 		const char *cc = json_string_value(json_object_get(call, "class"));

@@ -81,6 +81,7 @@ trace_lengths() {
 	run_into a
 	run_into b
 	# a record with usage, sealed again so that it still verifies
+	tampered a
 	jq -c 'del(.integrity) | .usage = {"inputTokens":12600,"outputTokens":492,"cachedInputTokens":100}' \
 		a/.sfma/result.json | sfma-seal a >/dev/null
 	run sfma summary a b

@@ -597,3 +597,13 @@ verify_says() {
 	[ "$(cat verify3.status)" -eq 0 ]
 	grep -q '^AUDIT_OK ' verify3.out
 }
+
+# tests/fuzz/sudden-death.sh: a random stage SIGKILLed at a random moment,
+# then a run that ends normally on the same workspace; a fixed seed here,
+# a random one in `make fuzz`.
+@test "sudden death: 40 runs, a random stage killed at a random moment, then run again: each record verifies and replays" {
+	require jq
+	run bash "$REPO/tests/fuzz/sudden-death.sh" 20261201 40
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == *"40 runs (seed 20261201), 0 not both verified and replayed"* ]] || { echo "$output"; return 1; }
+}

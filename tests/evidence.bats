@@ -30,6 +30,7 @@ blob() {
 }
 
 seal() {
+	mkdir -p "$1/.sfma" && tampered "$1"
 	sfma-seal "$1" <<<'{"manifest":{"name":"ev","workspace":"ev"},"verdict":"completed"}' > /dev/null
 }
 
@@ -205,6 +206,7 @@ PY
 	forge() { # forge JSON: the evidence of seq 2 set to JSON, rechained, resealed
 		jq -c --argjson ev "$1" 'if .seq == 2 then .evidence = $ev else . end' good > "$T"
 		rechain "$T"
+		tampered ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	bad() { # bad JSON REASON
@@ -268,6 +270,7 @@ for line in lines[1:]:
     out.append(json.dumps(e, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
 open(path, "w").write("".join(out))
 PY
+		tampered ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	make_ev_legacy

@@ -49,6 +49,13 @@ replays_ok() { # replays_ok RUNS
 	[[ "$output" == "REPLAY_OK runs=$1 entries=$(wc -l <ws/.sfma/trace.jsonl)" ]] || { echo "$output"; return 1; }
 }
 
+# tampered WORKSPACE: mark a record a test changed on purpose (or built by
+# hand), which tests/replay-sweep.sh then leaves out: every other record
+# the suite makes must replay. Copies of the workspace keep the mark.
+tampered() {
+	touch "$1/.sfma/tampered-by-test"
+}
+
 # rechain PYTHON [WORKSPACE]: apply the Python statements to the trace
 # entries `es` of WORKSPACE (ws) and recompute every hash, writing each line
 # as Python's json.dumps spells it (not canonical). The record is left as
@@ -76,8 +83,7 @@ PY
 # ws) - what a host actor without the signing key can do to an unsigned
 # record.
 rewrite() {
-	# What tests/replay-sweep.sh leaves out: a record made to diverge.
-	touch "${3:-ws}.tampered"
+	tampered "${3:-ws}"
 	local w=${3:-ws}
 	rechain "$1" "$w"
 	jq "del(.integrity) | ${2:-.}" "$w/.sfma/result.json" >body.json

@@ -4,8 +4,8 @@
 # directory of its own, then this). A record is honest when sfma-verify
 # accepts it as it stands (AUDIT_OK, with evidence: records of the earlier
 # runner and those made before evidence existed cannot be derived again)
-# and no test rewrote it on purpose (tests/helpers.bash `rewrite` leaves
-# WORKSPACE.tampered beside it). Every honest record must replay
+# and no test changed it on purpose or built it by hand (tests/helpers.bash
+# `tampered` leaves .sfma/tampered-by-test in it; `rewrite` calls it). Every honest record must replay
 # REPLAY_OK: the planner and the replay decide with the same code, so an
 # honest record that diverges is a bug. Prints a count; exit 1 on any
 # that does not replay.
@@ -17,7 +17,7 @@ list=$(mktemp)
 find "$dir" -path '*/.sfma/result.json' -type f 2>/dev/null | sort >"$list"
 while IFS= read -r record; do
 	ws=${record%/.sfma/result.json}
-	if [ -e "$ws.tampered" ]; then
+	if [ -e "$ws/.sfma/tampered-by-test" ]; then
 		skipped=$((skipped + 1))
 		continue
 	fi

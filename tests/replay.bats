@@ -198,6 +198,7 @@ vs[1]["evidence"]["output"] = vs[0]["evidence"]["output"]
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ]
 	audit_ok
+	tampered ws
 	jq 'del(.integrity) | .turns = 2' ws/.sfma/result.json | sfma-seal ws >/dev/null
 	run sfma-verify ws
 	[ "$status" -eq 0 ]
@@ -433,4 +434,40 @@ for e in es:
 	run sfma replay ws
 	[ "$status" -eq 1 ]
 	[[ "$output" == "REPLAY_INCOMPLETE: the record does not verify: AUDIT_INVALID: "* ]] || { echo "$output"; return 1; }
+}
+
+@test "a task call without an id replays, as the planner recorded it" {
+	mock "$CAND" '{"tool":"task","description":"no id"}' '{"tool":"write","path":"out.txt","content":"x"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	audit_ok
+	run jq -c 'select(.kind == "task") | .data.call' ws/.sfma/trace.jsonl
+	[[ "$output" == *'{"tool":"task"}'* ]] || { echo "$output"; return 1; }
+	replays_ok 1
+}
+
+@test "a task entry without its call, re-chained and re-sealed, is a divergence and never a crash" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	rewrite '
+t = [e for e in es if e["kind"] == "task"][0]
+del t["data"]["call"]
+'
+	run sfma-verify ws
+	[ "$status" -eq 0 ]
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq "*" (task): trace has call null, replay derives call {\"path\":\"out.txt\",\"tool\":\"write\"}" ]] ||
+		{ echo "$output"; return 1; }
+}
+
+# tests/fuzz/differential.py: random manifests and reply scripts (loops,
+# invalid replies, ids missing or repeated, compaction, dry runs, second
+# runs) through a real run and the replay of its record; a fixed seed
+# here, a random one in `make fuzz`.
+@test "the planner and the replay agree on random reply scripts (a fixed seed)" {
+	run python3 "$REPO/tests/fuzz/differential.py" --seed 20261201 --runs 40
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == *"40 cases (seed 20261201), 0 disagree"* ]] || { echo "$output"; return 1; }
 }

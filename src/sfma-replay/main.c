@@ -162,10 +162,19 @@ static void cleanup(void)
 
 /* Entry i opens a run: a clock anchor followed by the first lifecycle,
  * or an interrupted run's record that comes before one. */
+/* A record the host put between runs: an interrupted run's record, or
+ * what `sfma-chain --recover-torn` appends when an operator recovers a
+ * torn line (sfma-chain(1), RECOVERY). */
+static int between_runs(const json_t *e)
+{
+	return is_result(e, "interrupted") ||
+	       (is_result(e, "error") && ndjson_string_is(json_object_get(data_of(e), "error"), "torn-write-recovered"));
+}
+
 static int run_starts_at(size_t i)
 {
 	json_t *e = peek_at(i);
-	if (!e || is_result(e, "interrupted"))
+	if (!e || between_runs(e))
 		return e != NULL;
 	if (strcmp(kind_of(e), "clock-anchor") != 0)
 		return 0;
@@ -191,8 +200,10 @@ static void note_boundary(const json_t *last)
 
 /* An interrupted run's record: it counts the entries after the last
  * sealed head up to the one before it, which the trace must bear out. */
-static void interrupted(const json_t *prev)
+static void interrupted(void)
 {
+	json_t *prev = last_consumed();
+	double prev_seq = prev ? (double)seq_of(prev) : -1;
 	json_t *e = next(), *d = json_object_get(data_of(e), "interrupted");
 	const char *head = str(d, "headHash");
 	const struct boundary *b = NULL;
@@ -202,12 +213,11 @@ static void interrupted(const json_t *prev)
 	for (size_t i = R.n_ends; !b && head && i-- > 0;)
 		if (strcmp(R.ends[i].hash, head) == 0)
 			b = &R.ends[i];
-	double first = b ? (b == &start ? (double)seq_of(prev) - (double)(trace_count() - 2) : b->seq_after) : 0;
 	double n = (double)(trace_count() - 1 - (b ? b->count : 0));
-	if (!b || !prev || json_number_value(json_object_get(d, "afterSeq")) != b->seq ||
+	if (!b || prev_seq < 0 || json_number_value(json_object_get(d, "afterSeq")) != b->seq ||
 	    json_number_value(json_object_get(d, "entries")) != n ||
-	    json_number_value(json_object_get(d, "lastSeq")) != (double)seq_of(prev) ||
-	    (b != &start && json_number_value(json_object_get(d, "firstSeq")) != first))
+	    json_number_value(json_object_get(d, "lastSeq")) != prev_seq ||
+	    (b != &start && json_number_value(json_object_get(d, "firstSeq")) != b->seq_after))
 		diverged(e, "an interrupted run's record that the trace does not bear out",
 		         sx("the %.0f entries after a run's end", n));
 }
@@ -221,7 +231,10 @@ static json_t *prompt_call(void)
 		json_t *e = peek_at(i);
 		if (!e || run_starts_at(i))
 			return NULL;
-		if (strcmp(kind_of(e), "call") == 0 && json_object_get(json_object_get(e, EVIDENCE_MEMBER), "prompt"))
+		/* The run's first request carries it; a request no call answered,
+		 * its result entry (a stop). */
+		if ((strcmp(kind_of(e), "call") == 0 || strcmp(kind_of(e), "result") == 0) &&
+		    json_object_get(json_object_get(e, EVIDENCE_MEMBER), "prompt"))
 			return e;
 	}
 }
@@ -524,16 +537,22 @@ static void evidence_first(void)
 			return;
 		if (strcmp(kind_of(e), "call") != 0)
 			continue;
-		if (!json_object_get(json_object_get(e, EVIDENCE_MEMBER), "message"))
+		/* Only the last attempt of a request carries its evidence. */
+		if (json_object_get(json_object_get(e, EVIDENCE_MEMBER), "message"))
+			return;
+		json_t *after = peek_at(i + 1);
+		if (!after || strcmp(kind_of(after), "call") != 0)
 			incomplete("seq %lld (call): no evidence.message (a record made before evidence existed)", seq_of(e));
-		return;
 	}
 }
 
 static void replay_run(void)
 {
-	while (is_result(peek(), "interrupted"))
-		interrupted(last_consumed());
+	for (json_t *e; (e = peek()) && between_runs(e);)
+		if (is_result(e, "interrupted"))
+			interrupted();
+		else
+			next();
 	evidence_first();
 	json_t *anchor = peek(), *life = peek_at(1);
 	if (!anchor || strcmp(kind_of(anchor), "clock-anchor") != 0)

@@ -75,7 +75,8 @@ char *result_text(const char *blob, size_t n)
 /* ---- model replies --------------------------------------------------------- */
 
 /* The members the core adds to a call entry beyond the stage's own. */
-static const char *const added[] = {"purpose", "task", "toolCalls", "request", "independent", "drained", NULL};
+static const char *const added[] = {"purpose", "task", "toolCalls", "request", "independent", "drained",
+                                    "answeredBy", NULL};
 
 static long request_of(const json_t *e)
 {
@@ -166,7 +167,10 @@ json_t *recorded_reply(long id, size_t *n)
 		last = e;
 	}
 	json_t *reply = json_pack("{s:I, s:o}", "id", (json_int_t)id, "calls", calls);
-	int ok = last && json_is_true(json_object_get(data_of(last), "ok"));
+	/* The reply was an answer when its last attempt was one, or when
+	 * another answered after it (answeredBy). */
+	const char *by = str(data_of(last), "answeredBy");
+	int ok = last && (json_is_true(json_object_get(data_of(last), "ok")) || by);
 	json_object_set_new(reply, "ok", json_boolean(ok));
 	/* A judgment drained after the verdict is traced without its reply:
 	 * the core acts on none of it. */
@@ -177,7 +181,10 @@ json_t *recorded_reply(long id, size_t *n)
 		json_object_set(reply, "endpoint", json_object_get(data_of(last), "endpoint"));
 	} else if (ok) {
 		reply_content(reply, last);
-		json_object_set(reply, "endpoint", json_object_get(data_of(last), "endpoint"));
+		if (by)
+			json_object_set_new(reply, "endpoint", json_string(by));
+		else
+			json_object_set(reply, "endpoint", json_object_get(data_of(last), "endpoint"));
 	} else {
 		const char *err = reply_error();
 		json_object_set_new(reply, "error", json_string(err ? err : "no reply"));
