@@ -84,10 +84,15 @@ int context_fit(const char *system, json_t *messages, json_t *refs, const json_t
 	if (out->before <= budget)
 		return 0;
 	size_t *len = xcalloc(n ? n : 1, sizeof *len), total = out->before;
+	/* Down to half the budget, not just under it: a conversation that
+	 * only just fits would compact again at the next request, and every
+	 * compaction changes the request's prefix (a provider's prompt cache
+	 * misses once per compaction, §17). */
+	size_t target = budget / 2;
 	for (size_t i = 0; i < n; i++)
 		len[i] = canon_len(json_array_get(messages, i));
 	/* First the runner's messages (tool results, answers), oldest first. */
-	for (size_t i = 0; i < n && total > budget; i++) {
+	for (size_t i = 0; i < n && total > target; i++) {
 		json_t *m = json_array_get(messages, i), *ref = json_array_get(refs, i);
 		const char *role = json_string_value(json_object_get(m, "role"));
 		if (protected_msg(i, n, keep) || !json_is_object(ref) || !role || strcmp(role, "assistant") == 0)
@@ -101,7 +106,7 @@ int context_fit(const char *system, json_t *messages, json_t *refs, const json_t
 	/* Then whole exchanges: the model's reply, and with native calls the
 	 * tool message answering them, which without its calls becomes a
 	 * plain message. */
-	for (size_t i = 0; i < n && total > budget; i++) {
+	for (size_t i = 0; i < n && total > target; i++) {
 		json_t *m = json_array_get(messages, i), *ref = json_array_get(refs, i);
 		const char *role = json_string_value(json_object_get(m, "role"));
 		if (protected_msg(i, n, keep) || !json_is_object(ref) || !role || strcmp(role, "assistant") != 0)

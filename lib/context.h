@@ -14,9 +14,10 @@ struct context_fit {
 	size_t before, after;
 	json_t *elided;            /* the sha256 of each elided message, in order (new) */
 };
-/* Make messages fit in budget bytes: the oldest runner messages (tool
- * results, answers) and then the oldest exchanges become stubs naming
- * their evidence and the recall that brings it back; never the first
+/* Make messages fit in budget bytes: when they do not, the oldest runner
+ * messages (tool results, answers) and then the oldest exchanges become
+ * stubs naming their evidence and the recall that brings it back, until
+ * the request is at most half the budget (or nothing more can go); never the first
  * message, messages[keep] (the adopted candidate's reply; -1: none) or
  * the last two. refs[i] is the evidence reference of messages[i] (null:
  * none, or already elided). Returns 0 when it fits as it is, 1 when

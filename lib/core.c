@@ -285,6 +285,17 @@ void core_begin(struct core *c, const struct core_begin *b)
 	 * (sfma export parents the run there). */
 	lifecycle_with(c, c->pinned_run ? "pinned-replay" : "probation",
 	               b->traceparent ? json_pack("{s:s}", "traceparent", b->traceparent) : NULL);
+	/* An operator's `sfma endpoints --reset` since the last run: recorded
+	 * once (sfma-model keeps no reset mark in the state it hands back). */
+	json_t *resets = json_object();
+	const char *name;
+	json_t *st;
+	json_object_foreach((json_t *)b->endpoints, name, st)
+		if (json_is_object(json_object_get(st, "reset")))
+			json_object_set(resets, name, json_object_get(st, "reset"));
+	if (json_object_size(resets))
+		emit_at(c, 0, "weight", json_pack("{s:O}", "reset", resets), NULL, NULL, NULL);
+	json_decref(resets);
 	c->stores_ok = b->stores != NULL;
 	if (!b->stores) {
 		end_with(c, "failed", "memory store: %s", b->store_error ? b->store_error : "unavailable");
@@ -509,5 +520,6 @@ const json_t *core_endpoints(const struct core *c) { return c->endpoints; }
 const json_t *core_written(const struct core *c) { return c->written; }
 long core_soft_judged(const struct core *c) { return c->soft_judged; }
 long core_soft_passed(const struct core *c) { return c->soft_passed; }
+long core_soft_unjudged(const struct core *c) { return c->soft_unjudged; }
 double core_first_seq(const struct core *c) { return c->first_seq; }
 double core_last_seq(const struct core *c) { return c->last_seq; }

@@ -179,6 +179,7 @@ const json_t *core_endpoints(const struct core *c);  /* measured endpoint state,
 const json_t *core_written(const struct core *c);    /* dry run: path -> sha256 of what was written */
 long core_soft_judged(const struct core *c);
 long core_soft_passed(const struct core *c);
+long core_soft_unjudged(const struct core *c);
 /* The seqs of the run's first and last entries (0 until known). */
 double core_first_seq(const struct core *c);
 double core_last_seq(const struct core *c);

@@ -13,6 +13,9 @@
 #include "usage.h"
 
 #define SOFT_CALLS_MAX 5
+/* A judgment reply that is not a valid judgment is asked again on another
+ * usable endpoint, then once on the same (sfma-plan(1), The soft tier). */
+#define JUDGE_ATTEMPTS 3
 
 /* One conversation: what the core sends the model for one loop. */
 struct conv {
@@ -41,10 +44,14 @@ struct loop {
 	long hard_failures;        /* refusals during its current task */
 	char producer[200];        /* the endpoint that produced its work */
 	json_t *entries;           /* ids of its current task's task entries */
-	/* the soft judgment of its done */
+	/* the soft judgment of its done: softCalls slots, each judged by up to
+	 * JUDGE_ATTEMPTS requests until one gives a valid judgment */
 	int judging, judges_to_send, judges_out;
-	long judge_ids[SOFT_CALLS_MAX], judge_allow[SOFT_CALLS_MAX];
-	json_t *judge_replies;     /* [reply|null...] in request order */
+	long judge_ids[SOFT_CALLS_MAX];      /* the slot's request in flight (0: none) */
+	long judge_allow[SOFT_CALLS_MAX];
+	int judge_attempts[SOFT_CALLS_MAX];
+	char judge_avoid[SOFT_CALLS_MAX][200]; /* the endpoint the slot's next request avoids */
+	json_t *judge_replies;     /* [final reply|null...] by slot */
 	json_t *judge_msg_ref, *judge_calls;
 	char *judge_msg;
 };
@@ -94,7 +101,7 @@ struct core {
 	long criteria_id, criteria_allow;
 	int criteria_asked;
 	json_t *criteria, *criteria_msg_ref;
-	long soft_judged, soft_passed;
+	long soft_judged, soft_passed, soft_unjudged;
 	struct pending pending;
 };
 

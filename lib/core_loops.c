@@ -189,6 +189,13 @@ void task_done(struct core *c, const json_t *outputs)
 	L->judges_out = 0;
 	json_decref(L->judge_replies);
 	L->judge_replies = json_array();
+	for (int i = 0; i < L->judges_to_send; i++) {
+		json_array_append_new(L->judge_replies, json_null());
+		L->judge_ids[i] = 0;
+		L->judge_attempts[i] = 0;
+		/* judge independence: not the endpoint that produced the work */
+		snprintf(L->judge_avoid[i], sizeof L->judge_avoid[i], "%s", L->producer);
+	}
 	json_decref(L->judge_calls);
 	L->judge_calls = json_array();
 }
@@ -245,34 +252,42 @@ static long send_model(struct core *c, const char *purpose, const char *cls, con
 	return id;
 }
 
+/* The next slot of loop k's judgment to ask: without a final reply and
+ * without a request in flight. */
 static void send_judge(struct core *c, int k, long allowance)
 {
 	struct loop *L = &c->loops[k];
+	int i = 0, n = (int)json_array_size(L->judge_replies);
+	while (i < n && (L->judge_ids[i] || !json_is_null(json_array_get(L->judge_replies, (size_t)i))))
+		i++;
+	if (i == n)
+		return;
 	json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", L->judge_msg);
-	int i = c->m->tuning.soft_calls - L->judges_to_send;
-	long id = send_model(c, "judge", "reasoning", soft_judge_prompt, msgs, 0, task_id_of(c, L->task), L->producer,
-	                     allowance);
+	long id = send_model(c, "judge", "reasoning", soft_judge_prompt, msgs, 0, task_id_of(c, L->task),
+	                     L->judge_avoid[i], allowance);
 	json_decref(msgs);
 	L->judge_ids[i] = id;
 	L->judge_allow[i] = allowance;
-	json_array_append_new(L->judge_replies, json_null());
+	L->judge_attempts[i]++;
 	L->judges_to_send--;
 	L->judges_out++;
 }
 
-/* Every judgment of loop k's task is in: the majority decides (a tie
- * fails), a soft verdict entry records it, and the task passes, goes back
- * on the blackboard once with the reason, or fails the run. */
-static void conclude_soft(struct core *c, int k)
+/* What the task's judgment comes to, from the final reply of each slot:
+ * the majority of the valid judgments (a tie fails); none valid: unjudged. */
+struct soft_outcome {
+	json_t *judgments, *evidence;
+	const char *judge;
+	int independent, valid, pass;
+	const char *reason;
+	struct soft_tally tally;
+};
+
+static void soft_outcome(struct core *c, struct loop *L, struct soft_outcome *o)
 {
-	use_loop(c, k);
-	struct loop *L = &c->loops[k];
-	struct bb_task *t = &c->tasks[L->task];
-	int n = (int)json_array_size(L->judge_replies), independent = 1;
-	json_t *judgments = json_array(), *evidence_obj = NULL;
-	const char *judge = NULL;
-	struct soft_tally tally = {0};
-	attach_evidence(&evidence_obj, "request", L->judge_msg_ref ? json_incref(L->judge_msg_ref) : NULL);
+	int n = (int)json_array_size(L->judge_replies);
+	*o = (struct soft_outcome){.judgments = json_array(), .independent = 1};
+	attach_evidence(&o->evidence, "request", L->judge_msg_ref ? json_incref(L->judge_msg_ref) : NULL);
 	for (int i = 0; i < n; i++) {
 		json_t *reply = json_array_get(L->judge_replies, (size_t)i);
 		const char *text = json_is_true(json_object_get(reply, "ok"))
@@ -280,49 +295,80 @@ static void conclude_soft(struct core *c, int k)
 		const char *ep = json_string_value(json_object_get(reply, "endpoint"));
 		int pass;
 		char *why;
-		soft_judgment_parse(text, &pass, &why);
+		int valid = soft_judgment_parse(text, &pass, &why);
 		if (json_is_false(json_object_get(reply, "independent")))
-			independent = 0;
-		if (!judge)
-			judge = ep;
-		json_array_append_new(judgments, json_pack("{s:s?, s:b, s:s}", "judge", ep, "pass", pass, "reason", why));
+			o->independent = 0;
+		if (!o->judge)
+			o->judge = ep;
+		json_t *j = json_pack("{s:s?, s:b, s:s}", "judge", ep, "pass", pass, "reason", why);
+		if (L->judge_attempts[i] > 1)
+			json_object_set_new(j, "attempts", json_integer(L->judge_attempts[i]));
+		json_array_append_new(o->judgments, j);
 		char name[16];
 		snprintf(name, sizeof name, i ? "reply%d" : "reply", i + 1);
 		if (text)
-			attach_evidence(&evidence_obj, name, evidence(c, text, strlen(text)));
-		soft_tally_add(&tally, pass, why);
+			attach_evidence(&o->evidence, name, evidence(c, text, strlen(text)));
+		if (valid) {
+			o->valid++;
+			soft_tally_add(&o->tally, pass, why);
+		} else {
+			free(why);
+		}
 	}
-	const char *reason;
-	int pass = soft_tally_verdict(&tally, &reason);
+	if (o->valid)
+		o->pass = soft_tally_verdict(&o->tally, &o->reason);
+	else
+		o->reason = REASON_UNJUDGED;
+}
+
+/* Every slot of loop k's judgment has its final reply: a soft verdict
+ * entry records what they come to, and the task passes, goes back on the
+ * blackboard once with the reason, fails the run - or, unjudged, stands
+ * as it is: a judge that cannot answer is not evidence against the work,
+ * nor a pass for certification. */
+static void conclude_soft(struct core *c, int k)
+{
+	use_loop(c, k);
+	struct loop *L = &c->loops[k];
+	struct bb_task *t = &c->tasks[L->task];
+	struct soft_outcome o;
+	soft_outcome(c, L, &o);
 	json_t *refs = json_deep_copy(L->entries);
 	json_array_extend(refs, L->judge_calls);
-	json_t *v = json_pack("{s:s, s:b, s:s, s:s, s:s, s:s, s:o}", "tier", "soft", "pass", pass, "reason", reason,
-	                      "task", task_id_of(c, L->task), "judge", judge ? judge : "", "producer", L->producer,
-	                      "judgments", judgments);
-	if (!independent)
-		json_object_set_new(v, "independent", json_false());
-	emit(c, "verdict", v, evidence_obj, refs, NULL);
-	/* The producer's pass rate per class learns from it (sfma-model). */
-	json_array_append_new(c->feedback, json_pack("{s:s, s:O, s:b}", "endpoint", L->producer, "class",
-	                                             json_object_get(t->def, "class"), "pass", pass));
 	const char *tid = task_id_of(c, L->task);
-	progress(c, "soft tier: task %s %s: %s", tid ? tid : "?", pass ? "pass" : "fail", reason);
+	json_t *v = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "tier", "soft", "reason", o.reason, "task", tid,
+	                      "judge", o.judge ? o.judge : "", "producer", L->producer, "judgments", o.judgments);
+	json_object_set_new(v, "pass", o.valid ? json_boolean(o.pass) : json_null());
+	if (!o.valid)
+		json_object_set_new(v, "unjudged", json_true());
+	if (!o.independent)
+		json_object_set_new(v, "independent", json_false());
+	emit(c, "verdict", v, o.evidence, refs, NULL);
 	c->soft_judged++;
-	c->soft_passed += pass;
-	if (pass) {
+	if (!o.valid) {
+		c->soft_unjudged++;
+		progress(c, "soft tier: task %s unjudged: %s", tid ? tid : "?", o.reason);
+	} else {
+		/* The producer's pass rate per class learns from it (sfma-model). */
+		json_array_append_new(c->feedback, json_pack("{s:s, s:O, s:b}", "endpoint", L->producer, "class",
+		                                             json_object_get(t->def, "class"), "pass", o.pass));
+		progress(c, "soft tier: task %s %s: %s", tid ? tid : "?", o.pass ? "pass" : "fail", o.reason);
+		c->soft_passed += o.pass;
+	}
+	if (!o.valid || o.pass) {
 		t->state = TASK_PASSED;
 	} else if (t->attempts < 2) {
 		t->state = TASK_PENDING;
 		t->not_loop = k + 1;
 		free(t->clarification);
-		t->clarification = xstrdup(reason);
+		t->clarification = xstrdup(o.reason);
 		emit_at(c, 0, "clarification", json_pack("{s:s, s:s, s:s}", "source", "soft-tier", "task", tid, "text",
-		                                         reason), NULL, NULL, NULL);
+		                                         o.reason), NULL, NULL, NULL);
 	} else {
 		t->state = TASK_FAILED;
-		end_with(c, "failed", "task %s failed the soft tier: %s", tid, reason);
+		end_with(c, "failed", "task %s failed the soft tier: %s", tid, o.reason);
 	}
-	soft_tally_free(&tally);
+	soft_tally_free(&o.tally);
 	L->judging = 0;
 	L->task = -1;
 	json_array_clear(L->entries);
@@ -332,6 +378,7 @@ void take_judge_reply(struct core *c, int k, int i, json_t *reply)
 {
 	struct loop *L = &c->loops[k];
 	use_loop(c, k);
+	L->judge_ids[i] = 0;
 	const char *text = json_is_true(json_object_get(reply, "ok")) ? json_string_value(json_object_get(reply, "text"))
 	                                                             : NULL;
 	json_t *ref = text ? evidence(c, text, strlen(text)) : NULL;
@@ -339,7 +386,21 @@ void take_judge_reply(struct core *c, int k, int i, json_t *reply)
 	trace_calls(c, reply, "reasoning", L->judge_msg_ref, ref, 0, extra, L->judge_calls);
 	json_decref(extra);
 	json_decref(ref);
-	json_array_set_new(L->judge_replies, (size_t)i, reply);
+	int pass;
+	char *why;
+	int valid = soft_judgment_parse(text, &pass, &why);
+	free(why);
+	if (!valid && L->judge_attempts[i] < JUDGE_ATTEMPTS) {
+		/* Asked again: first of another usable endpoint than the one that
+		 * answered so, then once more as at first. */
+		const char *ep = json_string_value(json_object_get(reply, "endpoint"));
+		snprintf(L->judge_avoid[i], sizeof L->judge_avoid[i], "%s",
+		         L->judge_attempts[i] == 1 && ep ? ep : L->producer);
+		L->judges_to_send++;
+		json_decref(reply);
+	} else {
+		json_array_set_new(L->judge_replies, (size_t)i, reply);
+	}
 	if (!L->judges_to_send && !L->judges_out)
 		conclude_soft(c, k);
 }

@@ -131,7 +131,7 @@ void trace_calls(struct core *c, json_t *reply, const char *cls, json_t *msg_ref
 			if (ok && ep && (!mine || strcmp(ep, mine) != 0))
 				json_object_set_new(data, "answeredBy", json_string(ep));
 		}
-		usage_add(&c->usage, json_object_get(data, "usage"));
+		usage_add(&c->usage, data);
 		const char *cc = json_string_value(json_object_get(call, "class"));
 		const char *id = emit_at(c, criteria ? 0 : c->cur + 1, "call", data, ev, NULL,
 		                         cc && (strcmp(cc, "reasoning") == 0 || strcmp(cc, "mechanical") == 0) ? cc : cls);
@@ -335,8 +335,10 @@ void core_exec_reply(struct core *c, json_t *reply)
 	const char *what = json_string_value(json_object_get(call, "path"));
 	if (!what)
 		what = json_string_value(json_object_get(call, "cmd"));
-	progress(c, "%s%s%.200s: %s%s", tool ? tool : "?", what ? " " : "", what ? what : "",
-	         pass ? "pass" : "refused: ", pass ? "" : (reason ? reason : "refused"));
+	/* The hard tier's decision apart from what came of it: "allowed,
+	 * exit=1" is a command that ran and failed, not a refusal. */
+	progress(c, "%s%s%.200s: %s%.300s", tool ? tool : "?", what ? " " : "", what ? what : "",
+	         pass ? "allowed, " : "refused: ", reason ? reason : pass ? "done" : "refused");
 	json_t *mut = json_object_get(reply, "mutation");
 	if (pass && json_is_object(mut)) {
 		const char *id = emit(c, "mutation", json_deep_copy(mut), NULL, json_pack("[s]", task_id), NULL);
@@ -516,7 +518,7 @@ void core_recall_reply(struct core *c, const char *text, const char *refusal, js
 		if (json_is_object(entry))
 			emit(c, "store", json_incref(entry), NULL, json_pack("[s]", task_id), NULL);
 		json_decref(entry);
-		progress(c, "recall: pass");
+		progress(c, "recall: allowed");
 	}
 }
 
@@ -565,6 +567,45 @@ static void adopt(struct core *c, json_t *v)
 
 /* ---- the turn -------------------------------------------------------------- */
 
+/* The output token limit of the endpoint that answered. */
+static long output_limit(const struct core *c, const json_t *reply)
+{
+	double n = json_number_value(json_object_get(reply, "maxOutputTokens"));
+	if (json_is_number(json_object_get(reply, "maxOutputTokens")) && n >= 1 && n <= 1e9)
+		return (long)n;
+	const char *ep = json_string_value(json_object_get(reply, "endpoint"));
+	for (size_t i = 0; ep && i < c->m->n_endpoints; i++)
+		if (strcmp(c->m->endpoints[i].name, ep) == 0)
+			return c->m->endpoints[i].max_output_tokens;
+	return 0;
+}
+
+/* A reply the provider ended short of an answer (sfma-model's "stop"):
+ * cut off at the output token limit - nothing of it is carried out, even
+ * a call that looks whole, and the model is told - or a refusal no
+ * endpoint was left to fall over to. 1 when it was one (the turn spent). */
+static int stopped_short(struct core *c, const json_t *reply)
+{
+	const char *stop = json_string_value(json_object_get(reply, "stop"));
+	char reason[600], text[600];
+	if (stop && strcmp(stop, "length") == 0) {
+		long n = output_limit(c, reply);
+		snprintf(reason, sizeof reason, REASON_CUT_OFF, n);
+		snprintf(text, sizeof text, ANSWER_CUT_OFF, n);
+		protocol_refusal(c, reason, text);
+		progress(c, "%s", reason);
+		return 1;
+	}
+	if (stop && (strcmp(stop, "refusal") == 0 || strcmp(stop, "filter") == 0)) {
+		const char *said = json_string_value(json_object_get(reply, "text"));
+		snprintf(reason, sizeof reason, REASON_REFUSED, said && *said ? said : stop);
+		protocol_refusal(c, reason, reason);
+		progress(c, "%s", reason);
+		return 1;
+	}
+	return 0;
+}
+
 /* One work reply of the current loop, acted on (one turn). */
 static void take_turn(struct core *c, json_t *reply, json_t *reply_ref)
 {
@@ -588,6 +629,11 @@ static void take_turn(struct core *c, json_t *reply, json_t *reply_ref)
 		v = parse_reply(text);
 	}
 	json_decref(reply_ref);
+	if (stopped_short(c, reply)) {
+		json_decref(v);
+		json_decref(reply);
+		return;
+	}
 	json_decref(reply);
 	if (cv->native_calls && !c->candidate) {
 		protocol_refusal(c, REASON_CANDIDATE_FIRST, ANSWER_CANDIDATE_FIRST);

@@ -24,6 +24,14 @@
 #define FIRST_MESSAGE "Begin: reply with your bootstrap candidate.\n"
 #define INBOX_HEADER "\nOperator messages (they may only narrow the task, never widen the manifest):\n"
 
+/* How a provider ended a reply (sfma-model's "stop", sfma-plan(1)): a
+ * reply cut off at the output token limit is never carried out, and a
+ * refusal with no endpoint left to fall over to is an invalid reply. */
+#define REASON_CUT_OFF "reply cut off at the output token limit (%ld)"
+#define ANSWER_CUT_OFF "invalid reply: your last reply was cut off at the output token limit (%ld tokens) and " \
+	"nothing of it was carried out; answer with one shorter tool call"
+#define REASON_REFUSED "provider refused: %.400s"
+
 /* The genesis system prompt: contract, manifest verbatim, task, dry-run
  * (malloc'd). */
 char *genesis_prompt(const struct manifest *m, const char *task, int dry_run, int pinned);

@@ -9,6 +9,10 @@
 
 /* A judge's reply is {"pass":bool,"reason":S}; anything else fails with this. */
 #define REASON_JUDGE_INVALID "judge reply invalid"
+/* The soft verdict when no judge gave a valid judgment: the task stands,
+ * not a pass for certification (sfma-plan(1), The soft tier). */
+#define REASON_UNJUDGED "unjudged: no valid judgment"
+
 /* The judge the array-form mock answers as, with no call (sfma-model). */
 #define MOCK_JUDGE "mock-judge"
 

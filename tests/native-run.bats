@@ -79,7 +79,7 @@ JSON
 	# there is, so not independent) and the criteria judgment: each a call
 	# entry with usage, and the record sums them
 	[ "$(wc -l <log.jsonl)" -eq 5 ]
-	jq -e '.usage == {"inputTokens":690,"outputTokens":69,"cachedInputTokens":150}' ws/.sfma/result.json
+	jq -e '.usage == {"inputTokens":690,"outputTokens":69,"cachedInputTokens":150,"reasoningTokens":0,"cacheWriteTokens":0,"costUsd":null}' ws/.sfma/result.json
 	jq -s -e '[.[] | select(.kind=="call")] | length == 5 and all(.[]; .data.status == 200 and .data.usage)' \
 		ws/.sfma/trace.jsonl
 	jq -s -e 'any(.[]; .kind == "verdict" and .data.tier == "soft" and .data.pass and .data.judge == "remote"

@@ -30,7 +30,7 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 		"{\"calls\":[[\"done\",{\"summary\":\"s\"}]],\"usage\":$(u 200 10 60)}"
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	jq -e '.usage == {"inputTokens":450,"outputTokens":60,"cachedInputTokens":100}' ws/.sfma/result.json
+	jq -e '.usage == {"inputTokens":450,"outputTokens":60,"cachedInputTokens":100,"reasoningTokens":0,"cacheWriteTokens":0,"costUsd":null}' ws/.sfma/result.json
 	jq -e '.budget | has("maxTokens") | not' ws/.sfma/result.json
 	jq -e -s '[.[] | select(.kind == "call") | .data.usage] == [
 		{"inputTokens":100,"outputTokens":20,"cachedInputTokens":40}, null,
@@ -49,7 +49,7 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 	[[ "$output" == *"failed (HTTP 429) [rate-limited]"* ]] || { echo "$output"; return 1; }
 	[[ "$output" == *"tokens in 450 out 60 cached 100"* ]] || { echo "$output"; return 1; }
 	run sfma log ws --json
-	echo "$output" | jq -e -s '.[-1].usage == {"inputTokens":450,"outputTokens":60,"cachedInputTokens":100}'
+	echo "$output" | jq -e -s '.[-1].usage == {"inputTokens":450,"outputTokens":60,"cachedInputTokens":100,"reasoningTokens":0,"cacheWriteTokens":0,"costUsd":null}'
 	echo "$output" | jq -e -s '[.[] | select(.kind == "call")][1] | .status == 429 and .errorClass == "rate-limited"'
 	sfma report ws -o r.html
 	grep -q '<div class="v ">450 / 60</div>' r.html
@@ -60,7 +60,7 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 	script "$(cand)" '{"calls":[["write",{"path":"out.txt","content":"x"}]]}' '{"calls":[["done",{"summary":"s"}]]}'
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ]
-	jq -e '.usage == {"inputTokens":0,"outputTokens":0,"cachedInputTokens":0}' ws/.sfma/result.json
+	jq -e '.usage == {"inputTokens":0,"outputTokens":0,"cachedInputTokens":0,"reasoningTokens":0,"cacheWriteTokens":0,"costUsd":0}' ws/.sfma/result.json
 	replays_ok 1
 }
 
@@ -105,7 +105,7 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 	[ "$status" -eq 0 ]
 	run sfma replay ws
 	[ "$status" -eq 1 ]
-	[[ "$output" == "REPLAY_DIVERGED: seq "*"trace has record usage {\"cachedInputTokens\":0,\"inputTokens\":299,\"outputTokens\":60}, replay derives usage {\"cachedInputTokens\":0,\"inputTokens\":300,\"outputTokens\":60}" ]] ||
+	[[ "$output" == "REPLAY_DIVERGED: seq "*"trace has record usage {\"cacheWriteTokens\":0,\"cachedInputTokens\":0,\"costUsd\":null,\"inputTokens\":299,\"outputTokens\":60,\"reasoningTokens\":0}, replay derives usage {\"cacheWriteTokens\":0,\"cachedInputTokens\":0,\"costUsd\":null,\"inputTokens\":300,\"outputTokens\":60,\"reasoningTokens\":0}" ]] ||
 		{ echo "$output"; return 1; }
 	rm -rf ws && cp -r saved ws
 	rewrite '

@@ -138,11 +138,11 @@ verifies() {
 
 @test "softCalls 3: the majority decides; softCalls 2 with a split is a tie, which fails" {
 	manifest '"a","b"' 3
-	standin '"a","b"' "$(pass "yes")" "$(fail "no")" '"not a judgment"' "$(pass "yes")" "$(fail "no")" "$(pass "yes")" "$CRIT"
+	standin '"a","b"' "$(pass "yes")" "$(fail "no")" "$(fail "no again")" "$(pass "yes")" "$(fail "no")" "$(pass "yes")" "$CRIT"
 	run sfma run m.json --apply
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
-	# 1 pass, 1 fail, 1 invalid: fails; then pass, fail, pass: passes
-	soft | jq -e 'map(.data.pass) == [false,true] and (.[0].data.judgments | map(.reason)) == ["yes","no","judge reply invalid"]'
+	# 1 pass, 2 fail: fails; then pass, fail, pass: passes
+	soft | jq -e 'map(.data.pass) == [false,true] and (.[0].data.judgments | map(.reason)) == ["yes","no","no again"]'
 	jq -s -e '[.[] | select(.purpose == "judge")] | length == 6' requests.jsonl
 	# the retry's conversation replays too
 	replays_ok 1
@@ -237,4 +237,31 @@ two_runs() {
 	jq -e '.pinned == null' ws/.sfma/memory.json
 	jq -e '.lifecycle | index("demoted") != null' ws/.sfma/result.json
 	replays_ok 3
+}
+
+# sfma-plan(1), The soft tier: a judge that cannot answer is not evidence
+# against the work.
+@test "a reply that is no judgment is asked again on another endpoint, then once on the same; a valid one decides" {
+	manifest '"a","b"' 1
+	standin '"a","b"' '"not a judgment"' "$(pass "fine after all")" "$CRIT"
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	soft | jq -e '.[0].data | .pass == true and .reason == "fine after all" and .judgments[0].attempts == 2'
+	# the producer was avoided first; the retry avoided the judge that could not answer
+	jq -s -e '[.[] | select(.purpose == "judge") | .avoid] == ["a","b"]' requests.jsonl
+	verifies
+	replays_ok 1
+}
+
+@test "no valid judgment after three tries: unjudged - the task stands, the run completes, and certification does not count it a pass" {
+	manifest '"a","b"' 1
+	standin '"a","b"' '"nonsense"' '"still nonsense"' '"no"' "$CRIT"
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	jq -e '.verdict == "completed"' ws/.sfma/result.json
+	soft | jq -e '.[0].data | .pass == null and .unjudged == true and .reason == "unjudged: no valid judgment" and .judgments[0].attempts == 3'
+	jq -s -e '[.[] | select(.purpose == "judge") | .avoid] == ["a","b","a"]' requests.jsonl
+	jq -e '.runs[-1].soft == {"judged":1,"passed":0,"unjudged":1}' ws/.sfma/memory.json
+	verifies
+	replays_ok 1
 }

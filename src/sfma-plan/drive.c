@@ -416,6 +416,9 @@ static void remember(struct drive *d, int *certified, int *demoted)
 	if (core_soft_judged(c))
 		json_object_set_new(summary, "soft", json_pack("{s:I, s:I}", "judged", (json_int_t)core_soft_judged(c),
 		                                              "passed", (json_int_t)core_soft_passed(c)));
+	if (core_soft_unjudged(c))
+		json_object_set_new(json_object_get(summary, "soft"), "unjudged",
+		                    json_integer((json_int_t)core_soft_unjudged(c)));
 	memory_record_run(&d->mem, d->m, summary, core_candidate(c), core_pinned_run(c), certified, demoted);
 	json_decref(summary);
 	if (core_endpoints(c))

@@ -33,7 +33,7 @@
 static const char usage_text[] =
 	"usage: sfma-plan --check MANIFEST [--apply]\n"
 	"       sfma-plan --tools\n"
-	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] [--handshake-fd FD]\n"
+	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [-v | --progress] [--handshake-fd FD]\n"
 	"                 --to-model P --from-model P --to-exec P --from-exec P\n"
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
 	"       sfma-plan --version | --help\n";

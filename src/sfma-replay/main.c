@@ -492,10 +492,20 @@ static int close_run(const struct manifest *m)
 
 /* What the run's first entries record of the host: the stores' profile
  * (or why they failed), the inbox, --task. */
-static void begin_facts(struct core_begin *b, json_t *stores, json_t *inbox, const char **task, const char **store_error)
+static void begin_facts(struct core_begin *b, json_t *stores, json_t *inbox, json_t *resets, const char **task,
+                        const char **store_error)
 {
 	size_t i = 2;
 	json_t *e;
+	/* an operator's endpoint reset since the run before */
+	if ((e = peek_at(i)) && strcmp(kind_of(e), "weight") == 0 && json_is_object(json_object_get(data_of(e), "reset"))) {
+		const char *name;
+		json_t *r;
+		json_object_foreach(json_object_get(data_of(e), "reset"), name, r)
+			json_object_set_new(resets, name, json_pack("{s:O}", "reset", r));
+		b->endpoints = resets;
+		i++;
+	}
 	for (; (e = peek_at(i)) && strcmp(kind_of(e), "store") == 0 && loop_of(e) == 0; i++)
 		json_array_append(stores, data_of(e));
 	for (; (e = peek_at(i)) && strcmp(kind_of(e), "message") == 0 && !strcmp(str(data_of(e), "dir") ? str(data_of(e), "dir") : "", "in"); i++)
@@ -562,11 +572,11 @@ static void replay_run(void)
 	    !to || (strcmp(to, "probation") != 0 && strcmp(to, "pinned-replay") != 0))
 		diverged(life, life ? sx("a %s entry", kind_of(life)) : "no further entry", "the run's first lifecycle");
 	int pinned = strcmp(to, "pinned-replay") == 0;
-	json_t *stores = json_array(), *inbox = json_array();
+	json_t *stores = json_array(), *inbox = json_array(), *resets = json_object();
 	struct core_begin b = {.anchor_seq = (double)seq_of(anchor), .pinned = pinned ? pinned_candidate() : NULL,
 	                       .traceparent = str(data_of(life), "traceparent")};
 	const char *clarification = NULL, *store_error;
-	begin_facts(&b, stores, inbox, &clarification, &store_error);
+	begin_facts(&b, stores, inbox, resets, &clarification, &store_error);
 	json_t *call = prompt_call();
 	const struct manifest *m = run_manifest(call);
 	S.gate.m = m;
@@ -585,6 +595,7 @@ static void replay_run(void)
 	int whole = effects() && turns(m) && close_run(m);
 	json_decref(stores);
 	json_decref(inbox);
+	json_decref(resets);
 	const json_t *cand = core_candidate(R.core);
 	if (cand && !pinned) {
 		json_decref(R.last_candidate);

@@ -189,6 +189,9 @@ json_t *recorded_reply(long id, size_t *n)
 		const char *err = reply_error();
 		json_object_set_new(reply, "error", json_string(err ? err : "no reply"));
 	}
+	/* how the provider ended it (sfma-model's "stop" of the answer) */
+	if (last && json_is_string(json_object_get(data_of(last), "stop")))
+		json_object_set(reply, "stop", json_object_get(data_of(last), "stop"));
 	if (last && json_is_false(json_object_get(data_of(last), "independent")))
 		json_object_set_new(reply, "independent", json_false());
 	return reply;
