@@ -17,6 +17,7 @@
  * Exit status: 0 at end of input or on SIGINT/SIGTERM/SIGHUP, 1 when a line
  * could not be posted or on an error, 2 on a usage error. */
 #include "atomic.h"
+#include "statefile.h"
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
@@ -72,23 +73,13 @@ static const char usage_text[] =
 static void state_load(struct chat *c)
 {
 	c->shown = json_object();
-	int fd = openat(c->sfma_fd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		if (errno != ENOENT)
-			warning(".sfma/%s: %s; showing every message", STATE_NAME, strerror(errno));
-		return;
-	}
+	json_t *doc;
 	struct sfma_err e;
-	size_t len;
-	struct stat st;
-	char *text = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read_all_fd(fd, STATE_MAX, &len, &e) : NULL;
-	close(fd);
-	json_t *doc = text ? ndjson_parse(text, len, &e) : NULL;
-	free(text);
+	int got = statefile_read(c->sfma_fd, STATE_NAME, STATE_MAX, &doc, &e);
 	json_t *names = json_object_get(doc, "shown"), *name;
 	size_t i;
-	if (!json_is_array(names)) {
-		warning(".sfma/%s: unreadable; showing every message", STATE_NAME);
+	if (got < 0 || (got > 0 && !json_is_array(names))) {
+		warning(".sfma/%s: %s; showing every message", STATE_NAME, got < 0 ? e.text : "unreadable");
 	} else {
 		json_array_foreach(names, i, name)
 			if (json_is_string(name))
@@ -105,14 +96,9 @@ static void state_save(struct chat *c, char **present, size_t n)
 		if (json_object_get(c->shown, present[i]))
 			json_array_append_new(names, json_string(present[i]));
 	json_t *doc = json_pack("{s:i, s:o}", "version", 1, "shown", names);
-	struct buf out = {0};
 	struct sfma_err e;
-	if (canon_dump(doc, &out, &e) == 0) {
-		buf_addc(&out, '\n');
-		if (atomic_write_at(c->sfma_fd, STATE_NAME, out.p, out.len, 0644, &e) < 0)
-			warning(".sfma/%s", e.text);
-	}
-	buf_free(&out);
+	if (statefile_write(c->sfma_fd, STATE_NAME, doc, &e) < 0)
+		warning(".sfma/%s", e.text);
 	json_decref(doc);
 }
 

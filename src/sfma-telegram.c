@@ -34,6 +34,7 @@
 #include "errors.h"
 #include "mailbox.h"
 #include "ndjson.h"
+#include "statefile.h"
 #include "url.h"
 
 #include <curl/curl.h>
@@ -128,27 +129,17 @@ static void scrub(const struct bridge *b, char *s, size_t cap)
 static void state_load(struct bridge *b)
 {
 	b->sent = json_object();
-	int fd = openat(b->sfma_fd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0 && errno == ENOENT)
-		return;
+	json_t *doc;
 	struct sfma_err e = {""};
-	struct stat st;
-	size_t len;
-	char *text = NULL;
-	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-		text = read_all_fd(fd, STATE_MAX, &len, &e);
-	else
-		err_set(&e, "%s", fd < 0 ? strerror(errno) : "not a regular file");
-	if (fd >= 0)
-		close(fd);
-	json_t *doc = text ? ndjson_parse(text, len, &e) : NULL;
-	free(text);
+	int got = statefile_read(b->sfma_fd, STATE_NAME, STATE_MAX, &doc, &e);
+	if (got == 0)
+		return;
 	json_t *sent = json_object_get(doc, "sent"), *sending = json_object_get(doc, "sending"), *v;
 	size_t i;
 	/* A bridge that cannot tell what it delivered must not guess: starting
 	 * afresh would replay every outbox message. */
-	if (!json_is_object(doc) || !ndjson_integer(json_object_get(doc, "offset"), &b->offset) ||
-	    b->offset < 0 || !json_is_array(sent) || (sending && !json_is_null(sending) && !json_is_string(sending)))
+	if (got < 0 || !ndjson_integer(json_object_get(doc, "offset"), &b->offset) || b->offset < 0 ||
+	    !json_is_array(sent) || (sending && !json_is_null(sending) && !json_is_string(sending)))
 		die(".sfma/%s: unreadable (%s); fix or remove it (removing it resends every outbox message)",
 		    STATE_NAME, e.text[0] ? e.text : "not a bridge state");
 	json_array_foreach(sent, i, v)
@@ -167,17 +158,10 @@ static void state_save(struct bridge *b)
 		json_array_append_new(sent, json_string(name));
 	json_t *doc = json_pack("{s:i, s:I, s:o, s:s?}", "version", 1, "offset", (json_int_t)b->offset,
 	                        "sent", sent, "sending", b->sending);
-	char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-	json_decref(doc);
-	if (!text)
-		die(".sfma/%s: cannot encode", STATE_NAME);
-	size_t n = strlen(text);
-	text = xrealloc(text, n + 2);
-	memcpy(text + n, "\n", 2);
 	struct sfma_err e;
-	if (atomic_write_at(b->sfma_fd, STATE_NAME, text, n + 1, 0600, &e) < 0)
+	if (statefile_write(b->sfma_fd, STATE_NAME, doc, &e) < 0)
 		die(".sfma/%s", e.text);
-	free(text);
+	json_decref(doc);
 }
 
 /* ---- the Bot API --------------------------------------------------------- */

@@ -78,6 +78,8 @@ wait_for() { # wait_for SECONDS COMMAND...: poll until the command succeeds
 	run sfma-chat --all ws </dev/null
 	[ "${#lines[@]}" -eq 3 ]
 	jq -e '.shown == ["9-notify.json","10-ask.json","11-notify.json"]' ws/.sfma/chat.state
+	# it names what the run's messages were: private, as sfma-telegram's state
+	[ "$(stat -c %a ws/.sfma/chat.state)" = 600 ]
 }
 
 @test "outbox text cannot drive the terminal: controls and bidi overrides are shown escaped" {
