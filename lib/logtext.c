@@ -1,5 +1,7 @@
 /* logtext.c - a run's rows as sfma-log prints them (logtext.h). */
 #include "logtext.h"
+
+#include "ndjson.h"
 #include "errors.h"
 #include "runview.h"
 
@@ -36,23 +38,17 @@ static int is_true(const json_t *row, const char *k)
 	return json_is_true(json_object_get(row, k));
 }
 
-static const char *str(const json_t *row, const char *k)
-{
-	const char *s = json_string_value(json_object_get(row, k));
-	return s ? s : "";
-}
-
 /* The status word of a row and its colour, or NULL. */
 static const char *status_of(const json_t *row, int *colour)
 {
-	const char *kind = str(row, "kind");
-	if (strcmp(str(row, "row"), "invalid") == 0)
+	const char *kind = ndjson_text(row, "kind");
+	if (strcmp(ndjson_text(row, "row"), "invalid") == 0)
 		return *colour = C_RED, "INVALID";
 	if (strcmp(kind, "verdict") == 0) {
 		if (is_true(row, "pass"))
 			return *colour = C_GREEN, "PASS";
 		/* the soft tier fails work; only the hard tier refuses a call */
-		if (strcmp(str(row, "tier"), "soft") == 0 || strcmp(str(row, "tier"), "criteria") == 0)
+		if (strcmp(ndjson_text(row, "tier"), "soft") == 0 || strcmp(ndjson_text(row, "tier"), "criteria") == 0)
 			return *colour = C_RED, "FAIL";
 		return *colour = C_RED, "REFUSED";
 	}
@@ -79,14 +75,14 @@ static void extra_line(struct buf *b, int colour, const char *label, const json_
 
 void log_text_row(struct buf *b, const json_t *row, int colour)
 {
-	const char *kind = str(row, "kind");
+	const char *kind = ndjson_text(row, "kind");
 	char col[64];
 	double t = json_number_value(json_object_get(row, "t"));
 	snprintf(col, sizeof col, "%+9.3fs", isfinite(t) ? t / 1000 : 0);
 	paint(b, colour, C_DIM, col);
 	double loop = json_number_value(json_object_get(row, "loop"));
 	double turn = json_number_value(json_object_get(row, "turn"));
-	if (strcmp(str(row, "row"), "invalid") == 0) {
+	if (strcmp(ndjson_text(row, "row"), "invalid") == 0) {
 		snprintf(col, sizeof col, "  line %-9.0f ", json_number_value(json_object_get(row, "line")));
 	} else {
 		char tn[16] = "";
@@ -130,7 +126,7 @@ void log_text_row(struct buf *b, const json_t *row, int colour)
 	size_t i;
 	json_t *it;
 	json_array_foreach(json_object_get(row, "evidence"), i, it) {
-		const char *state = str(it, "state");
+		const char *state = ndjson_text(it, "state");
 		if (strcmp(state, "present") == 0)
 			continue;
 		buf_adds(b, "                           ");
@@ -149,7 +145,7 @@ void log_text_header(struct buf *b, const json_t *h, int colour, int follow)
 	         json_number_value(json_object_get(h, "runs")));
 	paint(b, colour, C_BOLD, line);
 	if (json_is_string(json_object_get(h, "start")))
-		buf_printf(b, "  started %s", str(h, "start"));
+		buf_printf(b, "  started %s", ndjson_text(h, "start"));
 	buf_printf(b, "  trace line %.0f%s\n", json_number_value(json_object_get(h, "firstLine")),
 	           follow ? ", following" : "");
 }

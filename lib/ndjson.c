@@ -470,3 +470,14 @@ int ndjson_integer(const json_t *v, long long *out)
 	*out = (long long)d;
 	return 1;
 }
+
+const char *ndjson_str(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+const char *ndjson_text(const json_t *o, const char *key)
+{
+	const char *s = ndjson_str(o, key);
+	return s ? s : "";
+}

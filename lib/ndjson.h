@@ -79,4 +79,9 @@ int ndjson_integer(const json_t *v, long long *out);
  * json_string_value() would have it. */
 int ndjson_string_is(const json_t *v, const char *s);
 
+/* o[key] when it is a string: ndjson_str gives NULL otherwise, ndjson_text
+ * "" (for text that is shown either way). o may be anything, NULL too. */
+const char *ndjson_str(const json_t *o, const char *key);
+const char *ndjson_text(const json_t *o, const char *key);
+
 #endif

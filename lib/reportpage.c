@@ -1,5 +1,7 @@
 /* reportpage.c - a run as sfma-report's HTML page (reportpage.h). */
 #include "reportpage.h"
+
+#include "ndjson.h"
 #include "cli.h"
 #include "errors.h"
 #include "runview.h"
@@ -58,12 +60,6 @@ static void esc_text(struct buf *b, const json_t *v, size_t max, int lines)
 	buf_free(&t);
 }
 
-static const char *str(const json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-	return s ? s : "";
-}
-
 static double num(const json_t *o, const char *k)
 {
 	double d = json_number_value(json_object_get(o, k));
@@ -72,7 +68,7 @@ static double num(const json_t *o, const char *k)
 
 static int is(const json_t *o, const char *k, const char *val)
 {
-	return strcmp(str(o, k), val) == 0;
+	return strcmp(ndjson_text(o, k), val) == 0;
 }
 
 /* ---- the page ------------------------------------------------------------- */
@@ -269,7 +265,7 @@ static const char *state_fill(int s)
 static void svg_title(struct buf *b, const json_t *row)
 {
 	buf_adds(b, "<title>");
-	buf_printf(b, "line %.0f, %s: ", num(row, "line"), str(row, "kind"));
+	buf_printf(b, "line %.0f, %s: ", num(row, "line"), ndjson_text(row, "kind"));
 	esc_text(b, json_object_get(row, "display"), 300, 0);
 	buf_adds(b, "</title>");
 }
@@ -469,7 +465,7 @@ static void evidence_block(struct buf *b, const char *label, const json_t *text,
 
 static void entry_row(struct buf *b, const json_t *row)
 {
-	const char *kind = str(row, "kind");
+	const char *kind = ndjson_text(row, "kind");
 	const char *cls = "";
 	const char *badge = NULL, *badge_cls = "";
 	if (is(row, "row", "invalid")) {
@@ -557,7 +553,7 @@ void report_page(struct buf *b, const char *ws, const struct report_run *rep, co
 	buf_printf(b, "run %ld of %zu", rep->run, rep->runs);
 	if (json_is_string(json_object_get(rep->header, "start"))) {
 		buf_adds(b, ", started ");
-		esc(b, str(rep->header, "start"));
+		esc(b, ndjson_text(rep->header, "start"));
 	}
 	buf_adds(b, ", workspace <code>");
 	{

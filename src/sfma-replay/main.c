@@ -193,7 +193,7 @@ static void note_boundary(const json_t *last)
 	R.ends = xrealloc(R.ends, (R.n_ends + 1) * sizeof *R.ends);
 	struct boundary *b = &R.ends[R.n_ends++];
 	*b = (struct boundary){.seq = (double)seq_of(last), .count = trace_count()};
-	snprintf(b->hash, sizeof b->hash, "%s", str(last, "hash") ? str(last, "hash") : "");
+	snprintf(b->hash, sizeof b->hash, "%s", ndjson_str(last, "hash") ? ndjson_str(last, "hash") : "");
 	json_t *after = peek();
 	b->seq_after = after ? (double)seq_of(after) : 0;
 }
@@ -205,7 +205,7 @@ static void interrupted(void)
 	json_t *prev = last_consumed();
 	double prev_seq = prev ? (double)seq_of(prev) : -1;
 	json_t *e = next(), *d = json_object_get(data_of(e), "interrupted");
-	const char *head = str(d, "headHash");
+	const char *head = ndjson_str(d, "headHash");
 	const struct boundary *b = NULL;
 	static const struct boundary start = {.hash = CHAIN_ZERO_HASH};
 	if (head && strcmp(head, CHAIN_ZERO_HASH) == 0)
@@ -282,7 +282,7 @@ static int run_dry(const json_t *call, const struct manifest *m, const char *tas
 {
 	if (!call)
 		return json_is_true(json_object_get(R.record, "dryRun"));
-	const char *has = str(json_object_get(json_object_get(call, EVIDENCE_MEMBER), "prompt"), "sha256");
+	const char *has = ndjson_str(json_object_get(json_object_get(call, EVIDENCE_MEMBER), "prompt"), "sha256");
 	for (int dry = 0; dry <= 1; dry++) {
 		char *g = genesis_prompt(m, task, dry, pinned), hex[SHA256_HEX_LEN + 1];
 		sha256_hex(g, strlen(g), hex);
@@ -305,7 +305,7 @@ static struct core_facts stop_facts(const struct manifest *m)
 	while ((e = peek_at(i)) && strcmp(kind_of(e), "call") == 0 &&
 	       json_is_true(json_object_get(data_of(e), "drained")))
 		i++;
-	const char *trigger = is_result(e, "halt") ? str(data_of(e), "trigger") : NULL;
+	const char *trigger = is_result(e, "halt") ? ndjson_str(data_of(e), "trigger") : NULL;
 	if (!trigger)
 		return f;
 	if (strcmp(trigger, "HALT file") == 0) {
@@ -362,7 +362,7 @@ static void zero_call_judges(const json_t *e, int loop)
 		snprintf(name, sizeof name, judge_i ? "reply%d" : "reply", judge_i + 1);
 		size_t n;
 		char *text = blob_of(e, name, &n);
-		const char *judge = str(json_array_get(json_object_get(data_of(e), "judgments"), (size_t)judge_i), "judge");
+		const char *judge = ndjson_str(json_array_get(json_object_get(data_of(e), "judgments"), (size_t)judge_i), "judge");
 		json_t *reply = empty_reply(id, text != NULL, text, judge, text ? NULL : "no reply");
 		free(text);
 		const struct core_facts f = {0};
@@ -393,7 +393,7 @@ static int next_input(const struct manifest *m)
 		core_model_reply(R.core, recorded_reply(id, &n), &f);
 		return 1;
 	}
-	const char *tier = str(data_of(e), "tier");
+	const char *tier = ndjson_str(data_of(e), "tier");
 	if (strcmp(kind_of(e), "verdict") == 0 && tier && strcmp(tier, "soft") == 0) {
 		zero_call_judges(e, loop_of(e));
 		return 1;
@@ -406,13 +406,13 @@ static int next_input(const struct manifest *m)
 				long id = ids[k];
 				size_t n;
 				char *text = blob_of(e, "reply", &n);
-				core_model_reply(R.core, empty_reply(id, text != NULL, text, str(data_of(e), "judge"), NULL), &f);
+				core_model_reply(R.core, empty_reply(id, text != NULL, text, ndjson_str(data_of(e), "judge"), NULL), &f);
 				free(text);
 				return 1;
 			}
 	}
 	if (strcmp(kind_of(e), "result") == 0) {
-		const char *trigger = str(data_of(e), "trigger"), *err = str(data_of(e), "error");
+		const char *trigger = ndjson_str(data_of(e), "trigger"), *err = ndjson_str(data_of(e), "error");
 		long work = core_request_in_flight(R.core);
 		if (err && strncmp(err, "model: ", 7) == 0 && work) {
 			core_model_reply(R.core, empty_reply(work, 0, NULL, NULL, err + 7), &f);
@@ -422,12 +422,12 @@ static int next_input(const struct manifest *m)
 			core_model_reply(R.core, empty_reply(work, 0, NULL, NULL, "model call budget spent"), &f);
 			return 1;
 		}
-		const char *halt = str(data_of(e), "halt");
+		const char *halt = ndjson_str(data_of(e), "halt");
 		if (halt && !f.halt_signal && !(trigger && strcmp(trigger, "maxSeconds") == 0))
 			diverged(e, sx("%s (%s)", halt, trigger ? trigger : "?"), sx("no halt by %s here", trigger ? trigger : "it"));
 		enum core_stop_why why = f.halt_signal ? CORE_STOP_SIGNAL
 		                         : trigger && strcmp(trigger, "maxSeconds") == 0 ? CORE_STOP_TIMEOUT : CORE_STOP_FAILED;
-		core_stop(R.core, why, err ? err : str(data_of(e), "reason"), &f);
+		core_stop(R.core, why, err ? err : ndjson_str(data_of(e), "reason"), &f);
 		return 2;
 	}
 	if (strcmp(kind_of(e), "compaction") == 0)
@@ -471,8 +471,8 @@ static int close_run(const struct manifest *m)
 		return 0;
 	struct core_close cl = {0};
 	for (size_t i = 0; (e = peek_at(i)); i++) {
-		const char *to = str(data_of(e), "to");
-		if (strcmp(kind_of(e), "store") == 0 && str(data_of(e), "stage") && !strcmp(str(data_of(e), "stage"), "commit"))
+		const char *to = ndjson_str(data_of(e), "to");
+		if (strcmp(kind_of(e), "store") == 0 && ndjson_str(data_of(e), "stage") && !strcmp(ndjson_str(data_of(e), "stage"), "commit"))
 			cl.commit = data_of(e);
 		else if (strcmp(kind_of(e), "lifecycle") == 0 && to && strcmp(to, "certified") == 0)
 			cl.certified = 1;
@@ -508,18 +508,18 @@ static void begin_facts(struct core_begin *b, json_t *stores, json_t *inbox, jso
 	}
 	for (; (e = peek_at(i)) && strcmp(kind_of(e), "store") == 0 && loop_of(e) == 0; i++)
 		json_array_append(stores, data_of(e));
-	for (; (e = peek_at(i)) && strcmp(kind_of(e), "message") == 0 && !strcmp(str(data_of(e), "dir") ? str(data_of(e), "dir") : "", "in"); i++)
+	for (; (e = peek_at(i)) && strcmp(kind_of(e), "message") == 0 && !strcmp(ndjson_str(data_of(e), "dir") ? ndjson_str(data_of(e), "dir") : "", "in"); i++)
 		json_array_append_new(inbox, json_pack("{s:O?, s:O?}", "file", json_object_get(data_of(e), "file"), "text",
 		                                       json_object_get(data_of(e), "text")));
-	if ((e = peek_at(i)) && strcmp(kind_of(e), "clarification") == 0 && str(data_of(e), "source") &&
-	    strcmp(str(data_of(e), "source"), "--task") == 0)
-		*task = str(data_of(e), "text");
+	if ((e = peek_at(i)) && strcmp(kind_of(e), "clarification") == 0 && ndjson_str(data_of(e), "source") &&
+	    strcmp(ndjson_str(data_of(e), "source"), "--task") == 0)
+		*task = ndjson_str(data_of(e), "text");
 	*store_error = NULL;
 	if (json_array_size(stores) == 0)
 		for (i = 2; (e = peek_at(i)) && !run_starts_at(i); i++)
-			if (is_result(e, "error") && str(data_of(e), "error") &&
-			    strncmp(str(data_of(e), "error"), "memory store: ", 14) == 0) {
-				*store_error = str(data_of(e), "error") + 14;
+			if (is_result(e, "error") && ndjson_str(data_of(e), "error") &&
+			    strncmp(ndjson_str(data_of(e), "error"), "memory store: ", 14) == 0) {
+				*store_error = ndjson_str(data_of(e), "error") + 14;
 				break;
 			}
 	b->stores = json_array_size(stores) || !*store_error ? stores : NULL;
@@ -567,14 +567,14 @@ static void replay_run(void)
 	json_t *anchor = peek(), *life = peek_at(1);
 	if (!anchor || strcmp(kind_of(anchor), "clock-anchor") != 0)
 		diverged(anchor, anchor ? sx("a %s entry", kind_of(anchor)) : "no further entry", "the run's clock anchor");
-	const char *to = life ? str(data_of(life), "to") : NULL;
+	const char *to = life ? ndjson_str(data_of(life), "to") : NULL;
 	if (!life || strcmp(kind_of(life), "lifecycle") != 0 || !json_is_null(json_object_get(data_of(life), "from")) ||
 	    !to || (strcmp(to, "probation") != 0 && strcmp(to, "pinned-replay") != 0))
 		diverged(life, life ? sx("a %s entry", kind_of(life)) : "no further entry", "the run's first lifecycle");
 	int pinned = strcmp(to, "pinned-replay") == 0;
 	json_t *stores = json_array(), *inbox = json_array(), *resets = json_object();
 	struct core_begin b = {.anchor_seq = (double)seq_of(anchor), .pinned = pinned ? pinned_candidate() : NULL,
-	                       .traceparent = str(data_of(life), "traceparent")};
+	                       .traceparent = ndjson_str(data_of(life), "traceparent")};
 	const char *clarification = NULL, *store_error;
 	begin_facts(&b, stores, inbox, resets, &clarification, &store_error);
 	json_t *call = prompt_call();
@@ -615,7 +615,7 @@ static void replay_run(void)
 static void check_record(void)
 {
 	json_t *last = last_consumed(), *rec = R.record;
-	const char *rv = str(rec, "verdict");
+	const char *rv = ndjson_str(rec, "verdict");
 	if (R.last_cut) {
 		if (rv && strcmp(rv, "completed") == 0)
 			diverged(last, "record verdict completed", "a run cut short before its close");
@@ -623,7 +623,7 @@ static void check_record(void)
 	}
 	const struct core_record_host h = {.outputs = json_object_get(rec, "outputs"),
 	                                   .memory = json_object_get(rec, "memory"),
-	                                   .runner_version = str(rec, "runnerVersion") ? str(rec, "runnerVersion") : ""};
+	                                   .runner_version = ndjson_str(rec, "runnerVersion") ? ndjson_str(rec, "runnerVersion") : ""};
 	json_t *body = core_record(R.core, &h);
 	if (!json_object_get(rec, "runnerVersion"))
 		json_object_del(body, "runnerVersion");

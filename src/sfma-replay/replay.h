@@ -43,7 +43,6 @@ void trace_close(void);
 long long seq_of(const json_t *e);
 const char *kind_of(const json_t *e);
 json_t *data_of(const json_t *e);
-const char *str(const json_t *o, const char *key);
 int loop_of(const json_t *e);
 /* The entry is a `result` with the member (halt, error, interrupted). */
 int is_result(const json_t *e, const char *member);

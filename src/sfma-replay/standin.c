@@ -61,7 +61,7 @@ static char *needed_blob(const json_t *e, const char *member, size_t *n)
 char *result_text(const char *blob, size_t n)
 {
 	json_t *v = ndjson_parse(blob, n, NULL);
-	const char *t = str(v, "toolResult");
+	const char *t = ndjson_str(v, "toolResult");
 	json_t *tv = json_object_get(v, "toolResult");
 	if (!t) {
 		tv = json_object_get(json_array_get(json_object_get(v, "results"), 0), "content");
@@ -93,7 +93,7 @@ static const char *reply_error(void)
 		json_t *e = peek_at(i);
 		if (!e || strcmp(kind_of(e), "clock-anchor") == 0)
 			return NULL;
-		const char *err = str(data_of(e), "error");
+		const char *err = ndjson_str(data_of(e), "error");
 		if (is_result(e, "error") && err && strncmp(err, "model: ", 7) == 0)
 			return err + 7;
 		if (strcmp(kind_of(e), "result") == 0)
@@ -120,7 +120,7 @@ static void reply_content(json_t *reply, const json_t *last)
 	/* A native reply: {"provider","text","native"}, the calls derived
 	 * from the provider's own objects by the code sfma-model uses. */
 	json_t *b = ndjson_parse(text, n, NULL);
-	const char *provider = str(b, "provider"), *t = str(b, "text");
+	const char *provider = ndjson_str(b, "provider"), *t = ndjson_str(b, "text");
 	json_t *native = json_object_get(b, "native");
 	size_t cn = 0;
 	char *canon = provider && t && json_is_array(native) && json_object_size(b) == 3
@@ -161,7 +161,7 @@ json_t *recorded_reply(long id, size_t *n)
 		json_t *d = json_is_object(data_of(e)) ? json_deep_copy(data_of(e)) : json_object();
 		for (size_t k = 0; added[k]; k++)
 			json_object_del(d, added[k]);
-		if (str(e, "class"))
+		if (ndjson_str(e, "class"))
 			json_object_set(d, "class", json_object_get(e, "class"));
 		json_array_append_new(calls, d);
 		last = e;
@@ -169,7 +169,7 @@ json_t *recorded_reply(long id, size_t *n)
 	json_t *reply = json_pack("{s:I, s:o}", "id", (json_int_t)id, "calls", calls);
 	/* The reply was an answer when its last attempt was one, or when
 	 * another answered after it (answeredBy). */
-	const char *by = str(data_of(last), "answeredBy");
+	const char *by = ndjson_str(data_of(last), "answeredBy");
 	int ok = last && (json_is_true(json_object_get(data_of(last), "ok")) || by);
 	json_object_set_new(reply, "ok", json_boolean(ok));
 	/* A judgment drained after the verdict is traced without its reply:
@@ -230,7 +230,7 @@ void unbuild(void)
 /* A fact's path is plain: relative, normalized, no NUL. */
 static int plain_fact(const json_t *f)
 {
-	const char *path = str(f, "path"), *kind = str(f, "kind"), *target = str(f, "target");
+	const char *path = ndjson_str(f, "path"), *kind = ndjson_str(f, "kind"), *target = ndjson_str(f, "target");
 	json_t *pv = json_object_get(f, "path"), *tv = json_object_get(f, "target");
 	char *norm = path ? path_normalize(path) : NULL;
 	int plain = norm && strcmp(norm, path) == 0 && strlen(path) == json_string_length(pv) &&
@@ -286,13 +286,13 @@ static int build_facts(const json_t *e, const json_t *facts)
 		if (!plain_fact(f))
 			diverged(e, sx("path fact %zu that is not a plain relative path and kind", i),
 			         "{\"path\",\"kind\"[,\"target\"]}");
-		const char *path = str(f, "path"), *kind = str(f, "kind");
+		const char *path = ndjson_str(f, "path"), *kind = ndjson_str(f, "kind");
 		if (strcmp(kind, "missing") == 0)
 			continue;
 		if (strcmp(kind, "other") == 0)
 			return 0;
 		int is_dir;
-		if (build_fact(path, kind, str(f, "target"), &is_dir) < 0) {
+		if (build_fact(path, kind, ndjson_str(f, "target"), &is_dir) < 0) {
 			unbuild();
 			diverged(e, sx("path fact %.200s (%s) that no walk can have met", path, kind),
 			         "facts each below a directory met before");
@@ -347,7 +347,7 @@ static int no_answer(struct core *c)
 		return 1;
 	if (strcmp(kind_of(e), "result") != 0)
 		return 0;
-	const char *trigger = str(data_of(e), "trigger"), *err = str(data_of(e), "error");
+	const char *trigger = ndjson_str(data_of(e), "trigger"), *err = ndjson_str(data_of(e), "error");
 	struct core_facts f = {0};
 	enum core_stop_why why = CORE_STOP_FAILED;
 	if (trigger && strncmp(trigger, "SIG", 3) == 0) {
@@ -356,7 +356,7 @@ static int no_answer(struct core *c)
 	} else if (trigger && strcmp(trigger, "maxSeconds") == 0) {
 		why = CORE_STOP_TIMEOUT;
 	}
-	core_stop(c, why, err ? err : str(data_of(e), "reason"), &f);
+	core_stop(c, why, err ? err : ndjson_str(data_of(e), "reason"), &f);
 	return 1;
 }
 
@@ -379,14 +379,14 @@ static void refuse(json_t *reply, const char *reason)
  * outcome: the dry run's texts, a write's mutation, a message's record. */
 static void derived_members(json_t *reply, const json_t *call, const char *reason)
 {
-	const char *tool = str(call, "tool");
+	const char *tool = ndjson_str(call, "tool");
 	if (strcmp(tool, "run") == 0 && S.dry_run) {
 		json_object_set_new(reply, "reason", json_string(HARDTIER_DRY_RUN_REASON));
 		json_object_set_new(reply, "result", json_string(HARDTIER_DRY_RUN_RESULT));
 		json_object_set_new(reply, "run", json_pack("{s:b}", "executed", 0));
 	} else if (strcmp(tool, "write") == 0) {
 		json_t *content = json_object_get(call, "content");
-		char *norm = path_normalize(str(call, "path"));
+		char *norm = path_normalize(ndjson_str(call, "path"));
 		char hex[SHA256_HEX_LEN + 1], ok[PATH_MAX + 100];
 		sha256_hex(json_string_value(content), json_string_length(content), hex);
 		hardtier_write_text(ok, sizeof ok, json_string_length(content), norm, S.dry_run);
@@ -408,9 +408,9 @@ void answer_exec(struct core *c, const json_t *req)
 	if (no_answer(c))
 		return;
 	json_t *e = verdict_entry("the call's verdict"), *d = data_of(e), *call = json_object_get(req, "call");
-	const char *tool = str(call, "tool");
+	const char *tool = ndjson_str(call, "tool");
 	int pass = json_is_true(json_object_get(d, "pass"));
-	const char *reason = str(d, "reason") ? str(d, "reason") : "";
+	const char *reason = ndjson_str(d, "reason") ? ndjson_str(d, "reason") : "";
 	/* A read or write records the host facts its gate rested on: rebuilt,
 	 * they make the verdict derivable, link and file-kind refusals too. */
 	json_t *facts = json_object_get(d, "paths");
@@ -460,16 +460,16 @@ void answer_recall(struct core *c, const json_t *req)
 	if (no_answer(c))
 		return;
 	json_t *e = verdict_entry("the recall's verdict"), *d = data_of(e), *call = json_object_get(req, "call");
-	const char *from = str(req, "from");
+	const char *from = ndjson_str(req, "from");
 	if (!json_is_true(json_object_get(d, "pass"))) {
-		core_recall_reply(c, NULL, str(d, "reason") ? str(d, "reason") : "", NULL);
+		core_recall_reply(c, NULL, ndjson_str(d, "reason") ? ndjson_str(d, "reason") : "", NULL);
 		return;
 	}
 	json_t *entry = NULL;
 	char *text;
 	if (from && strcmp(from, "evidence") == 0) {
 		/* Evidence is here too: the answer is derived, not taken. */
-		const char *hex = str(call, "id");
+		const char *hex = ndjson_str(call, "id");
 		struct evidence_ref ref = {.bytes = 0};
 		struct sfma_err err;
 		char *data = NULL;

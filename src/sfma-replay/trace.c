@@ -171,11 +171,6 @@ json_t *data_of(const json_t *e)
 	return json_object_get(e, "data");
 }
 
-const char *str(const json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
-}
-
 int loop_of(const json_t *e)
 {
 	json_t *l = json_object_get(e, "loop");
@@ -279,7 +274,7 @@ static void canon_text(const json_t *v, char *out, size_t cap)
 /* An entry's data as a person reads it in a verdict line. */
 static void describe(const char *kind, const json_t *d, char *out, size_t cap)
 {
-	const char *tier = str(d, "tier"), *reason = str(d, "reason");
+	const char *tier = ndjson_str(d, "tier"), *reason = ndjson_str(d, "reason");
 	char c[300];
 	if (strcmp(kind, "verdict") == 0 && tier && strcmp(tier, "soft") == 0) {
 		snprintf(out, cap, "soft pass=%s \"%.200s\"", json_is_true(json_object_get(d, "pass")) ? "true" : "false",
@@ -302,7 +297,7 @@ static void describe(const char *kind, const json_t *d, char *out, size_t cap)
  * for it (diverges there; returns when the judgments agree). */
 static void soft_differs(const json_t *has, const json_t *want)
 {
-	const char *t = str(want, "tier");
+	const char *t = ndjson_str(want, "tier");
 	if (!t || strcmp(t, "soft") != 0 || !json_is_array(json_object_get(has, "judgments")))
 		return;
 	json_t *hj = json_object_get(has, "judgments"), *wj = json_object_get(want, "judgments");
@@ -310,7 +305,7 @@ static void soft_differs(const json_t *has, const json_t *want)
 		json_t *x = json_array_get(hj, i), *y = json_array_get(wj, i);
 		if (same_json(x, y))
 			continue;
-		const char *why = str(y, "reason");
+		const char *why = ndjson_str(y, "reason");
 		diverged(peek(), sx("judgment %zu pass=%s", i + 1, json_is_true(json_object_get(x, "pass")) ? "true" : "false"),
 		         sx("pass=%s \"%.200s\"", json_is_true(json_object_get(y, "pass")) ? "true" : "false", why ? why : ""));
 	}
@@ -327,7 +322,7 @@ static int evidence_differs(const json_t *has, const json_t *want, char *a, char
 			json_t *w = json_object_get(other, key);
 			if (same_json(v, w))
 				continue;
-			const char *x = str(pass ? w : v, "sha256"), *y = str(pass ? v : w, "sha256");
+			const char *x = ndjson_str(pass ? w : v, "sha256"), *y = ndjson_str(pass ? v : w, "sha256");
 			snprintf(a, cap, "evidence.%s %.12s", key, x ? x : "(none)");
 			snprintf(b, cap, "evidence.%s %.12s", key, y ? y : "(none)");
 			return 1;
@@ -339,7 +334,7 @@ static int evidence_differs(const json_t *has, const json_t *want, char *a, char
 void expect_event(const json_t *ev, const char *id)
 {
 	json_t *e = peek();
-	const char *kind = str(ev, "kind");
+	const char *kind = ndjson_str(ev, "kind");
 	json_t *d = json_object_get(ev, "data");
 	char a[400], b[400];
 	if (!e) {
@@ -377,10 +372,10 @@ void expect_event(const json_t *ev, const char *id)
 	}
 	if (loop_of(e) != (int)json_integer_value(json_object_get(ev, "loop")))
 		diverged(e, sx("loop %d", loop_of(e)), sx("loop %d", (int)json_integer_value(json_object_get(ev, "loop"))));
-	const char *hc = str(e, "class"), *wc = str(ev, "class");
+	const char *hc = ndjson_str(e, "class"), *wc = ndjson_str(ev, "class");
 	if ((hc || wc) && (!hc || !wc || strcmp(hc, wc) != 0))
 		diverged(e, sx("class %s", hc ? hc : "(none)"), sx("class %s", wc ? wc : "(none)"));
-	const char *hid = str(e, "id");
+	const char *hid = ndjson_str(e, "id");
 	if (*id && (!hid || strcmp(hid, id) != 0))
 		diverged(e, sx("id %s", hid ? hid : "(none)"), sx("id %s", id));
 	next();
