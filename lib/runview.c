@@ -810,53 +810,24 @@ json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why)
 	return row;
 }
 
-json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
+/* What each kind of entry shows: its row's own members and its text d. */
+static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind kind, json_t *data, uint64_t line_no,
+                     struct buf *d)
 {
-	struct sfma_err e;
-	json_t *entry = ndjson_parse(line, len, &e);
-	if (!json_is_object(entry)) {
-		json_decref(entry);
-		return rv_row_invalid(v, line_no, entry ? "not a JSON object" : e.text);
-	}
-	if (!v->first_line)
-		v->first_line = line_no;
-	v->last_line = line_no;
-	size_t hn;
-	const char *hash = rv_str(json_object_get(entry, "hash"), &hn);
-	if (hash && is_sha256_hex(hash, hn))
-		memcpy(v->last_hash, hash, 65);
-
-	json_t *kind_value = json_object_get(entry, "kind");
-	enum kind kind = kind_of(kind_value);
-	json_t *data = json_object_get(entry, "data");
-	if (!json_is_object(data))
-		data = NULL;
-	json_t *row = json_pack("{s:s, s:I, s:I}", "row", "entry", "run", (json_int_t)v->run, "line", (json_int_t)line_no);
-	json_object_set_new(row, "t", json_null());
-	json_object_set_new(row, "at", json_null());
-	copy_if(row, "seq", entry, "seq");
-	copy_if(row, "loop", entry, "loop");
-	json_object_set_new(row, "turn", json_integer(v->turn));
-	json_object_set(row, "kind", kind == K_NONE ? json_null() : kind_value);
-	copy_if(row, "id", entry, "id");
-	copy_if(row, "class", entry, "class");
-	copy_if(row, "refs", entry, "refs");
-
-	struct buf d = {0};
 	if (kind == K_NONE) {
-		buf_adds(&d, "entry without a kind");
+		buf_adds(d, "entry without a kind");
 	} else if (kind == K_CLOCK_ANCHOR) {
-		row_anchor(v, row, data, line_no, &d);
+		row_anchor(v, row, data, line_no, d);
 	} else if (kind == K_LIFECYCLE) {
 		json_t *from = json_object_get(data, "from"), *to = json_object_get(data, "to");
 		json_object_set(row, "from", from ? from : json_null());
 		json_object_set(row, "to", to ? to : json_null());
 		if (json_is_string(from))
-			add_str(&d, from);
+			add_str(d, from);
 		else
-			buf_adds(&d, "start");
-		buf_adds(&d, " -> ");
-		add_str(&d, to);
+			buf_adds(d, "start");
+		buf_adds(d, " -> ");
+		add_str(d, to);
 		if (terminal_state(json_string_value(to))) {
 			v->terminal = 1;
 			json_decref(v->verdict);
@@ -867,25 +838,25 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		copy_if(row, "messageKind", data, "kind");
 		copy_if(row, "file", data, "file");
 		copy_if(row, "text", data, "text");
-		add_str(&d, json_object_get(data, "dir"));
+		add_str(d, json_object_get(data, "dir"));
 		if (json_is_string(json_object_get(data, "kind"))) {
-			buf_addc(&d, ' ');
-			add_str(&d, json_object_get(data, "kind"));
+			buf_addc(d, ' ');
+			add_str(d, json_object_get(data, "kind"));
 		}
 		if (json_is_string(json_object_get(data, "file"))) {
-			buf_addc(&d, ' ');
-			add_str(&d, json_object_get(data, "file"));
+			buf_addc(d, ' ');
+			add_str(d, json_object_get(data, "file"));
 		}
-		buf_adds(&d, ": ");
-		add_str(&d, json_object_get(data, "text"));
+		buf_adds(d, ": ");
+		add_str(d, json_object_get(data, "text"));
 	} else if (kind == K_CLARIFICATION) {
 		copy_if(row, "source", data, "source");
 		copy_if(row, "text", data, "text");
-		add_str(&d, json_object_get(data, "source"));
-		buf_adds(&d, ": ");
-		add_str(&d, json_object_get(data, "text"));
+		add_str(d, json_object_get(data, "source"));
+		buf_adds(d, ": ");
+		add_str(d, json_object_get(data, "text"));
 	} else if (kind == K_CALL) {
-		row_call(v, row, data, &d);
+		row_call(v, row, data, d);
 		double lat, wait;
 		if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
 			v->t_ms += lat;
@@ -893,8 +864,8 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			v->t_ms += wait;
 	} else if (kind == K_CANDIDATE) {
 		copy_if(row, "mission", data, "mission");
-		buf_adds(&d, "adopted: ");
-		add_str(&d, json_object_get(data, "mission"));
+		buf_adds(d, "adopted: ");
+		add_str(d, json_object_get(data, "mission"));
 	} else if (kind == K_TASK) {
 		json_t *call = json_object_get(data, "call");
 		json_t *shown = json_object();
@@ -908,15 +879,15 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			json_object_set(v->tasks, json_string_value(json_object_get(entry, "id")), shown);
 		json_decref(shown);
 		if (json_is_object(call))
-			describe_call_of(&d, call);
+			describe_call_of(d, call);
 		else
-			add_str(&d, json_object_get(data, "id"));
+			add_str(d, json_object_get(data, "id"));
 		if (str_is(json_object_get(call, "tool"), "done") && json_is_string(json_object_get(call, "summary"))) {
 			json_decref(v->summary);
 			v->summary = json_incref(json_object_get(call, "summary"));
 		}
 	} else if (kind == K_VERDICT) {
-		row_verdict(v, row, entry, data, &d);
+		row_verdict(v, row, entry, data, d);
 		double dur;
 		json_t *run = json_object_get(data, "run");
 		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur))
@@ -926,21 +897,21 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		copy_if(row, "bytes", data, "bytes");
 		copy_if(row, "sha256", data, "sha256");
 		copy_if(row, "applied", data, "applied");
-		buf_adds(&d, json_is_false(json_object_get(data, "applied")) ? "recorded (dry run) " : "wrote ");
-		add_str(&d, json_object_get(data, "path"));
+		buf_adds(d, json_is_false(json_object_get(data, "applied")) ? "recorded (dry run) " : "wrote ");
+		add_str(d, json_object_get(data, "path"));
 		double bytes;
 		if (num_in(json_object_get(data, "bytes"), 0, 9007199254740991.0, &bytes))
-			buf_printf(&d, ", %.0f bytes", bytes);
+			buf_printf(d, ", %.0f bytes", bytes);
 		if (json_is_string(json_object_get(data, "sha256"))) {
-			buf_adds(&d, ", sha256 ");
-			short_hex(&d, json_object_get(data, "sha256"));
+			buf_adds(d, ", sha256 ");
+			short_hex(d, json_object_get(data, "sha256"));
 		}
 	} else if (kind == K_RESULT) {
-		row_result(v, row, data, &d);
+		row_result(v, row, data, d);
 	} else if (kind == K_WEIGHT) {
-		row_weight(row, data ? data : json_object_get(entry, "data"), &d);
+		row_weight(row, data ? data : json_object_get(entry, "data"), d);
 	} else if (kind == K_STORE) {
-		row_store(row, data, &d);
+		row_store(row, data, d);
 	} else if (kind == K_COMPACTION) {
 		copy_if(row, "beforeBytes", data, "beforeBytes");
 		copy_if(row, "afterBytes", data, "afterBytes");
@@ -948,16 +919,20 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 		double b = 0, a = 0;
 		num_in(json_object_get(data, "beforeBytes"), 0, 1e15, &b);
 		num_in(json_object_get(data, "afterBytes"), 0, 1e15, &a);
-		buf_printf(&d, "context %.0f -> %.0f bytes, %zu elided", b, a,
+		buf_printf(d, "context %.0f -> %.0f bytes, %zu elided", b, a,
 		           json_array_size(json_object_get(data, "elided")));
 	} else {
 		char *text = data ? json_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 		if (text)
-			buf_adds(&d, text);
+			buf_adds(d, text);
 		free(text);
 	}
-	set_time(v, row);
+}
 
+/* The row's evidence items, and the texts read from them a reader wants
+ * beside the row (the reply, the tool's output, the summary, the content). */
+static void row_evidence(struct rv_view *v, json_t *row, json_t *entry, enum kind kind, json_t *data)
+{
 	json_t *items = json_array();
 	if (data && kind == K_MUTATION) {
 		const char *sha;
@@ -995,6 +970,44 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 			json_object_set(row, "content", t);
 	}
 	json_decref(items);
+}
+
+json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
+{
+	struct sfma_err e;
+	json_t *entry = ndjson_parse(line, len, &e);
+	if (!json_is_object(entry)) {
+		json_decref(entry);
+		return rv_row_invalid(v, line_no, entry ? "not a JSON object" : e.text);
+	}
+	if (!v->first_line)
+		v->first_line = line_no;
+	v->last_line = line_no;
+	size_t hn;
+	const char *hash = rv_str(json_object_get(entry, "hash"), &hn);
+	if (hash && is_sha256_hex(hash, hn))
+		memcpy(v->last_hash, hash, 65);
+
+	json_t *kind_value = json_object_get(entry, "kind");
+	enum kind kind = kind_of(kind_value);
+	json_t *data = json_object_get(entry, "data");
+	if (!json_is_object(data))
+		data = NULL;
+	json_t *row = json_pack("{s:s, s:I, s:I}", "row", "entry", "run", (json_int_t)v->run, "line", (json_int_t)line_no);
+	json_object_set_new(row, "t", json_null());
+	json_object_set_new(row, "at", json_null());
+	copy_if(row, "seq", entry, "seq");
+	copy_if(row, "loop", entry, "loop");
+	json_object_set_new(row, "turn", json_integer(v->turn));
+	json_object_set(row, "kind", kind == K_NONE ? json_null() : kind_value);
+	copy_if(row, "id", entry, "id");
+	copy_if(row, "class", entry, "class");
+	copy_if(row, "refs", entry, "refs");
+
+	struct buf d = {0};
+	row_kind(v, row, entry, kind, data, line_no, &d);
+	set_time(v, row);
+	row_evidence(v, row, entry, kind, data);
 	/* one line of text: an inbox message or an unknown entry can be large */
 	if (d.len > DISPLAY_MAX) {
 		size_t cut = DISPLAY_MAX;
