@@ -160,8 +160,8 @@ snapshot() {
 		mock "$CAND" "$WRITE" '{"tool":"write","path":"bad\u001b[2Jname","content":"x"}' '{"tool":"run","cmd":"echo hi"}' "$DONE"
 		sfma run m.json "$flag" >out 2>err || true
 		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 1: bootstrap candidate adopted$' err
-		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 2: write out.txt: pass$' err
-		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 4: run echo hi: pass$' err
+		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 2: write out.txt: allowed, wrote [0-9]+ bytes to out.txt$' err
+		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 4: run echo hi: allowed, exit=0$' err
 		grep -Eq '^sfma-plan: \+[0-9]+\.[0-9]{3}s turn 5: done$' err
 		# model text never drives the terminal
 		grep -qF 'write bad\x1b[2Jname: refused' err

@@ -1,0 +1,40 @@
+#!/bin/sh
+# sfma replay of a long record against sfma-verify of the same record, in
+# one run: a record of ENTRIES entries (default 1 000 000) made from the
+# hello example's run repeated (tests/bench/replay-record.py: each copy an
+# honest run, re-chained, the record re-sealed), then, with a warm page
+# cache, `sfma-verify` (the chain, every digest and blob) and `sfma replay`
+# (which verifies alongside and derives every entry again). Prints wall
+# seconds and peak RSS of both and their ratio; the targets are a replay
+# within 2x of verify's time and under 64 MB.
+#
+#   ENTRIES=N  BENCH_DIR=DIR (default: a new directory under /tmp, removed)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bindir=${SFMA_BINDIR:-$here/../../bin}
+entries=${ENTRIES:-1000000}
+if [ -n "${BENCH_DIR:-}" ]; then dir=$BENCH_DIR/replay-bench; mkdir -p "$dir"; else dir=$(mktemp -d /tmp/sfma-bench.XXXXXX); fi
+trap 'rm -rf "$dir"' EXIT INT TERM
+cd "$dir"
+jq '.workspace = "ws"' "$here/../../examples/hello/manifest.json" >m.json
+"$bindir/sfma" run m.json --apply >/dev/null
+info=$(python3 "$here/replay-record.py" ws "$entries")
+set -- $(echo "$info" | sed -n 's/^clock //p')
+# the record of the last copy: its clock and its mutations' ids moved with it
+jq -c --argjson f "$1" --argjson l "$2" --argjson by "$3" 'del(.integrity) | .clock.firstSeq = $f | .clock.lastSeq = $l
+	| .mutations.refs |= map(capture("^(?<k>[a-z-]+)-(?<n>[0-9]+)$") | "\(.k)-\(.n | tonumber + $by)")' \
+	ws/.sfma/result.json | "$bindir/sfma-seal" ws >/dev/null
+size=$(wc -c <ws/.sfma/trace.jsonl)
+n=$(wc -l <ws/.sfma/trace.jsonl)
+timed() { # timed CMD...: "SECONDS KIB" of the second of two runs
+	"$@" >/dev/null 2>&1 || true
+	/usr/bin/time -f '%e %M' "$@" 2>&1 >/dev/null | tail -n 1
+}
+v=$(timed "$bindir/sfma-verify" ws)
+out=$("$bindir/sfma-replay" ws)
+case $out in REPLAY_OK*) ;; *) echo "replay bench: the record does not replay: $out" >&2; exit 1 ;; esac
+r=$(timed "$bindir/sfma-replay" ws)
+vs=${v% *} vk=${v#* } rs=${r% *} rk=${r#* }
+echo "replay: $n entries, $size bytes ($(echo "$info" | head -n 1)); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  sfma-verify  ${vs} s, peak RSS $((vk / 1024)) MB"
+echo "  sfma-replay  ${rs} s, peak RSS $((rk / 1024)) MB  ($(echo "$rs $vs" | awk '{printf "%.2f", $1 / ($2 > 0 ? $2 : 0.001)}')x verify; targets: 2x, 64 MB)"
