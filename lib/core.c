@@ -265,7 +265,12 @@ static void genesis(struct core *c)
 	if (c->inbox && *c->inbox)
 		buf_printf(&first, INBOX_HEADER "%s", c->inbox);
 	c->prompt_ref = evidence(c, c->system, strlen(c->system));
-	c->tool_defs = tools_definitions();
+	/* One table for every run of the process (a replay has many): the
+	 * core only reads it. Made once, kept to the end. */
+	static json_t *defs;
+	if (!defs)
+		defs = tools_definitions();
+	c->tool_defs = json_incref(defs);
 	say_user(c, first.p);
 	buf_free(&first);
 }

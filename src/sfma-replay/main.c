@@ -55,6 +55,7 @@ struct boundary {
 static struct {
 	json_t *record;
 	struct manifest *record_m, *run_m;
+	char run_prompt[SHA256_HEX_LEN + 1]; /* the prompt run_m was read from */
 	int sfma_fd;
 	char empty_dir[64];
 	char *empty_real;
@@ -258,10 +259,16 @@ static json_t *prompt_manifest(const char *p, size_t n)
  * call keeps the record's. */
 static const struct manifest *run_manifest(const json_t *call)
 {
-	manifest_free(R.run_m);
-	R.run_m = NULL;
 	if (!call)
 		return R.record_m;
+	/* Runs of one workspace mostly state the same prompt: its manifest
+	 * is read once. */
+	const char *sha = ndjson_str(json_object_get(json_object_get(call, EVIDENCE_MEMBER), "prompt"), "sha256");
+	if (R.run_m && sha && strcmp(sha, R.run_prompt) == 0)
+		return R.run_m;
+	manifest_free(R.run_m);
+	R.run_m = NULL;
+	snprintf(R.run_prompt, sizeof R.run_prompt, "%s", sha ? sha : "");
 	size_t n;
 	char *prompt = blob_of(call, "prompt", &n);
 	json_t *doc = prompt ? prompt_manifest(prompt, n) : NULL;
