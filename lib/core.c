@@ -344,7 +344,10 @@ void core_finish(struct core *c, const struct core_facts *f)
 		end_with(c, "failed", "run ended without a verdict");
 	if (strcmp(c->verdict, "completed") != 0) {
 		int halt = strncmp(c->verdict, "halted", 6) == 0;
-		json_t *data = json_pack("{s:s}", halt ? "halt" : "error", halt ? c->verdict : c->error);
+		/* A halt names its cause, as the earlier runner's traces do (the
+		 * verdict is the closing lifecycle's and the record's). */
+		json_t *data = json_pack("{s:s}", halt ? "halt" : "error",
+		                         halt ? (c->halt_trigger ? c->halt_trigger : c->verdict) : c->error);
 		if (halt && c->halt_trigger)
 			json_object_set_new(data, "trigger", json_string(c->halt_trigger));
 		if (halt && c->error[0])

@@ -225,7 +225,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
 	[ "$(verdict)" = halted-operator ]
 	# The record names what the operator did.
-	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="SIGTERM" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
 	# No model call after the halt: the two calls made before it, no more.
 	[ "$(grep -c '"kind":"call"' ws/.sfma/trace.jsonl)" -eq 2 ]
 	# Only the planner was told: no stage is reported dead.
@@ -241,7 +241,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$output" == HALTED-OPERATOR* ]]
-	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGINT")' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="SIGINT" and .data.trigger=="SIGINT")' ws/.sfma/trace.jsonl
 	[[ "$stderr" != *"signal 13"* && "$stderr" != *"sfma-seal"* ]]
 	sfma-verify ws
 }
@@ -364,7 +364,7 @@ signalling_stage() {
 	SFMA_MOCK=$QUICK run --separate-stderr signalling/sfma run manifest.json
 	[ "$status" -eq 1 ]
 	[[ "$output" == "HALTED-OPERATOR turns="* ]] || { echo "$output $stderr"; return 1; }
-	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-operator" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="SIGTERM" and .data.trigger=="SIGTERM")' ws/.sfma/trace.jsonl
 	sfma-verify ws
 }
 

@@ -103,7 +103,7 @@ snapshot() {
 	[ "$status" -eq 1 ]
 	[ "$output" = "HALTED-OPERATOR turns=0 dryRun=false record=ws/.sfma/result.json" ]
 	[ "$stderr" = "sfma-plan: halted-operator: halted by .sfma/HALT" ]
-	jq -s -e 'any(.[]; .kind=="result" and .data == {"halt":"halted-operator","trigger":"HALT file","reason":"halted by .sfma/HALT"})' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data == {"halt":"HALT file","trigger":"HALT file","reason":"halted by .sfma/HALT"})' ws/.sfma/trace.jsonl
 	sfma-verify ws
 }
 
@@ -112,13 +112,13 @@ snapshot() {
 	mock "$CAND" '{"tool":"read","path":"nothing"}' "$DONE"
 	run sfma run m.json
 	[ "$status" -eq 1 ]
-	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-maxTurns" and .data.trigger=="maxTurns")' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="maxTurns" and .data.trigger=="maxTurns")' ws/.sfma/trace.jsonl
 	rm -rf ws
 	jq '.maxModelCalls = 1' m.json >m2.json
 	mock "$CAND" "$WRITE" "$DONE"
 	run sfma run m2.json
 	[ "$status" -eq 1 ]
-	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="halted-budget" and .data.trigger=="maxModelCalls")' ws/.sfma/trace.jsonl
+	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="maxModelCalls" and .data.trigger=="maxModelCalls")' ws/.sfma/trace.jsonl
 	sfma-verify ws
 }
 

@@ -75,7 +75,7 @@ u() { echo "{\"inputTokens\":$1,\"outputTokens\":$2${3:+,\"cachedInputTokens\":$
 	[[ "$output" == *"HALTED-BUDGET turns=2 "* ]] || { echo "$output"; return 1; }
 	jq -e '.verdict == "halted-budget" and .budget.maxTokens == 250 and .usage.inputTokens == 300 and .usage.outputTokens == 60' \
 		ws/.sfma/result.json
-	jq -e -s '[.[] | select(.kind == "result")][-1].data | .halt == "halted-budget" and .trigger == "maxTokens"' \
+	jq -e -s '[.[] | select(.kind == "result")][-1].data | .halt == "maxTokens" and .trigger == "maxTokens"' \
 		ws/.sfma/trace.jsonl
 	# the reply that took it past the budget was not acted on
 	[ ! -e ws/out.txt ]
@@ -124,7 +124,7 @@ import copy
 i = [k for k, e in enumerate(es) if e["kind"] == "call"][1]
 halt = copy.deepcopy(es[i])
 halt["kind"], halt["id"] = "result", "result-%d" % halt["seq"]
-halt["data"] = {"halt": "halted-budget", "trigger": "maxTokens", "reason": "maxTokens (1000) exceeded"}
+halt["data"] = {"halt": "maxTokens", "trigger": "maxTokens", "reason": "maxTokens (1000) exceeded"}
 halt.pop("refs", None); halt.pop("evidence", None)
 tail = [e for e in es[i:] if e["kind"] in ("lifecycle", "clock-anchor")]
 tail[-2]["data"]["to"] = "halted-budget"
@@ -135,6 +135,6 @@ for k, e in enumerate(es):
 ' '.verdict = "halted-budget"'
 	run sfma replay ws
 	[ "$status" -eq 1 ]
-	[[ "$output" == "REPLAY_DIVERGED: "*"(result): trace has halted-budget (maxTokens), replay derives no halt by maxTokens here" ]] ||
+	[[ "$output" == "REPLAY_DIVERGED: "*"(result): trace has a halt by maxTokens, replay derives no halt by maxTokens here" ]] ||
 		{ echo "$output"; return 1; }
 }

@@ -239,7 +239,7 @@ for line in sys.stdin.buffer:
 	[[ "$output" == *"HALTED-OPERATOR turns=0"* ]]
 	run grep -q '"kind":"call"' ws/.sfma/trace.jsonl
 	[ "$status" -eq 1 ]
-	trace_has '.kind=="result" and .data.halt=="halted-operator" and .data.trigger=="HALT file"'
+	trace_has '.kind=="result" and .data.halt=="HALT file" and .data.trigger=="HALT file"'
 	verified
 }
 

@@ -116,6 +116,10 @@ json_t *workspace_inbox(struct workspace *w)
 			free(w->inbox[i]);
 			continue;
 		}
+		/* The message is its lines: a file's final newline is not part of
+		 * it (the earlier runner records "use JSON format", not "...\n"). */
+		if (len > 0 && body[len - 1] == '\n')
+			len -= len > 1 && body[len - 2] == '\r' ? 2 : 1;
 		json_array_append_new(messages, json_pack("{s:s, s:s%}", "file", w->inbox[i], "text", body, len));
 		free(body);
 		w->inbox[kept++] = w->inbox[i];

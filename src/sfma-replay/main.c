@@ -431,7 +431,7 @@ static int next_input(const struct manifest *m)
 		}
 		const char *halt = ndjson_str(data_of(e), "halt");
 		if (halt && !f.halt_signal && !(trigger && strcmp(trigger, "maxSeconds") == 0))
-			diverged(e, sx("%s (%s)", halt, trigger ? trigger : "?"), sx("no halt by %s here", trigger ? trigger : "it"));
+			diverged(e, sx("a halt by %s", trigger ? trigger : halt), sx("no halt by %s here", trigger ? trigger : halt));
 		enum core_stop_why why = f.halt_signal ? CORE_STOP_SIGNAL
 		                         : trigger && strcmp(trigger, "maxSeconds") == 0 ? CORE_STOP_TIMEOUT : CORE_STOP_FAILED;
 		core_stop(R.core, why, err ? err : ndjson_str(data_of(e), "reason"), &f);
