@@ -799,8 +799,11 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 	if (json_object_get(doc, "modelAdapter"))
 		reason(why, "modelAdapter was replaced by modelEndpoints (schema v2)");
 	unknown_keys(doc, NULL, top_keys, why);
+	json_t *v = json_object_get(doc, "$schema");
+	if (v && !json_is_string(v))
+		reason(why, "$schema must be a string (where an editor finds the schema)");
 
-	json_t *v = json_object_get(doc, "name");
+	v = json_object_get(doc, "name");
 	if (!json_is_string(v) || !*json_string_value(v))
 		reason(why, v ? "name must be a non-empty string" : "name is required");
 	else

@@ -171,3 +171,34 @@ no_sleepers() { ! pgrep -f 'sleep 317[13]' >/dev/null || { echo "processes left 
 	calls "$(run_cmd 'head -c 100000 /dev/zero')"
 	[ "$(field 1 '.result | utf8bytelength')" -gt 4096 ]
 }
+
+@test "in a run: the model's tool result says the timeout stopped the command; the limits are in the record" {
+	cd "$W"
+	cat >r.json <<'JSON'
+{"name":"t","workspace":"rws","taskStatement":"write out.txt",
+ "modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["sleep"],"inputs":[],"outputs":["out.txt"],"maxTurns":8,"dryRunDefault":false,
+ "commandTimeoutSeconds":2,"limits":{"processes":32,"memoryBytes":536870912,"outputBytes":4096}}
+JSON
+	local cand='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"solo","duty":"d"}],"firstTasks":[],"schedule":[]}'
+	mock "$cand" '{"tool":"run","cmd":"sleep 5"}' '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	local t0=$SECONDS
+	run sfma run r.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ $((SECONDS - t0)) -lt 5 ]
+	local v; v=$(jq -c 'select(.kind == "verdict" and .data.run)' rws/.sfma/trace.jsonl)
+	[ "$(jq -r .data.reason <<<"$v")" = "exit=124: timed out after 2 s (commandTimeoutSeconds)" ]
+	[ "$(jq -r .data.run.timedOut <<<"$v")" = true ]
+	[ "$(jq -r .data.run.limits.timeoutMs <<<"$v")" = 2000 ]
+	[ "$(jq -r .data.run.limits.processes <<<"$v")" = 32 ]
+	[ "$(jq -r .data.run.limits.addressSpaceBytes <<<"$v")" = 536870912 ]
+	[ "$(jq -r .data.run.limits.outputBytes <<<"$v")" = 4096 ]
+	# what the model was told: the verdict's evidence.output blob
+	local sha; sha=$(jq -r .evidence.output.sha256 <<<"$v")
+	[ "$(jq -r .toolResult "rws/.sfma/evidence/$sha")" = $'exit=124: timed out after 2 s (commandTimeoutSeconds)\nstdout:\nstderr:' ] ||
+		{ cat "rws/.sfma/evidence/$sha"; return 1; }
+	run sfma-verify rws
+	[ "$status" -eq 0 ]
+	run sfma replay rws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}

@@ -168,7 +168,7 @@ base() {
 }
 
 @test "the edit distance counts a transposition as one; suggestions need distance 2 or a case difference" {
-	build_driver "$BATS_TEST_TMPDIR/suggest" "$REPO/tests/fixtures/manifest/suggest.c"
+	build_driver "$BATS_TEST_TMPDIR/suggest" "$REPO/tests/fixtures/suggest/suggest.c"
 	run "$BATS_TEST_TMPDIR/suggest" maxSecond maxSeconds,maxTurns  ab ba  abcd abdc,acbd  \
 		MAXSECONDS maxSeconds  zzzzzz maxSeconds  kitten sitting  x maxLoops,xy  "" ab,abc
 	[ "$status" -eq 0 ]
