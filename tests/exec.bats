@@ -244,7 +244,11 @@ PY
 	[ "$(field 5 '.paths | length')" -gt 0 ]
 	# a name that only begins like it is an ordinary path
 	[ "$(field 7 .pass)" = true ] && [[ "$(field 7 .error)" == *"No such file"* ]]
-	! grep -q "the trace" "$W/out"
+	grep -q "the trace" "$W/out" && return 1
+	# nor does a write into .sfma by name look at what is there
+	calls '{"tool":"write","path":".sfma/trace.jsonl","content":"x"}'
+	refused_with 1 "write .sfma/trace.jsonl: reserved"
+	[ "$(field 1 .paths)" = null ]
 }
 
 @test "a NUL byte in a path is refused, not truncated" {
