@@ -7,7 +7,9 @@
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
-#   make deps            install missing Debian packages (as root)
+#   make deps            install the missing Debian packages building and running need (as root)
+#   make test-deps       make deps, the Debian packages the tests need, and the tests' npm
+#                        packages (tests/package.json, pinned by tests/package-lock.json)
 #   make install PREFIX=/usr/local DESTDIR=   (make uninstall: the same files removed)
 
 VERSION  := 0.3.0
@@ -24,7 +26,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -45,13 +47,22 @@ CPPFLAGS += $(if $(CURL_SONAME),-DSFMA_CURL_SONAME='"$(CURL_SONAME)"')
 LIBS_sfma-telegram := -lcurl
 LIBS_sfma-exec     := -lseccomp
 
-DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
-                libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
-                bubblewrap util-linux valgrind python3 procps nodejs chromium \
-                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
+# What building and running need (jq: the examples' scripts)...
+DEB_PACKAGES := build-essential libjansson-dev libssl-dev openssl \
+                libcurl4-openssl-dev libseccomp-dev git jq
+# ...and what only the tests, benchmarks and fuzzers need: clang and its
+# sanitizer runtime (check-sanitize, fuzz), the bats suite and the tools
+# it drives, node for the canonical JSON cross-check and the JSON Schema
+# validator (npm, when node came without it), chromium for the report's
+# rendering, Slurm for the batch example, bubblewrap for the sandbox
+# benchmark.
+TEST_DEB_PACKAGES := clang libclang-rt-14-dev bats mandoc bubblewrap util-linux valgrind \
+                     python3 procps nodejs chromium slurmctld slurmd slurm-client munge \
+                     parallel strace
+SCHEMA := schema/sfma-manifest.schema.json
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-sanitize check-valgrind bench lint-man deps install uninstall clean
+.PHONY: all check check-sanitize check-valgrind bench lint-man deps test-deps install uninstall clean
 
 all: $(BINS)
 
@@ -176,28 +187,45 @@ bench: all
 lint-man:
 	@for m in man/*.[0-9]; do mandoc -Tlint -W warning $$m || exit 1; done; echo "man pages: lint clean"
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+# install-debs PACKAGES: those not installed yet, with apt-get.
+install-debs = missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	else echo "deps: all present"; fi
+	else echo "$(2): all present"; fi
+
+deps:
+	@$(call install-debs,$(DEB_PACKAGES),deps)
+
+# npm comes with some builds of nodejs; Debian's own nodejs needs the npm
+# package beside it. The validator the tests use (ajv) is installed into
+# tests/node_modules exactly as tests/package-lock.json pins it.
+test-deps: deps
+	@$(call install-debs,$(TEST_DEB_PACKAGES),test-deps)
+	@command -v npm >/dev/null || { $(call install-debs,npm,test-deps); }
+	cd tests && npm ci --no-audit --no-fund
 
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
 
+# The manifest's JSON Schema goes to share/sfma, where an editor or
+# another validator can be pointed at it.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
+	        $(DESTDIR)$(PREFIX)/share/sfma
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 $(SCHEMA) $(DESTDIR)$(PREFIX)/share/sfma/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(PRESENT)) \
 	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
-	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5)))
+	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5))) \
+	      $(DESTDIR)$(PREFIX)/share/sfma/$(notdir $(SCHEMA))
+	-rmdir $(DESTDIR)$(PREFIX)/share/sfma 2>/dev/null
 
 clean:
 	rm -rf $(BUILD) $(BINDIR)/sfma*

@@ -80,10 +80,12 @@ static char *lexical_gate(const char *tool, const char *path, size_t n, char **r
 	return norm;
 }
 
-static int is_reserved(const char *norm)
+int hardtier_reserved(const char *norm)
 {
 	return strcmp(norm, ".sfma") == 0 || strncmp(norm, ".sfma/", 6) == 0;
 }
+
+static char *relative_real(const struct gate_ctx *c, int fd);
 
 int path_open_read(const struct gate_ctx *c, const char *path, size_t n,
                    char **refusal, char **error)
@@ -92,6 +94,14 @@ int path_open_read(const struct gate_ctx *c, const char *path, size_t n,
 	char *norm = lexical_gate("read", path, n, refusal);
 	if (!norm)
 		return -1;
+	/* The run's own files (trace, evidence, memory) are not the model's
+	 * to read: its memory comes through recall. Decided on the words
+	 * alone, before anything of the host is looked at. */
+	if (hardtier_reserved(norm)) {
+		free(norm);
+		*refusal = reason_of("read", path, n, HARDTIER_READ_RESERVED);
+		return -1;
+	}
 	/* O_NONBLOCK: opening a FIFO must not hang the stage. */
 	int fd = open_beneath(c->ws_fd, norm, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
 	free(norm);
@@ -108,6 +118,16 @@ int path_open_read(const struct gate_ctx *c, const char *path, size_t n,
 		*refusal = reason_of("read", path, n, "not a regular file");
 		return -1;
 	}
+	/* A link that stays inside may still lead into .sfma: where the file
+	 * really is decides, as for a write. */
+	char *rel = relative_real(c, fd);
+	if (!rel || hardtier_reserved(rel)) {
+		close(fd);
+		*refusal = reason_of("read", path, n, rel ? HARDTIER_READ_RESERVED_LINK : "escapes workspace via link");
+		free(rel);
+		return -1;
+	}
+	free(rel);
 	return fd;
 }
 
@@ -138,7 +158,7 @@ int path_gate_write(const struct gate_ctx *c, const char *path, size_t n, int cr
 	char *norm = lexical_gate("write", path, n, refusal);
 	if (!norm)
 		return -1;
-	if (is_reserved(norm)) {
+	if (hardtier_reserved(norm)) {
 		*refusal = reason_of("write", path, n, "reserved");
 		free(norm);
 		return -1;
@@ -197,7 +217,7 @@ int path_gate_write(const struct gate_ctx *c, const char *path, size_t n, int cr
 		} else {
 			struct buf target = {0};
 			buf_printf(&target, "%s%s%s", rel, *rel ? "/" : "", leaf);
-			if (is_reserved(target.p))
+			if (hardtier_reserved(target.p))
 				why = "reserved";
 			else if (!manifest_is_output(c->m, target.p))
 				why = "not a declared output";

@@ -21,9 +21,19 @@ struct gate_ctx {
 /* A path argument made safe to quote in a one-line reason (owned). */
 char *quote_path(const char *s, size_t n);
 
+/* 1 if the normalized path is .sfma or under it: the runner's own. */
+int hardtier_reserved(const char *norm);
+
+/* Why a read of .sfma is refused: named in the path itself (a rule of
+ * the code, decided without the host), or reached through a link (a
+ * path fact). The first is not a substring of the second. */
+#define HARDTIER_READ_RESERVED ".sfma is reserved: the run's memory comes through recall"
+#define HARDTIER_READ_RESERVED_LINK "leads into .sfma via link: .sfma is reserved"
+
 /* Resolve a model-given path for reading. Returns an open O_RDONLY fd, or -1
  * with *refusal set to a reason (pass false) or *error set (pass true,
- * an operational failure such as a missing file). Both owned by the caller. */
+ * an operational failure such as a missing file); .sfma and what a link
+ * leads to under it are refused. Both owned by the caller. */
 int path_open_read(const struct gate_ctx *c, const char *path, size_t n, char **refusal, char **error);
 
 /* Gate a write of path: lexical rules, declared output, reserved, and where

@@ -1,7 +1,9 @@
 /* manifest.c - schema v2 validation, shared by every stage. */
 #include "manifest.h"
 #include "errors.h"
+#include "hardtier.h"
 #include "ndjson.h"
+#include "suggest.h"
 #include "url.h"
 
 #include <errno.h>
@@ -46,6 +48,64 @@ void reasons_free(struct reasons *r)
 	free(r->items);
 	r->items = NULL;
 	r->n = 0;
+}
+
+/* ---- unknown keys ------------------------------------------------------ */
+
+/* The keys each object of the manifest may hold (sfma-manifest(5), and
+ * sfma-manifest.schema.json, which says the same). */
+static const char *const top_keys[] = {
+	"name", "workspace", "taskStatement", "modelEndpoints", "allowedCommands", "inputs", "outputs",
+	"maxTurns", "maxModelCalls", "maxSeconds", "maxLoops", "maxPendingTasks", "maxTokens",
+	"maxContextBytes", "dryRunDefault", "allowSelfModification", "tuning", "acceptance",
+	"commandTimeoutSeconds", "limits", "maxCostUsd", "requireConfinement", NULL,
+};
+static const char *const endpoint_keys[] = {
+	"name", "provider", "model", "baseUrl", "priors", "auth", "maxOutputTokens", "toolProtocol",
+	"pricing", NULL,
+};
+static const char *const auth_keys[] = {
+	"type", "tokenUrl", "clientIdEnv", "clientSecretEnv", "scope", NULL,
+};
+static const char *const pricing_keys[] = {
+	"inputPerMTok", "outputPerMTok", "cachedInputPerMTok", "cacheWritePerMTok", NULL,
+};
+static const char *const priors_keys[] = {"reasoning", "mechanical", NULL};
+static const char *const tuning_keys[] = {
+	"ewmaAlpha", "targetLatencyMs", "routing", "certWindow", "certCompletion",
+	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", "softCalls", NULL,
+};
+static const char *const routing_keys[] = {"reasoning", "mechanical", NULL};
+static const char *const weight_keys[] = {"prior", "pass", "avail", "lat", NULL};
+static const char *const limits_keys[] = {
+	"memoryBytes", "processes", "fileSizeBytes", "cpuSeconds", "outputBytes", "workspaceBytes", NULL,
+};
+static const char *const acceptance_keys[] = {"cmd", "exit", NULL};
+
+/* Refuse every key of obj that known does not list: a typo must never
+ * quietly leave a default in force. Keys beginning "x-" are the
+ * operator's own and ignored; so is "$schema" at the top level (where is
+ * NULL there), which names the schema for an editor. */
+static void unknown_keys(json_t *obj, const char *where, const char *const *known, struct reasons *why)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach(obj, key, v) {
+		int listed = 0;
+		for (const char *const *k = known; *k && !listed; k++)
+			listed = strcmp(*k, key) == 0;
+		if (listed || strncmp(key, "x-", 2) == 0 || (!where && strcmp(key, "$schema") == 0))
+			continue;
+		/* A v1 manifest is told what replaced it instead. */
+		if (!where && strcmp(key, "modelAdapter") == 0)
+			continue;
+		const char *near = suggest_word(key, known);
+		char hint[128] = "";
+		if (near)
+			snprintf(hint, sizeof hint, " (did you mean \"%s\"?)", near);
+		reason(why, "manifest: %s%sunknown key \"%.100s%s\"%s", where ? where : "", where ? ": " : "",
+		       key, strlen(key) > 100 ? "..." : "", hint);
+	}
 }
 
 char *path_normalize(const char *p)
@@ -191,38 +251,28 @@ static void load_routing(struct tuning *tu, json_t *r, struct reasons *why)
 		reason(why, "tuning.routing must be an object");
 		return;
 	}
+	unknown_keys(r, "tuning.routing", routing_keys, why);
 	const char *cls;
 	json_t *w;
 	json_object_foreach(r, cls, w) {
 		struct routing_weights *rw = strcmp(cls, "reasoning") == 0 ? &tu->routing_reasoning
 		                           : strcmp(cls, "mechanical") == 0 ? &tu->routing_mechanical
 		                                                            : NULL;
-		char where[64];
-		snprintf(where, sizeof where, "tuning.routing.%s", rw ? cls : "?");
-		if (!rw) {
-			reason(why, "tuning.routing.%s is not a class (reasoning, mechanical)", cls);
+		if (!rw)
 			continue;
-		}
+		char where[64];
+		snprintf(where, sizeof where, "tuning.routing.%s", cls);
 		if (!json_is_object(w)) {
 			reason(why, "%s must be an object", where);
 			continue;
 		}
-		const char *k;
-		json_t *x;
-		json_object_foreach(w, k, x)
-			if (strcmp(k, "prior") && strcmp(k, "pass") && strcmp(k, "avail") && strcmp(k, "lat"))
-				reason(why, "%s.%s is not a weight (prior, pass, avail, lat)", where, k);
+		unknown_keys(w, where, weight_keys, why);
 		rw->prior = prob_field(w, where, "prior", rw->prior, why);
 		rw->pass = prob_field(w, where, "pass", rw->pass, why);
 		rw->avail = prob_field(w, where, "avail", rw->avail, why);
 		rw->lat = prob_field(w, where, "lat", rw->lat, why);
 	}
 }
-
-static const char *const tuning_keys[] = {
-	"ewmaAlpha", "targetLatencyMs", "routing", "certWindow", "certCompletion",
-	"certPass", "demotePass", "fastTierMaxBytes", "ntpAnchor", "softCalls", NULL,
-};
 
 static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 {
@@ -242,15 +292,8 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 		reason(why, "tuning must be an object");
 		return;
 	}
-	const char *key;
 	json_t *v;
-	json_object_foreach(t, key, v) {
-		int known = 0;
-		for (const char *const *k = tuning_keys; *k; k++)
-			known |= strcmp(*k, key) == 0;
-		if (!known)
-			reason(why, "tuning.%s is not a known tuning key", key);
-	}
+	unknown_keys(t, "tuning", tuning_keys, why);
 	/* Part of the schema, not yet of the runner: accepting them would
 	 * promise a behaviour nothing delivers. */
 	static const char *const unsupported[] = {"ntpAnchor", NULL};
@@ -276,6 +319,56 @@ static void load_tuning(struct manifest *m, json_t *t, struct reasons *why)
 	load_routing(tu, json_object_get(t, "routing"), why);
 }
 
+/* A price or an amount of money: a number >= 0 (> 0 when positive is
+ * set). Absent gives def; *bad is set when present and refused. */
+static double money_field(json_t *obj, const char *where, const char *key, double def, int positive,
+                          int *bad, struct reasons *why)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return def;
+	double x = json_is_number(v) ? json_number_value(v) : -1;
+	if (!json_is_number(v) || !isfinite(x) || x < 0 || (positive && x == 0)) {
+		reason(why, "%s%s%s must be a number %s", where ? where : "", where ? "." : "", key,
+		       positive ? "greater than 0" : ">= 0");
+		*bad = 1;
+		return def;
+	}
+	return x;
+}
+
+/* pricing: {inputPerMTok, outputPerMTok, cachedInputPerMTok?,
+ * cacheWritePerMTok?}, US dollars per million tokens (§17). A cache price
+ * left out is the input price: no provider's discount is assumed. Returns
+ * 0 (absent or valid), or -1. */
+static int load_pricing(struct endpoint_pricing *p, json_t *v, const char *where, struct reasons *why)
+{
+	*p = (struct endpoint_pricing){0};
+	if (!v)
+		return 0;
+	if (!json_is_object(v)) {
+		reason(why, "%s must be an object", where);
+		return -1;
+	}
+	size_t before = why->n;
+	unknown_keys(v, where, pricing_keys, why);
+	int bad = 0;
+	static const char *const required[] = {"inputPerMTok", "outputPerMTok"};
+	for (int k = 0; k < 2; k++)
+		if (!json_object_get(v, required[k])) {
+			reason(why, "%s.%s is required", where, required[k]);
+			bad = 1;
+		}
+	p->input_per_mtok = money_field(v, where, "inputPerMTok", 0, 0, &bad, why);
+	p->output_per_mtok = money_field(v, where, "outputPerMTok", 0, 0, &bad, why);
+	p->cached_input_per_mtok = money_field(v, where, "cachedInputPerMTok", p->input_per_mtok, 0, &bad, why);
+	p->cache_write_per_mtok = money_field(v, where, "cacheWritePerMTok", p->input_per_mtok, 0, &bad, why);
+	if (bad || why->n > before)
+		return -1;
+	p->set = 1;
+	return 0;
+}
+
 static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 {
 	json_t *arr = json_object_get(doc, "modelEndpoints");
@@ -296,6 +389,9 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 			reason(why, "modelEndpoints[%zu] must be an object", i);
 			continue;
 		}
+		char where[64];
+		snprintf(where, sizeof where, "modelEndpoints[%zu]", i);
+		unknown_keys(e, where, endpoint_keys, why);
 		static const char *const req[] = {"name", "provider", "model"};
 		const char *val[3];
 		int ok = 1;
@@ -330,6 +426,8 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 			reason(why, "modelEndpoints[%zu].auth must be an object", i);
 			ok = 0;
 		} else if (auth) {
+			snprintf(where, sizeof where, "modelEndpoints[%zu].auth", i);
+			unknown_keys(auth, where, auth_keys, why);
 			/* The manifest names variables, never secret values. */
 			const char *type = json_string_value(json_object_get(auth, "type"));
 			static const char *const need[] = {"tokenUrl", "clientIdEnv", "clientSecretEnv"};
@@ -356,11 +454,11 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 		ep->prior_reasoning = ep->prior_mechanical = 0.5;
 		json_t *pr = json_object_get(e, "priors");
 		if (pr) {
-			char where[64];
 			snprintf(where, sizeof where, "modelEndpoints[%zu].priors", i);
 			if (!json_is_object(pr))
 				reason(why, "%s must be an object", where);
 			else {
+				unknown_keys(pr, where, priors_keys, why);
 				ep->prior_reasoning = prob_field(pr, where, "reasoning", 0.5, why);
 				ep->prior_mechanical = prob_field(pr, where, "mechanical", 0.5, why);
 			}
@@ -382,6 +480,9 @@ static void load_endpoints(struct manifest *m, json_t *doc, struct reasons *why)
 		/* The mock speaks the text protocol of sfma-formats(5) only. */
 		ep->tool_protocol_text = (tps && strcmp(tps, "text") == 0) ||
 		                         (val[1] && strcmp(val[1], "mock") == 0);
+		snprintf(where, sizeof where, "modelEndpoints[%zu].pricing", i);
+		if (load_pricing(&ep->pricing, json_object_get(e, "pricing"), where, why) < 0)
+			ok = 0;
 		for (size_t j = 0; ok && j < m->n_endpoints; j++)
 			if (strcmp(m->endpoints[j].name, val[0]) == 0) {
 				reason(why, "modelEndpoints[%zu].name %s is used twice", i, val[0]);
@@ -428,6 +529,120 @@ static void load_commands(struct manifest *m, json_t *doc, struct reasons *why)
 		}
 		m->allowed[m->n_allowed++] = s;
 	}
+}
+
+/* acceptance: 1..8 {"cmd", "exit"?}; each cmd passes the run tool's own
+ * gate (command_gate), so that no check can run what the model may not.
+ * Gated only once allowedCommands itself was read: without it every
+ * command would be refused for want of a list. */
+static void load_acceptance(struct manifest *m, json_t *doc, struct reasons *why)
+{
+	json_t *arr = json_object_get(doc, "acceptance");
+	if (!arr)
+		return;
+	if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > MANIFEST_ACCEPTANCE_MAX) {
+		reason(why, "acceptance must be an array of 1 to %d {\"cmd\",\"exit\"} objects",
+		       MANIFEST_ACCEPTANCE_MAX);
+		return;
+	}
+	size_t i;
+	json_t *item;
+	json_array_foreach(arr, i, item) {
+		char where[48];
+		snprintf(where, sizeof where, "acceptance[%zu]", i);
+		if (!json_is_object(item)) {
+			reason(why, "%s must be an object {\"cmd\",\"exit\"}", where);
+			continue;
+		}
+		unknown_keys(item, where, acceptance_keys, why);
+		json_t *c = json_object_get(item, "cmd");
+		const char *cmd = json_string_value(c);
+		int ok = 1;
+		if (!c) {
+			reason(why, "%s.cmd is required", where);
+			ok = 0;
+		} else if (!json_is_string(c)) {
+			reason(why, "%s.cmd must be a string", where);
+			ok = 0;
+		} else if (m->allowed) {
+			char *refusal = NULL;
+			char **argv = command_gate(m, cmd, json_string_length(c), &refusal);
+			if (!argv) {
+				reason(why, "%s.cmd: %s", where, refusal);
+				ok = 0;
+			}
+			argv_free(argv);
+			free(refusal);
+		}
+		json_t *x = json_object_get(item, "exit");
+		long long code = 0;
+		if (x && (!ndjson_integer(x, &code) || code < 0 || code > 255)) {
+			reason(why, "%s.exit must be an integer from 0 to 255", where);
+			ok = 0;
+		}
+		if (ok)
+			m->acceptance[m->n_acceptance++] = (struct acceptance_cmd){.cmd = cmd, .exit = (int)code};
+	}
+}
+
+/* One member of limits: absent gives the maximum; present must be an
+ * integer between its floor and the maximum. */
+static long long limit_field(json_t *lim, const char *key, long long lo, long long hi, long long def,
+                             const char *unit, struct reasons *why)
+{
+	json_t *v = json_object_get(lim, key);
+	long long x;
+	if (!v)
+		return def;
+	if (!ndjson_integer(v, &x) || x < lo || x > hi) {
+		reason(why, "limits.%s must be an integer from %lld to %lld%s", key, lo, hi, unit);
+		return def;
+	}
+	return x;
+}
+
+static void load_limits(struct manifest *m, json_t *doc, struct reasons *why)
+{
+	struct command_limits *l = &m->limits;
+	*l = (struct command_limits){
+		.memory_bytes = LIMIT_MEMORY_BYTES, .processes = LIMIT_NPROC,
+		.file_size_bytes = LIMIT_FSIZE_BYTES, .cpu_seconds = 0,
+		.output_bytes = LIMIT_OUTPUT_BYTES, .workspace_bytes = LIMIT_WORKSPACE_BYTES,
+	};
+	json_t *lim = json_object_get(doc, "limits");
+	if (!lim)
+		return;
+	if (!json_is_object(lim)) {
+		reason(why, "limits must be an object");
+		return;
+	}
+	unknown_keys(lim, "limits", limits_keys, why);
+	l->memory_bytes = limit_field(lim, "memoryBytes", LIMIT_MEMORY_MIN, LIMIT_MEMORY_BYTES, l->memory_bytes,
+	                              " (64 MiB to 4 GiB)", why);
+	l->processes = (long)limit_field(lim, "processes", LIMIT_PROCESSES_MIN, LIMIT_NPROC, l->processes, "", why);
+	l->file_size_bytes = limit_field(lim, "fileSizeBytes", LIMIT_FSIZE_MIN, LIMIT_FSIZE_BYTES,
+	                                 l->file_size_bytes, " (1 MiB to 1 GiB)", why);
+	l->cpu_seconds = (long)limit_field(lim, "cpuSeconds", LIMIT_CPU_MIN, LIMIT_CPU_SECONDS, 0, "", why);
+	l->output_bytes = (long)limit_field(lim, "outputBytes", LIMIT_OUTPUT_MIN, LIMIT_OUTPUT_BYTES,
+	                                    l->output_bytes, " (1 KiB to 8 KiB)", why);
+	l->workspace_bytes = limit_field(lim, "workspaceBytes", LIMIT_WORKSPACE_MIN, LIMIT_WORKSPACE_BYTES,
+	                                 l->workspace_bytes, " (16 MiB to 2 GiB)", why);
+}
+
+/* maxCostUsd (§17): a ceiling in dollars needs a price on every endpoint,
+ * or a call's cost could not be known before it is made. */
+static void load_cost(struct manifest *m, json_t *doc, struct reasons *why)
+{
+	int bad = 0;
+	m->max_cost_usd = money_field(doc, NULL, "maxCostUsd", 0, 1, &bad, why);
+	json_t *arr = json_object_get(doc, "modelEndpoints");
+	if (!json_object_get(doc, "maxCostUsd") || bad || !json_is_array(arr))
+		return;
+	size_t i;
+	json_t *e;
+	json_array_foreach(arr, i, e)
+		if (json_is_object(e) && !json_object_get(e, "pricing"))
+			reason(why, "maxCostUsd needs pricing on every endpoint: modelEndpoints[%zu] has none", i);
 }
 
 /* ---- the workspace ----------------------------------------------------- */
@@ -583,8 +798,12 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 	}
 	if (json_object_get(doc, "modelAdapter"))
 		reason(why, "modelAdapter was replaced by modelEndpoints (schema v2)");
+	unknown_keys(doc, NULL, top_keys, why);
+	json_t *v = json_object_get(doc, "$schema");
+	if (v && !json_is_string(v))
+		reason(why, "$schema must be a string (where an editor finds the schema)");
 
-	json_t *v = json_object_get(doc, "name");
+	v = json_object_get(doc, "name");
 	if (!json_is_string(v) || !*json_string_value(v))
 		reason(why, v ? "name must be a non-empty string" : "name is required");
 	else
@@ -634,6 +853,23 @@ struct manifest *manifest_from_json(json_t *doc, struct reasons *why)
 	m->allow_self_modification = json_is_true(v);
 
 	load_tuning(m, json_object_get(doc, "tuning"), why);
+
+	load_acceptance(m, doc, why);
+	/* A command may take as long as the run, never longer. */
+	m->command_timeout_seconds = COMMAND_TIMEOUT_DEFAULT;
+	if ((v = json_object_get(doc, "commandTimeoutSeconds"))) {
+		long long t;
+		if (!ndjson_integer(v, &t) || t < 1 || t > m->max_seconds)
+			reason(why, "commandTimeoutSeconds must be an integer from 1 to %ld (maxSeconds)", m->max_seconds);
+		else
+			m->command_timeout_seconds = (long)t;
+	}
+	load_limits(m, doc, why);
+	load_cost(m, doc, why);
+	v = json_object_get(doc, "requireConfinement");
+	if (v && !json_is_boolean(v))
+		reason(why, "requireConfinement must be a boolean");
+	m->require_confinement = json_is_true(v);
 
 	if (why->n) {
 		manifest_free(m);

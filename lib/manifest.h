@@ -10,12 +10,24 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include "ceilings.h"
+
 #define MANIFEST_MAX_BYTES (1u << 20)
+#define MANIFEST_ACCEPTANCE_MAX 8   /* acceptance commands, at most */
 /* The longest workspace path accepted (resolved to an absolute path): the
  * runner's deepest file, .sfma/mem/records/<id>.json, lies at most 256
  * bytes below it, so every path built under a valid workspace fits in
  * PATH_MAX and none is ever cut short. */
 #define MANIFEST_WORKSPACE_MAX (PATH_MAX - 256)
+
+/* An endpoint's prices, US dollars per million tokens (§17). */
+struct endpoint_pricing {
+	int set;                        /* 1 when the endpoint has pricing */
+	double input_per_mtok;          /* inputPerMTok: uncached input tokens */
+	double output_per_mtok;         /* outputPerMTok: output tokens (reasoning included) */
+	double cached_input_per_mtok;   /* cachedInputPerMTok: input read from a cache (default inputPerMTok) */
+	double cache_write_per_mtok;    /* cacheWritePerMTok: input written to a cache (default inputPerMTok) */
+};
 
 struct endpoint_cfg {
 	const char *name, *provider, *model;
@@ -24,6 +36,25 @@ struct endpoint_cfg {
 	json_t *auth;                   /* borrowed from manifest->json, or NULL */
 	long max_output_tokens;         /* maxOutputTokens, 4096 */
 	int tool_protocol_text;         /* toolProtocol "text" (always 1 for mock) */
+	struct endpoint_pricing pricing; /* pricing; .set 0 when absent */
+};
+
+/* One acceptance check (§16): a command line the run tool would pass, and
+ * the exit status that means the work is accepted. */
+struct acceptance_cmd {
+	const char *cmd;                /* the command line as written (borrowed from manifest->json) */
+	int exit;                       /* the exit status expected, 0..255 (default 0) */
+};
+
+/* The ceilings of one sandboxed command (limits, §16), each between its
+ * floor and the built-in maximum of ceilings.h; absent, the maximum. */
+struct command_limits {
+	long long memory_bytes;         /* memoryBytes: RLIMIT_AS and the memory cgroup */
+	long processes;                 /* processes: RLIMIT_NPROC and the pids cgroup */
+	long long file_size_bytes;      /* fileSizeBytes: RLIMIT_FSIZE */
+	long cpu_seconds;               /* cpuSeconds: RLIMIT_CPU; 0 when absent (the timeout + 1 s) */
+	long output_bytes;              /* outputBytes: a command's output kept and shown to the model */
+	long long workspace_bytes;      /* workspaceBytes: the size of the staging tmpfs /workspace */
 };
 
 /* The score weights of one task class (tuning.routing). */
@@ -63,6 +94,12 @@ struct manifest {
 	long max_context_bytes;         /* maxContextBytes, 262144 */
 	int dry_run_default, allow_self_modification;
 	struct tuning tuning;
+	struct acceptance_cmd acceptance[MANIFEST_ACCEPTANCE_MAX]; /* acceptance, in order */
+	size_t n_acceptance;            /* 0 when the manifest has none */
+	long command_timeout_seconds;   /* commandTimeoutSeconds, 1..maxSeconds, default 60 */
+	struct command_limits limits;   /* limits: every member set (defaults filled in) */
+	double max_cost_usd;            /* maxCostUsd, > 0; 0 when absent (no ceiling) */
+	int require_confinement;        /* requireConfinement, default 0 */
 };
 
 struct reasons {
@@ -71,7 +108,11 @@ struct reasons {
 };
 
 /* Load and validate the manifest at path. Returns the manifest, or NULL
- * with every problem in *why (one human sentence each). Beyond the schema:
+ * with every problem in *why (one human sentence each). A key the schema
+ * does not define is refused ("manifest: unknown key ..." with a
+ * suggestion), but for keys beginning "x-" and a top-level "$schema".
+ * Each acceptance cmd must pass command_gate() (lib/hardtier.h). Beyond
+ * the schema:
  * the workspace may not resolve (links followed as far as the path exists)
  * to "/", a system directory, or $HOME or a directory holding it; baseUrl
  * and auth.tokenUrl must pass url_transport_ok(); tuning.ntpAnchor is

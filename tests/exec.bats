@@ -223,6 +223,34 @@ PY
 	[[ "$(field 2 .error)" == *"No such file"* ]]
 }
 
+@test "read refuses .sfma by its name, before looking at the host, and through a link" {
+	mkdir -p "$W/ws/.sfma/mem" "$W/ws/d"
+	printf 'the trace\n' >"$W/ws/.sfma/trace.jsonl"
+	ln -s .sfma/trace.jsonl "$W/ws/lnk"
+	ln -s ../.sfma "$W/ws/d/up"
+	calls '{"tool":"read","path":".sfma/trace.jsonl"}' '{"tool":"read","path":"./.sfma"}' \
+		'{"tool":"read","path":"src/../.sfma/trace.jsonl"}' '{"tool":"read","path":".sfma//no-such"}' \
+		'{"tool":"read","path":"lnk"}' '{"tool":"read","path":"d/up/trace.jsonl"}' \
+		'{"tool":"read","path":".sfmax"}'
+	refused_with 1 "read .sfma/trace.jsonl: .sfma is reserved"
+	refused_with 2 ".sfma is reserved"
+	refused_with 3 "outside workspace"
+	refused_with 4 ".sfma is reserved"
+	# Decided on the name: no host fact is looked at, not even whether it exists.
+	[ "$(field 1 .paths)" = null ] && [ "$(field 4 .paths)" = null ]
+	refused_with 5 "read lnk: leads into .sfma via link: .sfma is reserved"
+	refused_with 6 ".sfma is reserved"
+	# the link refusals rest on the path facts, which the reply records
+	[ "$(field 5 '.paths | length')" -gt 0 ]
+	# a name that only begins like it is an ordinary path
+	[ "$(field 7 .pass)" = true ] && [[ "$(field 7 .error)" == *"No such file"* ]]
+	grep -q "the trace" "$W/out" && return 1
+	# nor does a write into .sfma by name look at what is there
+	calls '{"tool":"write","path":".sfma/trace.jsonl","content":"x"}'
+	refused_with 1 "write .sfma/trace.jsonl: reserved"
+	[ "$(field 1 .paths)" = null ]
+}
+
 @test "a NUL byte in a path is refused, not truncated" {
 	calls '{"tool":"read","path":"src/a.txt\u0000junk"}'
 	refused_with 1 "NUL"

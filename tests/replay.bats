@@ -157,6 +157,38 @@ for e in es:
 		{ echo "$output"; return 1; }
 }
 
+@test "reads of .sfma, by name and through a link, are refused and replay" {
+	mkdir -p ws
+	ln -s .sfma/trace.jsonl ws/lnk
+	mock "$CAND" '{"tool":"read","path":".sfma/trace.jsonl"}' '{"tool":"read","path":"lnk"}' \
+		'{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 1 ]
+	audit_ok
+	grep -q '"reason":"read .sfma/trace.jsonl: .sfma is reserved: ' ws/.sfma/trace.jsonl
+	grep -q '"reason":"read lnk: leads into .sfma via link: .sfma is reserved"' ws/.sfma/trace.jsonl
+	replays_ok 1
+}
+
+@test "a read flipped to a .sfma refusal does not replay: the name rule is the code's own" {
+	mock "$CAND" '{"tool":"read","path":"notes.txt"}' '{"tool":"write","path":"out.txt","content":"x"}' \
+		'{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	audit_ok
+	local seq; seq=$(jq -s -r '[.[] | select(.kind=="verdict")][0].seq' ws/.sfma/trace.jsonl)
+	rewrite '
+for e in es:
+    if e["kind"] == "verdict" and e["data"].get("reason", "").startswith("read notes.txt"):
+        e["data"]["pass"] = False
+        e["data"]["reason"] = "read notes.txt: .sfma is reserved: the run'"'"'s memory comes through recall"
+'
+	run sfma replay ws
+	[ "$status" -eq 1 ]
+	[[ "$output" == "REPLAY_DIVERGED: seq $seq (verdict): trace has refused: read notes.txt: .sfma is reserved: "*", replay derives pass (no host fact recorded refuses it)" ]] ||
+		{ echo "$output"; return 1; }
+}
+
 @test "a record whose reply evidence was swapped verifies, and does not replay" {
 	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"run","cmd":"echo hi"}' \
 		'{"tool":"done","summary":"s"}'

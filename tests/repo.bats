@@ -43,7 +43,9 @@ load helpers
 	         'secure command sandbox unavailable' 'failed hash-chain verification'
 	         'modelAdapter was replaced by modelEndpoints' 'TASK_INVALID' 'AUDIT_OK' 'AUDIT_INVALID'
 	         'must not be a symlink' 'must be a real repository directory' 'enclosing repository'
-	         'exceeds fastTierMaxBytes' 'unsafe git configuration' 'unsafe git repository')
+	         'exceeds fastTierMaxBytes' 'unsafe git configuration' 'unsafe git repository'
+	         '.sfma is reserved' 'unknown key' 'did you mean' 'timed out after' '(commandTimeoutSeconds)'
+	         'not in allowedCommands' 'maxCostUsd needs pricing on every endpoint')
 	for p in "${phrases[@]}"; do
 		grep -q -F -- "$p" "$REPO"/man/* || { echo "undocumented: $p"; return 1; }
 	done

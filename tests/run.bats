@@ -251,7 +251,8 @@ JSON
 	run sfma run m.json
 	[ "$status" -eq 2 ]
 	[[ "$output" == *TASK_INVALID* ]]
-	for r in name modelEndpoints "allowedCommands[0]" "allowedCommands[1]" "inputs[0]" "outputs[0]" maxTurns dryRunDefault tuning.bogus; do
+	for r in name modelEndpoints "allowedCommands[0]" "allowedCommands[1]" "inputs[0]" "outputs[0]" maxTurns dryRunDefault \
+	         'manifest: tuning: unknown key "bogus"'; do
 		[[ "$output" == *"- "*"$r"* ]] || { echo "missing reason for $r"; return 1; }
 	done
 	[ ! -e ws ]

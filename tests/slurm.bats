@@ -41,7 +41,7 @@ start_daemon() {
 
 setup_file() {
 	for tool in munged mungekey slurmctld slurmd sbatch scontrol sinfo squeue jq python3; do
-		command -v "$tool" >/dev/null || { echo "required for the Slurm test, missing: $tool (make deps)" >&2; return 1; }
+		command -v "$tool" >/dev/null || { echo "required for the Slurm test, missing: $tool (make test-deps)" >&2; return 1; }
 	done
 	# munged refuses a socket directory that others cannot traverse, so the
 	# cluster lives in a directory of its own, 0755 from / down.

@@ -35,6 +35,12 @@ check sfma-seal sh -c "jq -c '{manifest:., verdict:\"completed\"}' m.json | $vg 
 check sfma-verify sh -c "$vg $bin/sfma-verify ws && $vg $bin/sfma-verify $interop/unicode/ws && $vg $bin/sfma-verify $interop/legacy/ws"
 check sfma-verify-invalid sh -c "echo '{' > ws/.sfma/result.json; $vg $bin/sfma-verify ws; test \$? -eq 1"
 check sfma-plan-check sh -c "$vg $bin/sfma-plan --check m.json"
+# sfma-check on a good manifest, a refused one, and one with a missing input and key.
+jq '.maxSecond = 1 | .acceptance = [{cmd:"rm x"}]' m.json >check-bad.json
+jq '.inputs = ["nope"] | .modelEndpoints[0].provider = "anthropic"' m.json >check-missing.json
+check sfma-check sh -c "SFMA_MOCK='{}' $vg $bin/sfma-check m.json &&
+	{ $vg $bin/sfma-check check-bad.json; test \$? -eq 1; } &&
+	{ env -u ANTHROPIC_API_KEY $vg $bin/sfma-check check-missing.json; test \$? -eq 1; }"
 # The planner's handshake (sfma-plan(1), --handshake-fd) ended without the go.
 printf '#!/bin/sh\nexec %s %s/sfma-plan "$@"\n' "$vg" "$bin" >vg-plan
 chmod +x vg-plan

@@ -416,7 +416,7 @@ static int make_one(const char *parent, const char *name, char *out)
 	return 0;
 }
 
-struct cgroup_box *cgroup_open(const char **reason)
+struct cgroup_box *cgroup_open(long processes, long long memory_bytes, const char **reason)
 {
 	if (!probed)
 		probe();
@@ -444,27 +444,27 @@ struct cgroup_box *cgroup_open(const char **reason)
 		if (make_one(base[0], name, b->dir[0]) < 0) {
 			snprintf(failed, sizeof failed, "mkdir in %s: %s", base[0], strerror(errno));
 		} else {
-			snprintf(num, sizeof num, "%d", LIMIT_NPROC);
+			snprintf(num, sizeof num, "%ld", processes);
 			if (has_pids && write_text(b->dir[0], "pids.max", num) == 0)
-				b->pids_max = LIMIT_NPROC;
-			snprintf(num, sizeof num, "%llu", (unsigned long long)LIMIT_CGROUP_MEMORY_BYTES);
+				b->pids_max = processes;
+			snprintf(num, sizeof num, "%lld", memory_bytes);
 			if (has_memory && write_text(b->dir[0], "memory.max", num) == 0) {
-				b->memory_max = (long long)LIMIT_CGROUP_MEMORY_BYTES;
+				b->memory_max = memory_bytes;
 				b->swap_included = write_text(b->dir[0], "memory.swap.max", "0") == 0;
 			}
 		}
 	} else {
 		if (has_pids && make_one(base[0], name, b->dir[0]) == 0) {
-			snprintf(num, sizeof num, "%d", LIMIT_NPROC);
+			snprintf(num, sizeof num, "%ld", processes);
 			if (write_text(b->dir[0], "pids.max", num) == 0)
-				b->pids_max = LIMIT_NPROC;
+				b->pids_max = processes;
 		} else if (has_pids) {
 			snprintf(failed, sizeof failed, "mkdir in %s: %s", base[0], strerror(errno));
 		}
 		if (has_memory && make_one(base[1], name, b->dir[1]) == 0) {
-			snprintf(num, sizeof num, "%llu", (unsigned long long)LIMIT_CGROUP_MEMORY_BYTES);
+			snprintf(num, sizeof num, "%lld", memory_bytes);
 			if (write_text(b->dir[1], "memory.limit_in_bytes", num) == 0) {
-				b->memory_max = (long long)LIMIT_CGROUP_MEMORY_BYTES;
+				b->memory_max = memory_bytes;
 				/* memory+swap capped at the same figure: swap cannot
 				 * extend the ceiling (file absent without swap accounting). */
 				b->swap_included =

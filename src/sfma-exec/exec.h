@@ -16,27 +16,22 @@
 
 struct cgroup_box;          /* cgroup.c */
 
-#define OUTPUT_CLIP       8192u                  /* bytes of output or file shown to the model */
+#define OUTPUT_CLIP       ((size_t)LIMIT_OUTPUT_BYTES) /* bytes of a file shown to the model */
 
-/* Ceilings of a sandboxed command (sfma-exec(1)). Defaults stop a
- * fork bomb, a memory bomb and a disk bomb without getting in the way of
- * compilers, git or test suites. */
-#define LIMIT_CPU_SECONDS 60
-#define LIMIT_AS_BYTES    (4ull << 30)
-#define LIMIT_FSIZE_BYTES (1ull << 30)
+/* Ceilings of a sandboxed command (sfma-exec(1)). Those a manifest may
+ * lower (limits) have their maxima in lib/ceilings.h and are in force as
+ * struct command_limits (exec_ctx.limits); these are fixed. */
 #define LIMIT_NOFILE      256
-#define LIMIT_NPROC       256
 /* The three tmpfs of a sandbox: the root, /tmp and the staging copy as
- * /workspace. Their pages are memory: size and inode count cap them. */
+ * /workspace (its size is limits.workspaceBytes). Their pages are memory:
+ * size and inode count cap them. */
 #define LIMIT_ROOT_BYTES  (16ull << 20)
 #define LIMIT_ROOT_INODES 4096u
 #define LIMIT_TMP_BYTES   (256ull << 20)
 #define LIMIT_TMP_INODES  65536u
-#define LIMIT_WORKSPACE_BYTES (2ull << 30)
 #define LIMIT_WORKSPACE_INODES 262144u
 #define COPY_BACK_MAX     (64ull << 20)          /* largest output copied back */
 #define STAGING_MAX_BYTES (512ull << 20)         /* all declared inputs together */
-#define LIMIT_CGROUP_MEMORY_BYTES (4ull << 30)   /* all processes and tmpfs pages together */
 /* POSIX message queues: the bytes all queues of a sandbox may reserve,
  * the kernel's default (ipc/mqueue.c, MQ_BYTES_MAX). */
 #define LIMIT_MSGQUEUE_BYTES 819200ull
@@ -55,7 +50,9 @@ struct exec_ctx {
 	int ws_fd;              /* the workspace directory (O_PATH) */
 	char *ws_real;          /* its canonical path, to tell where a link leads */
 	int apply;              /* 0: dry run */
-	long timeout_s;         /* --timeout */
+	long timeout_s;         /* a command's timeout: commandTimeoutSeconds, at most --timeout */
+	const char *timeout_by; /* what set it, for the model: "commandTimeoutSeconds" or "--timeout" */
+	struct command_limits limits; /* the manifest's limits (m->limits) */
 	int lease_ids;          /* 1: each sandbox leases host ids of its own */
 	unsigned ids_first, ids_last; /* from this range */
 	unsigned own_uid, own_gid;    /* else the contained program runs as these */
@@ -103,16 +100,18 @@ int seccomp_install(int refuse_shm);
 /* CLOCK_BOOTTIME in nanoseconds. */
 int64_t boottime_ns(void);
 /* Answer the next call waiting on listener for the sandbox made at
- * born_ns, whose cgroup is cg (may be NULL). Returns 0 (answered, or gone
+ * born_ns, whose cgroup is cg (may be NULL) and whose memory ceiling is
+ * memory_bytes (limits.memoryBytes). Returns 0 (answered, or gone
  * meanwhile), or -1 with errno when the listener is unusable. */
-int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns);
+int notify_answer(int listener, const struct cgroup_box *cg, long long memory_bytes, int64_t born_ns);
 
 /* ---- cgroup.c ---- */
 
-/* Create the cgroup of one command with its ceilings set. Returns it, or
- * NULL when no ceiling could be set up; *reason (static text, or NULL) says
- * why a ceiling is missing, in both cases. Release with cgroup_close. */
-struct cgroup_box *cgroup_open(const char **reason);
+/* Create the cgroup of one command with its ceilings set (at most
+ * processes processes, memory_bytes of memory). Returns it, or NULL when
+ * no ceiling could be set up; *reason (static text, or NULL) says why a
+ * ceiling is missing, in both cases. Release with cgroup_close. */
+struct cgroup_box *cgroup_open(long processes, long long memory_bytes, const char **reason);
 /* Move process pid into it (all hierarchies, or none). 0, or -1/errno. */
 int cgroup_enter(struct cgroup_box *b, pid_t pid);
 /* 1 if b holds a memory limit (b may be NULL). */
@@ -137,7 +136,7 @@ struct run_outcome {
 	int exit_code;          /* 124 timeout, 128+N signal */
 	int timed_out;
 	char *unavailable;      /* "secure command sandbox unavailable: ..." or NULL */
-	struct buf out, err;    /* first OUTPUT_CLIP bytes of each stream */
+	struct buf out, err;    /* first limits.outputBytes bytes of each stream */
 	uint64_t out_total, err_total;
 	json_t *copied;         /* array of paths */
 	json_t *refused;        /* array of {path, reason} */

@@ -34,7 +34,8 @@ static const char usage[] =
 	"usage: sfma-exec [--apply] [--timeout SECONDS] MANIFEST\n"
 	"       sfma-exec --version | --help\n"
 	"  --apply            apply writes and run commands (default: dry run)\n"
-	"  --timeout SECONDS  wall-clock limit of one command, 1..86400 (default 60)\n";
+	"  --timeout SECONDS  caps the wall-clock limit of one command, 1..86400\n"
+	"                     (the manifest's commandTimeoutSeconds, default 60)\n";
 
 /* ---- replies ---- */
 
@@ -100,7 +101,8 @@ static json_t *record_paths(const struct exec_ctx *c, json_t *call)
 	if (!path || strlen(path) != json_string_length(pv))
 		return NULL; /* no path, or a NUL byte: refused by the lexical rules */
 	char *norm = path_normalize(path);
-	json_t *facts = norm ? path_facts(c->ws_fd, norm) : NULL;
+	/* .sfma is refused on its name: nothing under it is looked at. */
+	json_t *facts = norm && !hardtier_reserved(norm) ? path_facts(c->ws_fd, norm) : NULL;
 	free(norm);
 	return facts;
 }
@@ -172,11 +174,30 @@ static json_t *do_write(const struct exec_ctx *c, json_t *call, struct gate_pass
 	return r;
 }
 
-/* "exit=<code>\nstdout:<...>\nstderr:<...>" within OUTPUT_CLIP bytes: each
- * stream gets half, or more when the other needs less. */
-static json_t *run_text(const struct run_outcome *o)
+/* What ended a command that ran, as the model and the verdict say it:
+ * "exit=<code>", and for a timeout what stopped it, "exit=124: timed out
+ * after 2 s (commandTimeoutSeconds)" - the manifest's key, --timeout, or
+ * the run's own deadline (maxSeconds) when that came first. */
+static void run_status(char *out, size_t cap, const struct run_outcome *o, long long timeout_ms,
+                       const char *by)
 {
-	const size_t avail = OUTPUT_CLIP - 128; /* header and markers */
+	if (!o->timed_out) {
+		snprintf(out, cap, "exit=%d", o->exit_code);
+		return;
+	}
+	if (timeout_ms % 1000 == 0)
+		snprintf(out, cap, "exit=%d: timed out after %lld s (%s)", o->exit_code, timeout_ms / 1000, by);
+	else
+		snprintf(out, cap, "exit=%d: timed out after %.1f s (%s)", o->exit_code, (double)timeout_ms / 1000, by);
+}
+
+/* "<status>\nstdout:<...>\nstderr:<...>" within limits.outputBytes
+ * bytes: each stream gets half, or more when the other needs less. */
+static json_t *run_text(const struct run_outcome *o, const char *status, size_t clip)
+{
+	/* The status line, two clipped markers and the stream labels. */
+	const size_t overhead = strlen(status) + 2 * 48 + 16;
+	const size_t avail = clip > overhead ? clip - overhead : 0;
 	size_t so = o->out.len, se = o->err.len;
 	if (so + se > avail) {
 		size_t half = avail / 2;
@@ -188,7 +209,7 @@ static json_t *run_text(const struct run_outcome *o)
 			se = avail - so;
 	}
 	struct buf t = {0};
-	buf_printf(&t, "exit=%d\nstdout:", o->exit_code);
+	buf_printf(&t, "%s\nstdout:", status);
 	buf_add(&t, o->out.p ? o->out.p : "", so);
 	if (o->out_total > so)
 		buf_printf(&t, "\n[clipped: %llu bytes not shown]",
@@ -214,14 +235,17 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 		return r;
 	}
 	long long timeout_ms = (long long)c->timeout_s * 1000, deadline;
+	const char *timeout_by = c->timeout_by;
 	if (ndjson_integer(json_object_get(req, "deadlineMs"), &deadline)) {
 		long long left = deadline - wall_ms();
 		if (left <= 0) {
 			argv_free(argv);
 			return refuse(r, "run: the run's deadline has passed");
 		}
-		if (left < timeout_ms)
+		if (left < timeout_ms) {
 			timeout_ms = left;
+			timeout_by = "the run's maxSeconds";
+		}
 	}
 	struct run_outcome o;
 	/* The whole call as the run waits for it: sandbox, staging, the
@@ -242,9 +266,9 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 	if (o.unavailable) {
 		refuse(r, o.unavailable);
 	} else {
-		char why[64];
-		snprintf(why, sizeof why, o.timed_out ? "timed out (exit=%d)" : "exit=%d", o.exit_code);
-		accept(r, why, run_text(&o));
+		char status[128];
+		run_status(status, sizeof status, &o, timeout_ms, timeout_by);
+		accept(r, status, run_text(&o, status, (size_t)c->limits.output_bytes));
 	}
 	json_object_set_new(r, "run", run);
 	run_outcome_free(&o);
@@ -367,7 +391,7 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	struct exec_ctx c = {.timeout_s = 60};
+	struct exec_ctx c = {.timeout_s = 0};
 	static const struct option longopts[] = {
 		{"apply", no_argument, NULL, 'a'},
 		{"timeout", required_argument, NULL, 't'},
@@ -407,6 +431,14 @@ int main(int argc, char **argv)
 	if (!m)
 		cli_task_invalid(&why);
 	c.m = m;
+	c.limits = m->limits;
+	/* The manifest sets a command's timeout; --timeout can only shorten it. */
+	c.timeout_by = "commandTimeoutSeconds";
+	if (c.timeout_s > 0 && c.timeout_s < m->command_timeout_seconds) {
+		c.timeout_by = "--timeout";
+	} else {
+		c.timeout_s = m->command_timeout_seconds;
+	}
 	/* The workspace is opened at the first request, not here: in a run the
 	 * planner creates it after every stage has started. */
 	c.ws_fd = -1;

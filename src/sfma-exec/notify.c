@@ -30,12 +30,12 @@ int64_t boottime_ns(void)
 /* The figures of the sandbox made at born_ns (CLOCK_BOOTTIME), in the
  * kernel's layout (linux/sysinfo.h): memory in units of mem_unit bytes,
  * uptime in whole seconds rounded up as do_sysinfo rounds it. */
-static void figures(const struct cgroup_box *cg, int64_t born_ns, struct sysinfo *si)
+static void figures(const struct cgroup_box *cg, long long memory_bytes, int64_t born_ns, struct sysinfo *si)
 {
 	memset(si, 0, sizeof *si);
 	int64_t up = boottime_ns() - born_ns;
 	si->uptime = up <= 0 ? 0 : (long)((up + 999999999) / 1000000000);
-	long long total = cgroup_memory_limited(cg) ? cgroup_memory_max(cg) : (long long)LIMIT_AS_BYTES;
+	long long total = cgroup_memory_limited(cg) ? cgroup_memory_max(cg) : memory_bytes;
 	long long used = 0, procs = 1;
 	cgroup_usage(cg, &used, &procs);
 	long long free_bytes = used < total ? total - used : 0;
@@ -47,7 +47,7 @@ static void figures(const struct cgroup_box *cg, int64_t born_ns, struct sysinfo
 	si->procs = (unsigned short)(procs > 65535 ? 65535 : procs < 1 ? 1 : procs);
 }
 
-int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns)
+int notify_answer(int listener, const struct cgroup_box *cg, long long memory_bytes, int64_t born_ns)
 {
 	struct seccomp_notif req;
 	/* The kernel wants it zeroed (EINVAL otherwise, seccomp_unotify(2)). */
@@ -76,7 +76,7 @@ int notify_answer(int listener, const struct cgroup_box *cg, int64_t born_ns)
 	}
 	if (mem >= 0) {
 		struct sysinfo si;
-		figures(cg, born_ns, &si);
+		figures(cg, memory_bytes, born_ns, &si);
 		uint64_t at = req.data.args[0];
 		if (at > (uint64_t)INT64_MAX ||
 		    pwrite(mem, &si, sizeof si, (off_t)at) != (ssize_t)sizeof si)

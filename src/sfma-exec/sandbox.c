@@ -353,7 +353,7 @@ static int send_fd(int report, const char *step, int fd)
  * Signal dispositions and the signal mask come from init, which reset
  * them all while preparing. */
 static _Noreturn void exec_command(char **argv, int out, int err, int report, long cpu_s,
-                                   int refuse_shm)
+                                   int refuse_shm, const struct command_limits *lim)
 {
 	/* A new session: no controlling terminal, so no TIOCSTI target. */
 	if (setsid() < 0)
@@ -400,20 +400,22 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	 * process of the sandbox can raise: that takes CAP_SYS_RESOURCE in
 	 * the initial user namespace (kernel/sys.c do_prlimit). RLIMIT_AS is
 	 * last: nothing after it allocates (the seccomp filters are
-	 * prebuilt). */
-	struct { int res; rlim_t soft, hard; const char *what; } lim[] = {
+	 * prebuilt). RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL
+	 * at the hard one (setrlimit(2)). The figures are the manifest's
+	 * limits (memoryBytes, fileSizeBytes, processes), or the maxima. */
+	struct { int res; rlim_t soft, hard; const char *what; } rlim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
 		{RLIMIT_CPU, (rlim_t)cpu_s, (rlim_t)cpu_s + 1, "RLIMIT_CPU"},
-		{RLIMIT_FSIZE, LIMIT_FSIZE_BYTES, LIMIT_FSIZE_BYTES, "RLIMIT_FSIZE"},
+		{RLIMIT_FSIZE, (rlim_t)lim->file_size_bytes, (rlim_t)lim->file_size_bytes, "RLIMIT_FSIZE"},
 		{RLIMIT_NOFILE, LIMIT_NOFILE, LIMIT_NOFILE, "RLIMIT_NOFILE"},
-		{RLIMIT_NPROC, LIMIT_NPROC, LIMIT_NPROC, "RLIMIT_NPROC"},
+		{RLIMIT_NPROC, (rlim_t)lim->processes, (rlim_t)lim->processes, "RLIMIT_NPROC"},
 		{RLIMIT_MSGQUEUE, msgqueue_limit(), msgqueue_limit(), "RLIMIT_MSGQUEUE"},
-		{RLIMIT_AS, LIMIT_AS_BYTES, LIMIT_AS_BYTES, "RLIMIT_AS"},
+		{RLIMIT_AS, (rlim_t)lim->memory_bytes, (rlim_t)lim->memory_bytes, "RLIMIT_AS"},
 	};
-	for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
-		struct rlimit rl = {lim[i].soft, lim[i].hard};
-		if (setrlimit(lim[i].res, &rl) < 0)
-			fail_step(report, lim[i].what);
+	for (size_t i = 0; i < sizeof rlim / sizeof rlim[0]; i++) {
+		struct rlimit rl = {rlim[i].soft, rlim[i].hard};
+		if (setrlimit(rlim[i].res, &rl) < 0)
+			fail_step(report, rlim[i].what);
 	}
 	/* seccomp last, right before execve: the filter refuses what init
 	 * needed for the steps before (mount, umount2, pivot_root), and
@@ -587,7 +589,7 @@ static void enter_time_namespace(int report)
 
 /* PID 1 of the sandbox. It prepares everything that does not depend on
  * the command, reports ready, and only then waits for one. */
-static _Noreturn void sandbox_init(int go, int out, int err, int report)
+static _Noreturn void sandbox_init(int go, int out, int err, int report, const struct command_limits *lim)
 {
 	keep_channels(&go, &out, &err, &report);
 	/* The stage's handlers and ignored signals were copied by clone: back
@@ -639,9 +641,10 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report)
 	if (chdir(NEW_ROOT) < 0)
 		fail_step(report, "chdir new root");
 	/* The staging tmpfs, the command's /workspace. It is a ceiling too:
-	 * all a command writes there counts against its size. */
+	 * all a command writes there counts against its size
+	 * (limits.workspaceBytes). */
 	snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%u",
-	         (unsigned long long)LIMIT_WORKSPACE_BYTES, LIMIT_WORKSPACE_INODES);
+	         (unsigned long long)lim->workspace_bytes, LIMIT_WORKSPACE_INODES);
 	if (mkdir("workspace", 0755) < 0 ||
 	    mount("tmpfs", "workspace", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		fail_step(report, "mount staging tmpfs");
@@ -684,7 +687,7 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report)
 	if (cmd < 0)
 		fail_step(report, "fork command");
 	if (cmd == 0)
-		exec_command(argv, out, err, report, cpu_s, refuse_shm);
+		exec_command(argv, out, err, report, cpu_s, refuse_shm, lim);
 	close(out);
 	close(err);
 	int code = -1;
@@ -751,9 +754,10 @@ static const char *write_id_maps(pid_t pid, unsigned uid, unsigned gid)
 	return NULL;
 }
 
-/* Keep the first OUTPUT_CLIP bytes of a stream, count and discard the rest:
- * a command writing gigabytes costs this stage a fixed 64 KiB. */
-static int pump(int fd, struct buf *keep, uint64_t *total)
+/* Keep the first cap bytes of a stream (limits.outputBytes), count and
+ * discard the rest: a command writing gigabytes costs this stage a fixed
+ * 64 KiB. */
+static int pump(int fd, struct buf *keep, size_t cap, uint64_t *total)
 {
 	char chunk[65536];
 	ssize_t n = read(fd, chunk, sizeof chunk);
@@ -761,8 +765,8 @@ static int pump(int fd, struct buf *keep, uint64_t *total)
 		return errno == EINTR || errno == EAGAIN ? 1 : 0;
 	if (n == 0)
 		return 0;
-	if (keep->len < OUTPUT_CLIP) {
-		size_t room = OUTPUT_CLIP - keep->len;
+	if (keep->len < cap) {
+		size_t room = cap - keep->len;
 		buf_add(keep, chunk, (size_t)n < room ? (size_t)n : room);
 	}
 	*total += (uint64_t)n;
@@ -785,21 +789,22 @@ static void unavailable(struct run_outcome *o, const char *step, int err)
 	o->unavailable = b.p;
 }
 
-static json_t *limits_json(long long timeout_ms, long cpu_s)
+/* The limits in force, as each command's record says them. */
+static json_t *limits_json(long long timeout_ms, long cpu_s, const struct command_limits *lim)
 {
 	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:n,s:s}",
 	                 "timeoutMs", (json_int_t)timeout_ms,
 	                 "cpuSeconds", (json_int_t)cpu_s,
-	                 "addressSpaceBytes", (json_int_t)LIMIT_AS_BYTES,
-	                 "fileSizeBytes", (json_int_t)LIMIT_FSIZE_BYTES,
+	                 "addressSpaceBytes", (json_int_t)lim->memory_bytes,
+	                 "fileSizeBytes", (json_int_t)lim->file_size_bytes,
 	                 "openFiles", (json_int_t)LIMIT_NOFILE,
-	                 "processes", (json_int_t)LIMIT_NPROC,
+	                 "processes", (json_int_t)lim->processes,
 	                 "messageQueueBytes", (json_int_t)msgqueue_limit(),
 	                 "coreBytes", (json_int_t)0,
 	                 "tmpBytes", (json_int_t)LIMIT_TMP_BYTES,
 	                 "rootBytes", (json_int_t)LIMIT_ROOT_BYTES,
-	                 "workspaceBytes", (json_int_t)LIMIT_WORKSPACE_BYTES,
-	                 "outputBytes", (json_int_t)OUTPUT_CLIP,
+	                 "workspaceBytes", (json_int_t)lim->workspace_bytes,
+	                 "outputBytes", (json_int_t)lim->output_bytes,
 	                 "copyBackBytes", (json_int_t)COPY_BACK_MAX,
 	                 "sharedMemory", "refused",
 	                 "cgroup", "cgroupReason", "sandbox not started");
@@ -970,7 +975,7 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 	/* Made before the clone, entered before init goes on (see below).
 	 * Without one the command still runs, under the rlimits alone. */
 	const char *cg_reason = NULL;
-	s->cg = cgroup_open(&cg_reason);
+	s->cg = cgroup_open(c->limits.processes, c->limits.memory_bytes, &cg_reason);
 	sandbox_cgroup(s, s->cg, cg_reason);
 	fflush(NULL); /* the child must not flush a copy of our stdio buffers */
 	s->born_ns = boottime_ns();
@@ -983,7 +988,7 @@ static int sandbox_start(const struct exec_ctx *c, struct sandbox *s)
 		close(out[0]);
 		close(err[0]);
 		close(rep[0]);
-		sandbox_init(go[0], out[1], err[1], rep[1]);
+		sandbox_init(go[0], out[1], err[1], rep[1], &c->limits);
 	}
 	int saved = errno;
 	close(go[0]);
@@ -1138,8 +1143,10 @@ void sandbox_prepare(const struct exec_ctx *c, int ahead)
 
 /* Follow the command to its end. Returns 0 when it ran (o->exit_code
  * set), -1 when a step failed (o->unavailable set). */
-static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome *o)
+static int supervise(struct sandbox *s, long long timeout_ms, const struct command_limits *lim,
+                     struct run_outcome *o)
 {
+	size_t keep = (size_t)lim->output_bytes;
 	int64_t deadline = mono_ms() + timeout_ms;
 	int exited = 0, reaped = 0, status = 0, out_open = 1, err_open = 1, rep_open = 1;
 	int reported = -1; /* the command's exit code, as init reported it */
@@ -1172,9 +1179,9 @@ static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome
 		if (n <= 0)
 			continue;
 		if (pf[0].revents)
-			out_open = pump(s->out, &o->out, &o->out_total);
+			out_open = pump(s->out, &o->out, keep, &o->out_total);
 		if (pf[1].revents)
-			err_open = pump(s->err, &o->err, &o->err_total);
+			err_open = pump(s->err, &o->err, keep, &o->err_total);
 		if (pf[2].revents) {
 			struct step_report sr;
 			int fd;
@@ -1201,7 +1208,7 @@ static int supervise(struct sandbox *s, long long timeout_ms, struct run_outcome
 			exited = 1;
 		/* A call waits for its answer; the hang-up comes when no process
 		 * under the filter is left (kernel/seccomp.c seccomp_notify_poll). */
-		if ((pf[4].revents & POLLIN && notify_answer(s->listener, s->cg, s->born_ns) < 0) ||
+		if ((pf[4].revents & POLLIN && notify_answer(s->listener, s->cg, lim->memory_bytes, s->born_ns) < 0) ||
 		    (pf[4].revents & ~POLLIN)) {
 			close(s->listener);
 			s->listener = -1;
@@ -1236,8 +1243,12 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	memset(o, 0, sizeof *o);
 	o->copied = json_array();
 	o->refused = json_array();
+	/* CPU time never outlasts the wall clock by more than a second:
+	 * limits.cpuSeconds may only lower it. */
 	long cpu_s = (long)((timeout_ms + 999) / 1000) + 1;
-	o->limits = limits_json(timeout_ms, cpu_s);
+	if (c->limits.cpu_seconds > 0 && c->limits.cpu_seconds < cpu_s)
+		cpu_s = c->limits.cpu_seconds;
+	o->limits = limits_json(timeout_ms, cpu_s, &c->limits);
 
 	const char *why = NULL;
 	if (seccomp_prepare(&why) < 0) {
@@ -1284,7 +1295,7 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 		sandbox_discard(s);
 		return;
 	}
-	int ran = supervise(s, timeout_ms, o) == 0;
+	int ran = supervise(s, timeout_ms, &c->limits, o) == 0;
 	if (s->listener >= 0)
 		close(s->listener);
 	s->listener = -1;

@@ -315,6 +315,7 @@ static int host_refusal(const char *reason)
 		"empty command", "unknown tool", "subcommand not permitted", "global flags are not permitted",
 		"argument not permitted", "git requires a subcommand", "must be a string", "contains a NUL byte",
 		"empty path", "is handled by the planner", "recall is not available",
+		HARDTIER_READ_RESERVED,
 	};
 	for (size_t i = 0; i < sizeof code_rules / sizeof *code_rules; i++)
 		if (strstr(reason, code_rules[i]))
@@ -328,6 +329,7 @@ static int path_fact_refusal(const char *reason)
 {
 	static const char *const derived[] = {
 		"escapes workspace via link", "not a regular file", "reserved", "not a declared output",
+		HARDTIER_READ_RESERVED_LINK,
 	};
 	for (size_t i = 0; i < sizeof derived / sizeof *derived; i++)
 		if (strstr(reason, derived[i]))

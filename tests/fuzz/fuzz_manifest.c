@@ -4,9 +4,13 @@
  * Properties: it never crashes or leaks; when it refuses, it gives at least
  * one reason, each a non-empty single line (they are printed one per line
  * under TASK_INVALID, so a newline in one would forge another); when it
- * accepts, every rule of the schema holds for what it hands the stages. */
+ * accepts, every rule of the schema holds for what it hands the stages:
+ * no unknown key, every acceptance check passes the run tool's gate,
+ * every limit within its floor and maximum, a cost ceiling only with
+ * every endpoint priced. */
 #include "fuzz.h"
 
+#include "hardtier.h"
 #include "manifest.h"
 #include "ndjson.h"
 
@@ -89,6 +93,51 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	           t->cert_pass >= 0 && t->cert_pass <= 1 && t->demote_pass >= 0 && t->demote_pass <= 1 &&
 	           t->target_latency_ms >= 0 && t->cert_window >= 1 && t->cert_window <= 1000 &&
 	           t->fast_tier_max_bytes >= 0, "a tuning value out of range");
+	/* acceptance: 0..8 checks, each a command the run tool's own gate passes */
+	FUZZ_CHECK(m->n_acceptance <= MANIFEST_ACCEPTANCE_MAX, "%zu acceptance checks", m->n_acceptance);
+	FUZZ_CHECK(m->n_acceptance == 0 || json_array_size(json_object_get(doc, "acceptance")) == m->n_acceptance,
+	           "an acceptance check dropped");
+	for (size_t i = 0; i < m->n_acceptance; i++) {
+		const struct acceptance_cmd *a = &m->acceptance[i];
+		FUZZ_CHECK(a->cmd && a->exit >= 0 && a->exit <= 255, "acceptance %zu", i);
+		char *refusal = NULL;
+		char **argv = command_gate(m, a->cmd, strlen(a->cmd), &refusal);
+		FUZZ_CHECK(argv != NULL, "acceptance %zu accepted, the gate refuses it: %s", i, refusal);
+		argv_free(argv);
+		free(refusal);
+	}
+	FUZZ_CHECK(m->command_timeout_seconds >= 1 && m->command_timeout_seconds <= m->max_seconds,
+	           "commandTimeoutSeconds %ld", m->command_timeout_seconds);
+	const struct command_limits *l = &m->limits;
+	FUZZ_CHECK(l->memory_bytes >= LIMIT_MEMORY_MIN && l->memory_bytes <= LIMIT_MEMORY_BYTES &&
+	           l->processes >= LIMIT_PROCESSES_MIN && l->processes <= LIMIT_NPROC &&
+	           l->file_size_bytes >= LIMIT_FSIZE_MIN && l->file_size_bytes <= LIMIT_FSIZE_BYTES &&
+	           (l->cpu_seconds == 0 || (l->cpu_seconds >= LIMIT_CPU_MIN && l->cpu_seconds <= LIMIT_CPU_SECONDS)) &&
+	           l->output_bytes >= LIMIT_OUTPUT_MIN && l->output_bytes <= LIMIT_OUTPUT_BYTES &&
+	           l->workspace_bytes >= LIMIT_WORKSPACE_MIN && l->workspace_bytes <= LIMIT_WORKSPACE_BYTES,
+	           "a limit out of range");
+	for (size_t i = 0; i < m->n_endpoints; i++) {
+		const struct endpoint_pricing *p = &m->endpoints[i].pricing;
+		FUZZ_CHECK(!p->set || (p->input_per_mtok >= 0 && p->output_per_mtok >= 0 &&
+		           p->cached_input_per_mtok >= 0 && p->cache_write_per_mtok >= 0), "a negative price");
+		FUZZ_CHECK(m->max_cost_usd == 0 || p->set, "maxCostUsd accepted with endpoint %zu unpriced", i);
+	}
+	FUZZ_CHECK(m->max_cost_usd >= 0, "a negative maxCostUsd");
+	/* No key beyond the schema's, but x- and a top-level $schema. */
+	static const char *const top[] = {
+		"name", "workspace", "taskStatement", "modelEndpoints", "allowedCommands", "inputs", "outputs",
+		"maxTurns", "maxModelCalls", "maxSeconds", "maxLoops", "maxPendingTasks", "maxTokens",
+		"maxContextBytes", "dryRunDefault", "allowSelfModification", "tuning", "acceptance",
+		"commandTimeoutSeconds", "limits", "maxCostUsd", "requireConfinement", "$schema", NULL,
+	};
+	const char *key;
+	json_t *val;
+	json_object_foreach(doc, key, val) {
+		int known = strncmp(key, "x-", 2) == 0;
+		for (const char *const *k = top; *k && !known; k++)
+			known = strcmp(*k, key) == 0;
+		FUZZ_CHECK(known, "unknown top-level key %s accepted", key);
+	}
 	json_t *dry = json_object_get(doc, "dryRunDefault");
 	FUZZ_CHECK(json_is_boolean(dry) && m->dry_run_default == json_is_true(dry), "dryRunDefault");
 	manifest_free(m);
