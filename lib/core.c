@@ -425,6 +425,11 @@ json_t *core_record(const struct core *c, const struct core_record_host *h)
 		json_object_set_new(budget, "maxTokens", json_integer(c->m->max_tokens));
 	json_object_set_new(body, "budget", budget);
 	json_object_set_new(body, "hardTierFailures", json_integer(c->hard_failures));
+	/* The acceptance checks (§16): how many, how many dones ran them, and
+	 * whether the last did pass; null with none, or in a dry run. */
+	json_object_set_new(body, "acceptance", json_pack("{s:I, s:I, s:o}", "commands",
+	                    (json_int_t)c->m->n_acceptance, "attempts", (json_int_t)c->acceptance_rounds, "passed",
+	                    c->m->n_acceptance && !c->dry_run ? json_boolean(c->acceptance_passed) : json_null()));
 	/* What the model said it did: the done summary, or null without one. */
 	json_object_set(body, "summary", c->summary ? c->summary : json_null());
 	json_object_set_new(body, "verdict", json_string(c->verdict ? c->verdict : "failed"));

@@ -47,7 +47,8 @@ enum core_fx_kind {
 	CORE_BLOB,     /* store data[0..n) as evidence: durable before the event that names it */
 	CORE_EVENT,    /* append v to the trace (the event sfma-chain takes), entry id `id` */
 	CORE_MODEL,    /* send request v to sfma-model (add "deadlineMs"); replies by v.id */
-	CORE_EXEC,     /* send request v to sfma-exec (add "deadlineMs"); then core_exec_reply */
+	CORE_EXEC,     /* send request v to sfma-exec (add "deadlineMs"); then core_exec_reply
+	                  (v.acceptance: the manifest's acceptance check of that index) */
 	CORE_RECALL,   /* serve recall v {"call","from":"evidence"|"stores"}; then core_recall_reply */
 	CORE_KEEP,     /* keep v {"id","payload"} in the memory stores; then core_keep_reply */
 	CORE_OUTPUTS,  /* look at the declared outputs ({"contents":bool}); then core_outputs_reply */
@@ -149,7 +150,8 @@ json_t *core_record(const struct core *c, const struct core_record_host *h);
 
 /* ---- what the core holds, for the caller ------------------------------- */
 
-enum core_waiting { CORE_WAIT_NONE, CORE_WAIT_EXEC, CORE_WAIT_RECALL, CORE_WAIT_KEEP, CORE_WAIT_OUTPUTS };
+enum core_waiting { CORE_WAIT_NONE, CORE_WAIT_EXEC, CORE_WAIT_ACCEPT, CORE_WAIT_RECALL, CORE_WAIT_KEEP,
+	CORE_WAIT_OUTPUTS };
 enum core_waiting core_waiting(const struct core *c);
 /* Model requests out: their replies must still be read (drained after the
  * verdict, except after a halt signal). */

@@ -61,6 +61,8 @@ struct pending {
 	enum core_waiting what;
 	json_t *call;              /* the tool call */
 	char task_id[128];         /* its task entry */
+	double task_seq;           /* ... and that entry's seq */
+	size_t index;              /* acceptance: the check asked */
 	int loop;                  /* the loop index it came from */
 };
 
@@ -102,6 +104,8 @@ struct core {
 	int criteria_asked;
 	json_t *criteria, *criteria_msg_ref;
 	long soft_judged, soft_passed, soft_unjudged;
+	long acceptance_rounds;    /* dones whose acceptance checks ran */
+	int acceptance_passed;     /* the last round passed every check */
 	struct pending pending;
 };
 

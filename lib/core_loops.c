@@ -210,6 +210,11 @@ void judge_done(struct core *c, const json_t *outputs)
 		fail_for_refusals(c);
 		return;
 	}
+	/* completed means the acceptance checks passed, where there are any */
+	if (c->m->n_acceptance && !c->dry_run && !c->acceptance_passed) {
+		end_with(c, "failed", "done, but the acceptance checks did not pass");
+		return;
+	}
 	size_t i;
 	json_t *o;
 	json_array_foreach(outputs, i, o) {

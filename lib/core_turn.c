@@ -294,8 +294,15 @@ static void carry_out(struct core *c, json_t *call)
 	c->fx[c->fx_n - 1]->acts = !tool || strcmp(tool, "read") != 0;
 }
 
+static void acceptance_reply(struct core *c, json_t *reply);
+
 void core_exec_reply(struct core *c, json_t *reply)
 {
+	if (c->pending.what == CORE_WAIT_ACCEPT) {
+		use_loop(c, c->pending.loop);
+		acceptance_reply(c, reply);
+		return;
+	}
 	if (c->pending.what != CORE_WAIT_EXEC) {
 		json_decref(reply);
 		return;
@@ -360,19 +367,12 @@ void core_exec_reply(struct core *c, json_t *reply)
 /* done: the summary is evidence and goes into the record; the verdict
  * records the outputs it was judged on, which the host looks at (an
  * applied run) or the run's own writes say (a dry run). */
-static void done(struct core *c, json_t *call)
+/* After done (and its acceptance): the outputs it is judged on, which
+ * the host looks at (an applied run) or the run's own writes say. */
+static void outputs_check(struct core *c, const char *task_id)
 {
-	json_t *summary = json_object_get(call, "summary"), *task_evidence = NULL;
-	if (json_is_string(summary)) {
-		json_decref(c->summary);
-		c->summary = json_incref(summary);
-		attach_evidence(&task_evidence, "summary",
-		                evidence(c, json_string_value(summary), json_string_length(summary)));
-	}
-	const char *id = emit(c, "task", json_pack("{s:{s:s}}", "call", "tool", "done"), task_evidence, NULL, NULL);
-	json_array_append_new(c->loops[c->cur].entries, json_string(id));
 	c->pending = (struct pending){.what = CORE_WAIT_OUTPUTS, .loop = c->cur};
-	snprintf(c->pending.task_id, sizeof c->pending.task_id, "%s", id);
+	snprintf(c->pending.task_id, sizeof c->pending.task_id, "%s", task_id);
 	if (!c->dry_run) {
 		fx_push(c, CORE_OUTPUTS, json_object(), NULL, 0);
 		return;
@@ -387,6 +387,90 @@ static void done(struct core *c, json_t *call)
 	}
 	core_outputs_reply(c, outputs);
 	json_decref(outputs);
+}
+
+/* The manifest's acceptance check i (§16), run in the sandbox over the
+ * workspace as it stands: a command like the run tool's, for the done of
+ * task entry task_id (seq task_seq). */
+static void ask_acceptance(struct core *c, size_t i, const char *task_id, double task_seq)
+{
+	c->pending = (struct pending){.what = CORE_WAIT_ACCEPT, .loop = c->cur, .index = i, .task_seq = task_seq};
+	snprintf(c->pending.task_id, sizeof c->pending.task_id, "%s", task_id);
+	json_t *req = json_pack("{s:I, s:{s:s, s:s}, s:f, s:I}", "id", (json_int_t)c->turns, "call", "tool", "run", "cmd",
+	                        c->m->acceptance[i].cmd, "seq", task_seq, "acceptance", (json_int_t)i);
+	fx_push(c, CORE_EXEC, req, NULL, 0);
+	c->fx[c->fx_n - 1]->acts = 1;
+}
+
+/* done: the summary is evidence and goes into the record; in an applied
+ * run the acceptance checks come first, then the outputs are looked at. */
+static void done(struct core *c, json_t *call)
+{
+	json_t *summary = json_object_get(call, "summary"), *task_evidence = NULL;
+	if (json_is_string(summary)) {
+		json_decref(c->summary);
+		c->summary = json_incref(summary);
+		attach_evidence(&task_evidence, "summary",
+		                evidence(c, json_string_value(summary), json_string_length(summary)));
+	}
+	const char *id = emit(c, "task", json_pack("{s:{s:s}}", "call", "tool", "done"), task_evidence, NULL, NULL);
+	json_array_append_new(c->loops[c->cur].entries, json_string(id));
+	if (!c->dry_run && c->m->n_acceptance) {
+		c->acceptance_rounds++;
+		ask_acceptance(c, 0, id, c->last_seq);
+		return;
+	}
+	outputs_check(c, id);
+}
+
+/* One acceptance check's answer: a verdict entry; the next check, the
+ * outputs (all passed), or the done refused - not a hard-tier failure -
+ * with the check's output handed to the model, and the run goes on. */
+static void acceptance_reply(struct core *c, json_t *reply)
+{
+	size_t i = c->pending.index;
+	double task_seq = c->pending.task_seq;
+	char task_id[sizeof c->pending.task_id];
+	memcpy(task_id, c->pending.task_id, sizeof task_id);
+	c->pending = (struct pending){0};
+	const struct acceptance_cmd *a = &c->m->acceptance[i];
+	json_t *run = json_object_get(reply, "run"), *exit_v = json_object_get(run, "exit");
+	int ran = json_is_true(json_object_get(reply, "pass"));
+	double exit_d = json_number_value(exit_v);
+	int pass = ran && json_is_number(exit_v) && exit_d == (double)a->exit;
+	const char *reason = json_string_value(json_object_get(reply, "reason"));
+	const char *result = json_string_value(json_object_get(reply, "result"));
+	if (!result)
+		result = reason ? reason : "no answer";
+	json_t *ev = NULL;
+	attach_evidence(&ev, "output", evidence(c, result, strlen(result)));
+	char exit_text[32];
+	snprintf(exit_text, sizeof exit_text, json_is_number(exit_v) ? "%.0f" : "none", exit_d);
+	if (!pass) {
+		/* What the model is told: which check, how it ended, its output. */
+		struct buf text = {0};
+		buf_printf(&text, "acceptance failed: %s: exit=%s (expected %d)\n%s", a->cmd, exit_text, a->exit, result);
+		attach_evidence(&ev, "message", tool_result(c, text.p));
+		buf_free(&text);
+		c->acceptance_passed = 0;
+	}
+	json_t *acc = json_pack("{s:I, s:s, s:O, s:i, s:b, s:b}", "index", (json_int_t)i, "cmd", a->cmd, "exit",
+	                        json_is_number(exit_v) ? exit_v : json_null(), "expected", a->exit, "pass", pass, "ran", ran);
+	json_t *verdict = json_pack("{s:s, s:b, s:s, s:o}", "tier", "acceptance", "pass", pass, "reason",
+	                            reason ? reason : "no answer", "acceptance", acc);
+	if (json_is_object(run))
+		json_object_set(verdict, "run", run);
+	emit(c, "verdict", verdict, ev, json_pack("[s]", task_id), NULL);
+	progress(c, "acceptance %s: %s, exit %s (expected %d)", a->cmd, pass ? "passed" : "failed", exit_text, a->exit);
+	json_decref(reply);
+	if (!pass)
+		return;
+	if (i + 1 < c->m->n_acceptance) {
+		ask_acceptance(c, i + 1, task_id, task_seq);
+		return;
+	}
+	c->acceptance_passed = 1;
+	outputs_check(c, task_id);
 }
 
 /* The outputs as the judge sees them, from the host's answer: each

@@ -56,6 +56,9 @@ struct exec_ctx {
 	int lease_ids;          /* 1: each sandbox leases host ids of its own */
 	unsigned ids_first, ids_last; /* from this range */
 	unsigned own_uid, own_gid;    /* else the contained program runs as these */
+	int acceptance;         /* this command is an acceptance check (§16): the
+	                         * declared outputs are staged too, nothing is
+	                         * copied back (set per request) */
 };
 
 /* The hard tier's view of the task at hand. */

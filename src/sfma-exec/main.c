@@ -324,7 +324,7 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	return r;
 }
 
-static void handle(const struct exec_ctx *c, const char *line, size_t len)
+static void handle(struct exec_ctx *c, const char *line, size_t len)
 {
 	struct sfma_err e;
 	json_t *req = ndjson_parse(line, len, &e);
@@ -358,8 +358,13 @@ static void handle(const struct exec_ctx *c, const char *line, size_t len)
 			do_read(&g, r);
 		else if (strcmp(tool, "write") == 0)
 			do_write(c, call, &g, r);
-		else if (strcmp(tool, "run") == 0)
+		else if (strcmp(tool, "run") == 0) {
+			/* {"acceptance":INDEX}: the manifest's acceptance check, run
+			 * over the workspace as it stands (sfma-exec(1)). */
+			c->acceptance = json_is_number(json_object_get(req, "acceptance"));
 			do_run(c, req, &g, r);
+			c->acceptance = 0;
+		}
 		else if (strcmp(tool, "notify") == 0)
 			do_message(c, call, req, r, "notify", "text");
 		else

@@ -206,6 +206,46 @@ static void copy_in_tree(struct copier *s, int src, int dst, const char *rel, in
 	closedir(d);
 }
 
+/* Stage one declared path (a file, or a directory's tree) into ws_fd. */
+static void stage_path(struct copier *s, const struct exec_ctx *c, int ws_fd, const char *rel, json_t *refused)
+{
+	/* No symlink anywhere along its path. */
+	int in = open_beneath(c->ws_fd, rel, O_RDONLY | O_NONBLOCK, 1);
+	if (in < 0) {
+		if (errno == ELOOP || errno == EXDEV)
+			refuse(refused, rel, "symlink refused while staging");
+		else if (errno != ENOENT) /* an absent input is simply not staged */
+			refuse(refused, rel, strerror(errno));
+		return;
+	}
+	struct stat sb;
+	if (fstat(in, &sb) < 0) {
+		fail(s);
+	} else if (S_ISDIR(sb.st_mode)) {
+		int dst = dir_walk_contained(s, ws_fd, rel);
+		if (dst < 0) {
+			fail(s);
+		} else {
+			copy_in_tree(s, in, dst, rel, 0);
+			close(dst);
+		}
+	} else if (S_ISREG(sb.st_mode)) {
+		char *dir = xstrdup(rel), *slash = strrchr(dir, '/');
+		const char *leaf = slash ? slash + 1 : rel;
+		int dst = slash ? (*slash = '\0', dir_walk_contained(s, ws_fd, dir)) : dup(ws_fd);
+		if (dst < 0)
+			fail(s);
+		else
+			copy_in_file(s, in, &sb, dst, leaf, rel);
+		if (dst >= 0)
+			close(dst);
+		free(dir);
+	} else {
+		refuse(refused, rel, "not a regular file or directory");
+	}
+	close(in);
+}
+
 int staging_fill(const struct exec_ctx *c, int ws_fd, unsigned uid, unsigned gid,
                  json_t *refused, const char **step)
 {
@@ -216,44 +256,11 @@ int staging_fill(const struct exec_ctx *c, int ws_fd, unsigned uid, unsigned gid
 		.gid = gid,
 	};
 	*step = "staging inputs";
-	for (size_t i = 0; i < c->m->n_inputs; i++) {
-		const char *rel = c->m->inputs[i];
-		/* No symlink anywhere along its path. */
-		int in = open_beneath(c->ws_fd, rel, O_RDONLY | O_NONBLOCK, 1);
-		if (in < 0) {
-			if (errno == ELOOP || errno == EXDEV)
-				refuse(refused, rel, "symlink refused while staging");
-			else if (errno != ENOENT) /* an absent input is simply not staged */
-				refuse(refused, rel, strerror(errno));
-			continue;
-		}
-		struct stat sb;
-		if (fstat(in, &sb) < 0) {
-			fail(&s);
-		} else if (S_ISDIR(sb.st_mode)) {
-			int dst = dir_walk_contained(&s, ws_fd, rel);
-			if (dst < 0) {
-				fail(&s);
-			} else {
-				copy_in_tree(&s, in, dst, rel, 0);
-				close(dst);
-			}
-		} else if (S_ISREG(sb.st_mode)) {
-			char *dir = xstrdup(rel), *slash = strrchr(dir, '/');
-			const char *leaf = slash ? slash + 1 : rel;
-			int dst = slash ? (*slash = '\0', dir_walk_contained(&s, ws_fd, dir)) : dup(ws_fd);
-			if (dst < 0)
-				fail(&s);
-			else
-				copy_in_file(&s, in, &sb, dst, leaf, rel);
-			if (dst >= 0)
-				close(dst);
-			free(dir);
-		} else {
-			refuse(refused, rel, "not a regular file or directory");
-		}
-		close(in);
-	}
+	for (size_t i = 0; i < c->m->n_inputs; i++)
+		stage_path(&s, c, ws_fd, c->m->inputs[i], refused);
+	/* An acceptance check sees the work as it stands: the outputs too. */
+	for (size_t i = 0; c->acceptance && i < c->m->n_outputs; i++)
+		stage_path(&s, c, ws_fd, c->m->outputs[i], refused);
 	/* The directories of declared outputs exist, so a command can write them. */
 	for (size_t i = 0; i < c->m->n_outputs; i++) {
 		char *dir = xstrdup(c->m->outputs[i]), *slash = strrchr(dir, '/');

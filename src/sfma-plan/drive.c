@@ -507,8 +507,8 @@ static void *finish_evidence(void *arg)
 static void summary_line(const struct drive *d)
 {
 	if (d->dry_run)
-		warning("dry run: nothing was applied (writes were recorded, commands not run); "
-		      "run again with --apply to apply");
+		warning("dry run: nothing was applied (writes were recorded, commands not run%s); "
+		        "run again with --apply to apply", d->m->n_acceptance ? ", acceptance checks not run" : "");
 	char verdict_uc[64];
 	size_t k = 0;
 	const char *v = core_verdict(d->core);

@@ -405,10 +405,48 @@ static void derived_members(json_t *reply, const json_t *call, const char *reaso
 	}
 }
 
+/* An acceptance check's answer (§16): the command's outcome as recorded
+ * on its verdict - whether it ran, its run facts, its output as sfma-exec
+ * returned it - with the gate decided again. */
+static void answer_acceptance(struct core *c, const json_t *req)
+{
+	json_t *e = verdict_entry("the acceptance check's verdict"), *d = data_of(e);
+	json_t *acc = json_object_get(d, "acceptance");
+	const char *reason = ndjson_str(d, "reason") ? ndjson_str(d, "reason") : "";
+	struct gate_pass g;
+	char *refusal = hardtier_gate(&S.gate, json_object_get(req, "call"), 0, &g);
+	gate_pass_free(&g);
+	json_t *reply = json_object();
+	if (json_is_object(json_object_get(d, "run")))
+		json_object_set(reply, "run", json_object_get(d, "run"));
+	if (refusal) {
+		refuse(reply, refusal);
+		free(refusal);
+	} else if (!json_is_true(json_object_get(acc, "ran"))) {
+		if (!host_refusal(reason)) {
+			json_decref(reply);
+			diverged(e, sx("refused: %s", reason), "pass (no host fact recorded refuses it)");
+		}
+		refuse(reply, reason);
+	} else {
+		size_t n;
+		char *out = needed_blob(e, "output", &n);
+		json_object_set_new(reply, "pass", json_true());
+		json_object_set_new(reply, "reason", json_string(reason));
+		json_object_set_new(reply, "result", utf8_json(out, n));
+		free(out);
+	}
+	core_exec_reply(c, reply);
+}
+
 void answer_exec(struct core *c, const json_t *req)
 {
 	if (no_answer(c))
 		return;
+	if (json_is_number(json_object_get(req, "acceptance"))) {
+		answer_acceptance(c, req);
+		return;
+	}
 	json_t *e = verdict_entry("the call's verdict"), *d = data_of(e), *call = json_object_get(req, "call");
 	const char *tool = ndjson_str(call, "tool");
 	int pass = json_is_true(json_object_get(d, "pass"));
