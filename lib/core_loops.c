@@ -589,6 +589,13 @@ static void send_requests(struct core *c, const struct core_facts *f)
 	}
 	if ((!wanting && !judges) || stops(c, f))
 		return;
+	/* The cost ceiling (§17): no request starts once the calls so far
+	 * have cost it (a price unknown is refused by the manifest). */
+	if (c->m->max_cost_usd > 0 && c->usage.cost_usd >= c->m->max_cost_usd) {
+		end_halted(c, "halted-budget", "maxCostUsd", "maxCostUsd (%g) reached: %.6f USD spent", c->m->max_cost_usd,
+		           c->usage.cost_usd);
+		return;
+	}
 	/* PIPELINE.md: at most maxLoops + softCalls requests in flight */
 	long limit = c->n_loops + c->m->tuning.soft_calls, out = c->work_in_flight + (c->criteria_id != 0);
 	for (int k = 0; k < c->n_loops; k++)
