@@ -41,7 +41,7 @@
 #include "sha.h"
 #include "soft.h"
 
-static const char usage_text[] = "usage: sfma-replay WORKSPACE | RESULT.json\n"
+static const char usage_text[] = "usage: sfma-replay [--run N] WORKSPACE | RESULT.json\n"
                                  "       sfma-replay --version | --help\n";
 
 /* Where one run ended: an interrupted run's record names one such
@@ -65,6 +65,7 @@ static struct {
 	int last_cut;               /* the last run ended before its close */
 	struct boundary *ends;
 	size_t n_ends;
+	size_t evidence_before;     /* entries with evidence before the run */
 	pid_t verify_pid;
 	int verify_fd;
 } R = {.sfma_fd = -1, .verify_pid = -1, .verify_fd = -1};
@@ -559,8 +560,45 @@ static void evidence_first(void)
 			return;
 		json_t *after = peek_at(i + 1);
 		if (!after || strcmp(kind_of(after), "call") != 0)
-			incomplete("seq %lld (call): no evidence.message (a record made before evidence existed)", seq_of(e));
+			evidence_lost(e, "message");
 	}
+}
+
+/* A run whose evidence stops part way could not store it (a full disk):
+ * the planner then writes its entries without references, fails the run
+ * and says why in its result - or the trace failed too, and the run was
+ * cut short. The rest of the run is read to tell which; a run with no
+ * evidence before this entry was made before evidence existed. */
+_Noreturn void evidence_lost(const json_t *e, const char *member)
+{
+	long run = R.runs + 1;
+	long long seq = seq_of(e);
+	char kind[64], cause[400] = "";
+	snprintf(kind, sizeof kind, "%s", kind_of(e));
+	const char *m = sx("%s", member);
+	int had = trace_evidence_count() > R.evidence_before, resulted = 0;
+	long long cause_seq = -1;
+	/* Only read: the record is checked whole by sfma-verify all the same. */
+	while (peek() && !run_ended()) {
+		json_t *x = next();
+		const char *err = is_result(x, "error") ? ndjson_str(data_of(x), "error") : NULL;
+		resulted |= strcmp(kind_of(x), "result") == 0;
+		if (err && strncmp(err, "evidence", 8) == 0) {
+			cause_seq = seq_of(x);
+			snprintf(cause, sizeof cause, "%s", err);
+		}
+	}
+	const char *then = peek() ? sx("; --run %ld replays the next run", run + 1) : "";
+	if (cause_seq >= 0)
+		incomplete("run %ld, seq %lld (%s): no evidence.%s: the run could not store its evidence (seq %lld: %.300s)%s",
+		           run, seq, kind, m, cause_seq, cause, then);
+	if (had && !resulted)
+		incomplete("run %ld, seq %lld (%s): no evidence.%s: the run's evidence stops here and the run was cut short "
+		           "(it could not store more)%s", run, seq, kind, m, then);
+	if (had)
+		incomplete("run %ld, seq %lld (%s): no evidence.%s, where the run's earlier entries have theirs%s", run, seq,
+		           kind, m, then);
+	incomplete("seq %lld (%s): no evidence.%s (a record made before evidence existed)", seq, kind, m);
 }
 
 static void replay_run(void)
@@ -570,6 +608,7 @@ static void replay_run(void)
 			interrupted();
 		else
 			next();
+	R.evidence_before = trace_evidence_count();
 	evidence_first();
 	json_t *anchor = peek(), *life = peek_at(1);
 	if (!anchor || strcmp(kind_of(anchor), "clock-anchor") != 0)
@@ -612,6 +651,50 @@ static void replay_run(void)
 	R.runs++;
 	if (last_consumed())
 		note_boundary(last_consumed());
+}
+
+/* A run not chosen with --run: read past, its end noted (an interrupted
+ * run's record may name it) and its adopted candidate kept (a pinned run
+ * starts with it), nothing derived. */
+static void skip_run(void)
+{
+	for (json_t *e; (e = peek()) && between_runs(e);)
+		if (is_result(e, "interrupted"))
+			interrupted();
+		else
+			next();
+	json_t *life = peek_at(1);
+	const char *to = life ? ndjson_str(data_of(life), "to") : NULL;
+	int pinned = to && strcmp(to, "pinned-replay") == 0;
+	if (!next())
+		return;
+	while (!run_ended()) {
+		json_t *e = next();
+		if (!pinned && strcmp(kind_of(e), "candidate") == 0) {
+			json_decref(R.last_candidate);
+			R.last_candidate = json_deep_copy(data_of(e));
+		}
+	}
+	R.runs++;
+	note_boundary(last_consumed());
+}
+
+/* The runs in the trace, for a --run counted from the end: read through
+ * once, then from the start again. */
+static long count_runs(void)
+{
+	while (peek())
+		skip_run();
+	long n = R.runs;
+	trace_close();
+	trace_open(R.sfma_fd);
+	R.runs = 0;
+	free(R.ends);
+	R.ends = NULL;
+	R.n_ends = 0;
+	json_decref(R.last_candidate);
+	R.last_candidate = NULL;
+	return n;
 }
 
 /* ---- the record ------------------------------------------------------------- */
@@ -728,16 +811,24 @@ int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
 	static const struct option longopts[] = {
-		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
+		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
+		{"run", required_argument, NULL, 'r'}, {NULL, 0, NULL, 0},
 	};
 	opterr = 0;
 	int c;
+	long want = 0; /* the one run to replay: 1 the first, -1 the last; 0 all */
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		if (c == 'h')
 			cli_help(usage_text);
 		else if (c == 'V')
 			cli_version();
-		else
+		else if (c == 'r') {
+			char *end;
+			errno = 0;
+			want = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || want == 0)
+				cli_usage_error(usage_text, "--run: a run number (1 the first, -1 the last)");
+		} else
 			cli_bad_option(usage_text, c, argv);
 	}
 	if (argc - optind != 1)
@@ -750,13 +841,30 @@ int main(int argc, char **argv)
 	open_empty_workspace();
 	if (!peek())
 		incomplete("the trace is empty");
+	long chosen = want;
+	if (want < 0) {
+		long total = count_runs();
+		chosen = total + 1 + want;
+		if (chosen < 1)
+			incomplete("no run %ld: the trace holds %ld", want, total);
+	}
 	while (peek())
-		replay_run();
-	check_record();
+		if (!chosen || R.runs + 1 == chosen)
+			replay_run();
+		else
+			skip_run();
+	if (chosen > R.runs)
+		incomplete("no run %ld: the trace holds %ld", chosen, R.runs);
+	/* The record is the last run's. */
+	if (!chosen || chosen == R.runs)
+		check_record();
 	size_t n = trace_count();
 	replay_gate = NULL;
 	verify_wait();
 	cleanup();
-	printf("REPLAY_OK runs=%ld entries=%zu\n", R.runs, n);
+	if (chosen)
+		printf("REPLAY_OK run=%ld runs=%ld entries=%zu\n", chosen, R.runs, n);
+	else
+		printf("REPLAY_OK runs=%ld entries=%zu\n", R.runs, n);
 	return 0;
 }

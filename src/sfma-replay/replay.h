@@ -36,8 +36,9 @@ json_t *peek(void);
 json_t *next(void);
 /* The entry consumed last, or NULL. */
 json_t *last_consumed(void);
-/* Entries consumed so far. */
+/* Entries consumed so far, and how many of them carry evidence. */
 size_t trace_count(void);
+size_t trace_evidence_count(void);
 void trace_close(void);
 
 long long seq_of(const json_t *e);
@@ -54,6 +55,11 @@ _Noreturn void diverged(const json_t *e, const char *has, const char *derives);
  * exit: a verdict line frees nothing it needs). */
 const char *sx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void incomplete(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Entry e has no evidence[member] where the code derives one (main.c):
+ * incomplete, saying why - the run could not store its evidence (its
+ * result says so, and a later run may still be replayed with --run), or
+ * a record made before evidence existed. */
+_Noreturn void evidence_lost(const json_t *e, const char *member);
 /* What the replay frees after any verdict line, and what it waits for
  * before one (set by main.c). */
 extern void (*replay_cleanup)(void);

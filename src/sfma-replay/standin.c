@@ -53,8 +53,7 @@ static char *needed_blob(const json_t *e, const char *member, size_t *n)
 {
 	char *data = blob_of(e, member, n);
 	if (!data)
-		incomplete("seq %lld (%s): no evidence.%s (a record made before evidence existed)", seq_of(e),
-		           kind_of(e), member);
+		evidence_lost(e, member);
 	return data;
 }
 

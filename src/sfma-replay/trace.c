@@ -38,6 +38,7 @@ static struct {
 	size_t head, n, cap, bytes;
 	json_t *last;              /* the entry last consumed */
 	size_t consumed;
+	size_t with_evidence;      /* of those, the ones with evidence */
 } T = {.fd = -1};
 
 void trace_open(int sfma_fd)
@@ -68,7 +69,8 @@ void trace_close(void)
 	T.q = NULL;
 	T.len = NULL;
 	T.last = NULL;
-	T.head = T.n = T.cap = 0;
+	T.head = T.n = T.cap = T.bytes = T.consumed = T.with_evidence = 0;
+	T.eof = 0;
 	T.fd = -1;
 }
 
@@ -143,6 +145,7 @@ json_t *next(void)
 	T.bytes -= T.len[T.head];
 	T.head++;
 	T.consumed++;
+	T.with_evidence += json_object_get(e, EVIDENCE_MEMBER) != NULL;
 	return e;
 }
 
@@ -154,6 +157,11 @@ json_t *last_consumed(void)
 size_t trace_count(void)
 {
 	return T.consumed;
+}
+
+size_t trace_evidence_count(void)
+{
+	return T.with_evidence;
 }
 
 /* ---- entries -------------------------------------------------------------- */
@@ -386,6 +394,11 @@ void expect_event(const json_t *ev, const char *id)
 		diverged(e, a, b);
 	}
 	json_t *has_ev = json_object_get(e, EVIDENCE_MEMBER), *want_ev = json_object_get(ev, EVIDENCE_MEMBER);
+	const char *key;
+	json_t *v;
+	json_object_foreach(want_ev, key, v)
+		if (!json_object_get(has_ev, key))
+			evidence_lost(e, key);
 	json_t *empty = json_object();
 	int differs = evidence_differs(has_ev ? has_ev : empty, want_ev ? want_ev : empty, a, b, sizeof a);
 	json_decref(empty);
