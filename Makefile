@@ -7,7 +7,8 @@
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
-#   make deps            install missing Debian packages (as root)
+#   make deps            install missing Debian packages (as root), and the
+#                        test suite's npm packages (tests/package-lock.json)
 #   make install PREFIX=/usr/local DESTDIR=   (make uninstall: the same files removed)
 
 VERSION  := 0.3.0
@@ -24,7 +25,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-export
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -43,11 +44,12 @@ CURL_SONAME := $(shell readelf -d "$$($(CC) -print-file-name=libcurl.so)" 2>/dev
                  sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
 CPPFLAGS += $(if $(CURL_SONAME),-DSFMA_CURL_SONAME='"$(CURL_SONAME)"')
 LIBS_sfma-telegram := -lcurl
+LIBS_sfma-export   := -lcurl
 LIBS_sfma-exec     := -lseccomp
 
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
-                bubblewrap util-linux valgrind python3 procps nodejs chromium \
+                bubblewrap util-linux valgrind python3 python3-yaml procps nodejs chromium \
                 libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
 
 .DELETE_ON_ERROR:
@@ -105,7 +107,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
@@ -181,6 +183,10 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
+	@# Libraries that are not ours, which the tests check output with
+	@# (protobufjs for sfma export), at the versions the lock file pins.
+	@command -v npm >/dev/null || { echo "deps: npm is missing (it comes with nodejs)" >&2; exit 1; }
+	npm ci --prefix tests --no-audit --no-fund --loglevel=error
 
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
