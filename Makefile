@@ -7,8 +7,8 @@
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
 #   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
 #   make lint-man        mandoc -Tlint over every man page
-#   make deps            install missing Debian packages (as root), and the
-#                        test suite's npm packages (tests/package-lock.json)
+#   make deps            install missing Debian packages (as root), then test-deps
+#   make test-deps       the test suite's npm packages, as tests/package-lock.json pins them
 #   make install PREFIX=/usr/local DESTDIR=   (make uninstall: the same files removed)
 
 VERSION  := 0.3.0
@@ -29,6 +29,9 @@ PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
+
+# The test suite's npm packages, installed (test-deps, below).
+TEST_NODE := tests/node_modules/.package-lock.json
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
@@ -53,7 +56,7 @@ DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-sanitize check-valgrind bench lint-man deps install uninstall clean
+.PHONY: all check check-sanitize check-valgrind bench lint-man deps test-deps install uninstall clean
 
 all: $(BINS)
 
@@ -81,13 +84,13 @@ $(BINDIR)/%: $$(call prog_objs,$$*) $(LIBA)
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 # The suite's directories are kept until every honest record it made has
 # replayed (tests/replay-sweep.sh).
-check: all
+check: all $(TEST_NODE)
 	sh tests/lint.sh
 	$(MAKE) --no-print-directory fuzz-regress
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/suite.sh tests
 
 # The whole suite against an ASan+UBSan build kept apart from bin/.
-check-sanitize:
+check-sanitize: $(TEST_NODE)
 	sh tests/lint.sh
 	$(MAKE) BUILD=$(BUILD)/san BINDIR=$(BUILD)/san/bin CC=clang \
 	        CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" all
@@ -183,10 +186,18 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
-	@# Libraries that are not ours, which the tests check output with
-	@# (protobufjs for sfma export), at the versions the lock file pins.
-	@command -v npm >/dev/null || { echo "deps: npm is missing (it comes with nodejs)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory test-deps
+
+# Libraries that are not ours, which the tests check output with
+# (protobufjs for sfma export), at the versions the lock file pins, in
+# tests/node_modules: installed again when the lock changes, and by
+# `make check` in a clone that has none yet (npm ci needs the registry).
+$(TEST_NODE): tests/package.json tests/package-lock.json
+	@command -v npm >/dev/null || { echo "test-deps: npm is missing (it comes with nodejs)" >&2; exit 1; }
 	npm ci --prefix tests --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test-deps: $(TEST_NODE)
 
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)

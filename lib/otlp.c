@@ -32,6 +32,10 @@ enum { STATUS_UNSET = 0, STATUS_OK = 1, STATUS_ERROR = 2 };
 #define DURATION_MS_MAX 86400000.0
 #define NS_MAX 9223372036854775807ull
 #define COUNT_MAX 1e15
+/* A run has at most maxLoops (16) loops; past this many distinct numbers
+ * in one run (a hostile trace) an entry's loop is the run's, so that the
+ * lookup stays cheap. */
+#define LOOPS_MAX 64
 
 /* ---- values ---------------------------------------------------------------- */
 
@@ -521,6 +525,19 @@ static long parent_of(struct otlp_ws *w, long loop, struct pos at)
 	if (loop <= 0)
 		return 0;
 	return loop_state(w, loop, at)->span;
+}
+
+/* The loop an entry counts under: its own (1 or more), or 0, the run's -
+ * also for a new number past LOOPS_MAX of them. */
+static long entry_loop(const struct run *r, const json_t *entry)
+{
+	long long l;
+	if (!int_in(json_object_get(entry, "loop"), 1, 2147483647.0, &l))
+		return 0;
+	for (size_t i = 0; i < r->nloops; i++)
+		if (r->loops[i].loop == l)
+			return (long)l;
+	return r->nloops < LOOPS_MAX ? (long)l : 0;
 }
 
 /* What every span and event made of an entry carries. */
@@ -1110,7 +1127,7 @@ static void on_anchor(struct run *r, const json_t *data)
 {
 	double ms;
 	/* 0 is OTLP's "unknown time": an anchor at the epoch tells none */
-	if (!num_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &ms) || ms <= 0)
+	if (!num_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &ms) || ms <= 0 || r->nan >= UINT32_MAX)
 		return;
 	/* in integers: ms * 1e6 as a double would lose the low digits */
 	double whole = floor(ms);
@@ -1182,12 +1199,6 @@ void otlp_run_begin(struct otlp_ws *w, long run_no)
 	new_span(r, -1, KIND_INTERNAL, none, (struct pos){0, 0});
 }
 
-static long entry_loop(const json_t *entry)
-{
-	long long l;
-	return int_in(json_object_get(entry, "loop"), 1, 2147483647.0, &l) ? (long)l : 0;
-}
-
 void otlp_run_line(struct otlp_ws *w, const char *line, size_t len, uint64_t line_no)
 {
 	struct run *r = w->r;
@@ -1221,7 +1232,7 @@ void otlp_run_line(struct otlp_ws *w, const char *line, size_t len, uint64_t lin
 	json_t *empty = data ? NULL : json_object();
 	if (!data)
 		data = empty;
-	long loop = entry_loop(entry);
+	long loop = entry_loop(r, entry);
 	r->entry = entry;
 	r->line_no = line_no;
 	if (str_is(kind, "clock-anchor"))
