@@ -1522,8 +1522,9 @@ json_t *otlp_ws_finish(struct otlp_ws *w, size_t *spans, size_t *traces)
 	set_cstr(res, "service.name", "sfma");
 	set_str(res, "service.version", json_object_get(w->record, "runnerVersion"));
 	set_cstr(res, "sfma.semconv.version", OTLP_SEMCONV_VERSION);
-	if (w->o.workspace)
-		set_cstr(res, "sfma.workspace", w->o.workspace);
+	if (w->o.workspace) /* a path is bytes; JSON text is UTF-8 */
+		set_av(res, "sfma.workspace", json_pack("{s:o}", "stringValue",
+		                                         utf8_json(w->o.workspace, strlen(w->o.workspace))));
 	set_str(res, "sfma.manifest.name", json_object_get(w->manifest, "name"));
 	const json_t *in = json_object_get(w->record, "integrity");
 	set_str(res, "sfma.manifest.sha256", json_object_get(in, "manifestSha256"));

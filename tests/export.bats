@@ -512,3 +512,11 @@ es.insert(7, {"kind": "lifecycle", "data": {"from": None, "to": "probation", "tr
 	conforms e.json.decoded
 	jq -e "$SPANS"' | (.[0].end | tonumber) >= (.[0].start | tonumber) and (map(select(.name | test("wr\u0000ite"))) | length == 1)' e.json.decoded
 }
+
+@test "a workspace named with bytes that are not UTF-8 is named with U+FFFD in their place" {
+	hello
+	mkdir "$(printf 'w\377')" && cp -a ws "$(printf 'w\377')/ws"
+	sfma export --otlp "$(printf 'w\377')/ws" >e.json
+	decode e.json
+	jq -e '.resourceSpans[0].resource.attributes | map(select(.key == "sfma.workspace"))[0].value.stringValue == "w\ufffd/ws"' e.json.decoded
+}
