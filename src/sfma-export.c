@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -127,13 +128,34 @@ static void feed_run(struct otlp_ws *w, const char *ws, int fd, const struct rv_
 	lr_free(&lr);
 }
 
-/* One workspace as a ResourceSpans; adds its spans and traces. */
-static json_t *export_workspace(const char *ws, const struct opts *o, size_t *spans, size_t *traces)
+/* The workspaces exported so far, by their .sfma directory: a workspace
+ * named twice (two manifests of a batch on one workspace, a path and a
+ * link to it) is exported once, or its spans would go out twice. */
+struct seen {
+	dev_t dev;
+	ino_t ino;
+	const char *as;
+};
+
+/* One workspace as a ResourceSpans; adds its spans and traces. NULL for
+ * one already exported. */
+static json_t *export_workspace(const char *ws, const struct opts *o, struct seen *seen, size_t *nseen,
+                                size_t *spans, size_t *traces)
 {
 	struct sfma_err e;
 	int dfd = rv_open_sfma(ws, &e);
 	if (dfd < 0)
 		die("%s", e.text);
+	struct stat st;
+	if (fstat(dfd, &st) < 0)
+		die("%s/.sfma: %s", ws, strerror(errno));
+	for (size_t i = 0; i < *nseen; i++)
+		if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino) {
+			warning("%s: the same workspace as %s, exported once", ws, seen[i].as);
+			close(dfd);
+			return NULL;
+		}
+	seen[(*nseen)++] = (struct seen){st.st_dev, st.st_ino, ws};
 	int fd = rv_open_trace(dfd, &e);
 	if (fd < 0)
 		die("%s/.sfma/%s", ws, e.text);
@@ -469,9 +491,15 @@ int main(int argc, char **argv)
 
 	/* Every workspace first: one request, all of it or nothing. */
 	json_t *all = json_array();
-	size_t spans = 0, traces = 0;
-	for (int i = optind; i < argc; i++)
-		json_array_append_new(all, export_workspace(argv[i], &o, &spans, &traces));
+	size_t spans = 0, traces = 0, nseen = 0;
+	struct seen *seen = xcalloc((size_t)(argc - optind), sizeof *seen);
+	for (int i = optind; i < argc; i++) {
+		json_t *rs = export_workspace(argv[i], &o, seen, &nseen, &spans, &traces);
+		if (rs)
+			json_array_append_new(all, rs);
+	}
+	free(seen);
+	size_t workspaces = json_array_size(all);
 	json_t *req = otlp_request(all);
 	struct buf body = {0};
 	struct sfma_err e;
@@ -482,7 +510,7 @@ int main(int argc, char **argv)
 		if (body.len > REQUEST_MAX)
 			die("the export is %zu bytes, more than the %u an OTLP request may carry: export fewer "
 			    "workspaces at once, or one run (--run)", body.len, REQUEST_MAX);
-		post(url, &body, spans, traces, (size_t)(argc - optind));
+		post(url, &body, spans, traces, workspaces);
 	} else {
 		buf_addc(&body, '\n');
 		if (fwrite(body.p, 1, body.len, stdout) != body.len || fflush(stdout) != 0)

@@ -434,6 +434,12 @@ collector() {
 	decode e.json
 	jq -e '.resourceSpans | length == 2 and (map(.resource.attributes | map(select(.key == "sfma.workspace"))[0].value.stringValue) == ["alpha/ws","beta/ws"])' e.json.decoded
 	jq -e "$SPANS"' | map(select(.a["sfma.run"] != null) | .name) == ["invoke_agent alpha","invoke_agent beta"]' e.json.decoded
+	# a workspace named twice (a path, another path or a link to it) goes out once
+	ln -s alpha al
+	run --separate-stderr sfma export --otlp alpha/ws ./alpha/ws beta/ws al/ws
+	[ "$status" -eq 0 ]
+	[ "$stderr" = "$(printf 'sfma-export: ./alpha/ws: the same workspace as alpha/ws, exported once\nsfma-export: al/ws: the same workspace as alpha/ws, exported once')" ]
+	jq -e '.resourceSpans | length == 2' <<<"$output"
 	# all of it or nothing: one workspace that cannot be read, nothing printed
 	run --separate-stderr sfma export --otlp alpha/ws missing/ws
 	[ "$status" -eq 1 ] && [ -z "$output" ] && [[ "$stderr" == "sfma-export: missing/ws: No such file or directory" ]]
