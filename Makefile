@@ -26,10 +26,13 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check sfma-export
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
+
+# The test suite's npm packages, installed (test-deps, below).
+TEST_NODE := tests/node_modules/.package-lock.json
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
@@ -45,6 +48,7 @@ CURL_SONAME := $(shell readelf -d "$$($(CC) -print-file-name=libcurl.so)" 2>/dev
                  sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
 CPPFLAGS += $(if $(CURL_SONAME),-DSFMA_CURL_SONAME='"$(CURL_SONAME)"')
 LIBS_sfma-telegram := -lcurl
+LIBS_sfma-export   := -lcurl
 LIBS_sfma-exec     := -lseccomp
 
 # What building and running need (jq: the examples' scripts)...
@@ -57,7 +61,7 @@ DEB_PACKAGES := build-essential libjansson-dev libssl-dev openssl \
 # rendering, Slurm for the batch example, bubblewrap for the sandbox
 # benchmark.
 TEST_DEB_PACKAGES := clang libclang-rt-14-dev bats mandoc bubblewrap util-linux valgrind \
-                     python3 procps nodejs chromium slurmctld slurmd slurm-client munge \
+                     python3 python3-yaml procps nodejs chromium slurmctld slurmd slurm-client munge \
                      parallel strace
 SCHEMA := schema/sfma-manifest.schema.json
 
@@ -90,13 +94,13 @@ $(BINDIR)/%: $$(call prog_objs,$$*) $(LIBA)
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 # The suite's directories are kept until every honest record it made has
 # replayed (tests/replay-sweep.sh).
-check: all
+check: all $(TEST_NODE)
 	sh tests/lint.sh
 	$(MAKE) --no-print-directory fuzz-regress
 	SFMA_BINDIR=$(abspath $(BINDIR)) sh tests/suite.sh tests
 
 # The whole suite against an ASan+UBSan build kept apart from bin/.
-check-sanitize:
+check-sanitize: $(TEST_NODE)
 	sh tests/lint.sh
 	$(MAKE) BUILD=$(BUILD)/san BINDIR=$(BUILD)/san/bin CC=clang \
 	        CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" all
@@ -116,7 +120,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
@@ -200,12 +204,21 @@ deps:
 	@$(call install-debs,$(DEB_PACKAGES),deps)
 
 # npm comes with some builds of nodejs; Debian's own nodejs needs the npm
-# package beside it. The validator the tests use (ajv) is installed into
-# tests/node_modules exactly as tests/package-lock.json pins it.
+# package beside it.
 test-deps: deps
 	@$(call install-debs,$(TEST_DEB_PACKAGES),test-deps)
 	@command -v npm >/dev/null || { $(call install-debs,npm,test-deps); }
-	cd tests && npm ci --no-audit --no-fund
+	@$(MAKE) --no-print-directory $(TEST_NODE)
+
+# Libraries that are not ours, which the tests check sfma's output with
+# (ajv for the manifest schema, protobufjs for sfma export), at the
+# versions tests/package-lock.json pins, in tests/node_modules: installed
+# again when the lock changes, and by `make check` in a clone that has
+# none yet (npm ci needs the registry).
+$(TEST_NODE): tests/package.json tests/package-lock.json
+	@command -v npm >/dev/null || { echo "test-deps: npm is missing (make test-deps installs it)" >&2; exit 1; }
+	npm ci --prefix tests --no-audit --no-fund --loglevel=error
+	@touch $@
 
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)

@@ -92,6 +92,17 @@ check sfma-log sh -c "$vg $bin/sfma-log ws >/dev/null && $vg $bin/sfma-log --jso
 check sfma-replay sh -c "$vg $bin/sfma-replay ws | grep -q '^REPLAY_OK '"
 check sfma-report sh -c "$vg $bin/sfma-report -o report.html ws && grep -q AUDIT_OK report.html"
 check sfma-summary sh -c "$vg $bin/sfma-summary ws | grep -q ' verified signature=' && { $vg $bin/sfma-summary --json ws missing; [ \$? -eq 1 ]; }"
+# sfma-export: a run (with its evidence as content) and the earlier
+# runner's record, printed; then sent to a collector stand-in (libcurl).
+check sfma-export sh -c "$vg $bin/sfma-export --otlp --content ws $interop/multirun/ws >export.json &&
+	jq -e '.resourceSpans | length == 2' export.json >/dev/null"
+mkdir col
+python3 "$tests/otlp-collector.py" col >/dev/null 2>&1 &
+collector=$!
+for _ in $(seq 200); do [ -s col/port ] && break; sleep 0.05; done
+check sfma-export-post sh -c "OTEL_EXPORTER_OTLP_HEADERS='k=v%20w' $vg $bin/sfma-export --otlp --endpoint http://127.0.0.1:$(cat col/port) ws |
+	grep -q '^EXPORT_OK ' && jq -e '.headers.k == \"v w\"' col/req-1.json >/dev/null"
+kill "$collector"; wait "$collector" 2>/dev/null || true
 # Again on the store the first run left (read and checked before git
 # runs), then on one whose configuration names a filter: refused.
 plan_run sfma-plan-run-store 0

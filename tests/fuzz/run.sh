@@ -26,7 +26,7 @@ max_len() {
 	canon | reply) echo 4096 ;;
 	line_reader | manifest | providers) echo 8192 ;;
 	chain) echo 8192 ;;
-	runview) echo 8192 ;;
+	runview | otlp) echo 8192 ;;
 	*) echo 4096 ;;
 	esac
 }
