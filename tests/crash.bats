@@ -598,6 +598,68 @@ verify_says() {
 	grep -q '^AUDIT_OK ' verify3.out
 }
 
+@test "evidence on a full disk while the trace goes on: the run fails and seals, the replay names why and --run replays the next" {
+	require unshare
+	outs=$(printf '"o%d.txt",' $(seq 24))
+	jq -n --argjson outs "[${outs%,}]" '{name:"full",workspace:"ws",modelEndpoints:[{name:"mock",provider:"mock",model:"m"}],
+		allowedCommands:["sleep"],inputs:[],outputs:$outs,maxTurns:40,maxSeconds:300,dryRunDefault:false}' > m.json
+	content=$(head -c 4000 /dev/zero | tr '\0' a)
+	writes=$(for i in $(seq 24); do printf '{"tool":"write","path":"o%d.txt","content":"%s%d"},' "$i" "$content" "$i"; done)
+	SFMA_MOCK="[$CAND,$DONE]" sfma run m.json > run1.out 2>&1 || true
+	# Only .sfma/evidence is on the small disk (a tmpfs in a private mount
+	# namespace, mount_namespaces(7)): the trace and the seal go on. What
+	# the disk took is copied back before it goes with the namespace, as
+	# the files of a disk that filled stay on it.
+	export FILL="[$CAND,${writes%,},$DONE]"
+	run unshare -m --propagation private bash -c '
+		mount -t tmpfs -o size=64k tmpfs ws/.sfma/evidence || exit 99
+		sfma run m.json > run2.out 2> run2.err; echo $? > run2.status
+		mkdir kept && cp -a ws/.sfma/evidence/. kept/ && umount ws/.sfma/evidence && cp -a kept/. ws/.sfma/evidence/
+	' </dev/null
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	export -n FILL
+	# the run fails, says why once, and is sealed
+	[ "$(cat run2.status)" -eq 1 ] || { cat run2.out run2.err; return 1; }
+	grep -q '^FAILED ' run2.out
+	grep -q '^sfma-plan: failed: evidence[ :].*No space left on device$' run2.err || { cat run2.err; return 1; }
+	! grep -q 'evidence: evidence' run2.err || { cat run2.err; return 1; }
+	# a run after it on the freed disk (it fails: not every output is there)
+	SFMA_MOCK="[$CAND,$DONE]" sfma run m.json > run3.out 2>&1 || true
+	grep -q ' record=ws/.sfma/result.json$' run3.out || { cat run3.out; return 1; }
+	run sfma verify ws
+	[ "$status" -eq 0 ] && [[ "$output" == AUDIT_OK* ]] || { echo "$output"; return 1; }
+	# The whole trace cannot be derived again: run 2 lost its evidence. The
+	# replay says so, with the seq of the result that said why, and how to
+	# replay the run after it - not that the record is older than evidence.
+	run sfma replay ws
+	[ "$status" -eq 1 ] || { echo "$output"; return 1; }
+	[[ "$output" =~ ^REPLAY_INCOMPLETE:\ run\ 2,\ seq\ [0-9]+\ \([a-z-]+\):\ no\ evidence\.[a-z0-9]+:\ the\ run\ could\ not\ store\ its\ evidence\ \(seq\ ([0-9]+):\ evidence[\ :].*No\ space\ left\ on\ device\)\;\ --run\ 3\ replays\ the\ next\ run$ ]] ||
+		{ echo "$output"; return 1; }
+	jq -s -e --argjson s "${BASH_REMATCH[1]}" 'map(select(.seq == $s)) | length == 1 and .[0].kind == "result" and (.[0].data.error | test("No space left"))' \
+		ws/.sfma/trace.jsonl > /dev/null
+	# one run, counted from either end; the record's is checked with the last
+	run sfma replay --run 3 ws
+	[ "$status" -eq 0 ] && [ "$output" = "REPLAY_OK run=3 runs=3 entries=$(wc -l < ws/.sfma/trace.jsonl)" ] || { echo "$output"; return 1; }
+	run sfma replay --run -1 ws
+	[ "$output" = "REPLAY_OK run=3 runs=3 entries=$(wc -l < ws/.sfma/trace.jsonl)" ] || { echo "$output"; return 1; }
+	run sfma replay --run=1 ws
+	[ "$status" -eq 0 ] && [[ "$output" == "REPLAY_OK run=1 runs=3 "* ]] || { echo "$output"; return 1; }
+	run sfma replay --run -3 ws
+	[ "$status" -eq 0 ] && [[ "$output" == "REPLAY_OK run=1 runs=3 "* ]] || { echo "$output"; return 1; }
+	run sfma replay --run 2 ws
+	[ "$status" -eq 1 ] && [[ "$output" == "REPLAY_INCOMPLETE: run 2, seq "* ]] || { echo "$output"; return 1; }
+	run sfma replay --run 4 ws
+	[ "$status" -eq 1 ] && [ "$output" = "REPLAY_INCOMPLETE: no run 4: the trace holds 3" ] || { echo "$output"; return 1; }
+	run sfma replay --run -4 ws
+	[ "$status" -eq 1 ] && [ "$output" = "REPLAY_INCOMPLETE: no run -4: the trace holds 3" ] || { echo "$output"; return 1; }
+	for bad in 0 x 1x ''; do
+		run sfma replay --run "$bad" ws
+		[ "$status" -eq 2 ] && [[ "$output" == *"--run: a run number (1 the first, -1 the last)"* ]] || { echo "$bad: $output"; return 1; }
+	done
+	# not one for tests/replay-sweep.sh, which replays whole records
+	tampered ws
+}
+
 # tests/fuzz/sudden-death.sh: a random stage SIGKILLed at a random moment,
 # then a run that ends normally on the same workspace; a fixed seed here,
 # a random one in `make fuzz`.

@@ -110,6 +110,13 @@ static void note_failure(struct drive *d, const char *fmt, ...)
 	progress(d, d->failure);
 }
 
+/* The evidence store's messages mostly name it already ("evidence ..."):
+ * the prefix the others need, so that none says it twice. */
+static const char *evidence_prefix(const char *text)
+{
+	return strncmp(text, "evidence", 8) == 0 ? "" : "evidence: ";
+}
+
 /* ---- carrying out the core's effects ------------------------------------- */
 
 static void store_blob(struct drive *d, const struct core_fx *fx)
@@ -127,8 +134,7 @@ static void store_blob(struct drive *d, const struct core_fx *fx)
 	else
 		ref = evidence_put_nosync(d->evidence, fx->data, fx->n, &e); /* synced by the tracer */
 	if (!ref) {
-		/* the store's messages name it already ("evidence ...") */
-		note_failure(d, "%s%s", strncmp(e.text, "evidence", 8) == 0 ? "" : "evidence: ", e.text);
+		note_failure(d, "%s%s", evidence_prefix(e.text), e.text);
 		d->blob_failed = 1;
 	}
 	json_decref(ref);
@@ -150,7 +156,7 @@ static void append(struct drive *d, const struct core_fx *fx)
 	}
 	const char *sync = tracer_sync_failure();
 	if (sync)
-		note_failure(d, "%s%s", strncmp(sync, "evidence", 8) == 0 ? "" : "evidence: ", sync);
+		note_failure(d, "%s%s", evidence_prefix(sync), sync);
 }
 
 /* One request to the exec stage, answered by the run's deadline (plus a
@@ -426,7 +432,8 @@ static void remember(struct drive *d, int *certified, int *demoted)
 	char mem_path[PATH_MAX];
 	struct sfma_err e;
 	if (memory_save(&d->mem, path_join(mem_path, d->ws.sfma_dir, "memory.json"), &e) < 0)
-		warning("memory.json: %s", e.text);
+		/* written whole or not at all: the file is as the run before left it */
+		warning("%s (memory.json is as the run before left it)", e.text);
 }
 
 /* Close the run in the trace and in memory.json. */
@@ -552,8 +559,8 @@ static int end(struct drive *d)
 	if (beside)
 		pthread_join(finisher, NULL);
 	if (fin.failed)
-		warning("evidence: %s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
-		      fin.e.text);
+		warning("%s%s (the blobs stay in .sfma/evidence/journal, durable; the next run files them)",
+		        evidence_prefix(fin.e.text), fin.e.text);
 	int completed = strcmp(core_verdict(d->core), "completed") == 0;
 	if (!completed && core_error(d->core)[0])
 		report_failure(d->core);
