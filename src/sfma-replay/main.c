@@ -576,13 +576,14 @@ _Noreturn void evidence_lost(const json_t *e, const char *member)
 	char kind[64], cause[400] = "";
 	snprintf(kind, sizeof kind, "%s", kind_of(e));
 	const char *m = sx("%s", member);
-	int had = trace_evidence_count() > R.evidence_before, resulted = 0;
+	int had = trace_evidence_count() > R.evidence_before, closed = 0;
 	long long cause_seq = -1;
 	/* Only read: the record is checked whole by sfma-verify all the same. */
 	while (peek() && !run_ended()) {
 		json_t *x = next();
 		const char *err = is_result(x, "error") ? ndjson_str(data_of(x), "error") : NULL;
-		resulted |= strcmp(kind_of(x), "result") == 0;
+		/* a run that closed ends with its clock anchor */
+		closed = strcmp(kind_of(x), "clock-anchor") == 0;
 		if (err && strncmp(err, "evidence", 8) == 0) {
 			cause_seq = seq_of(x);
 			snprintf(cause, sizeof cause, "%s", err);
@@ -592,7 +593,7 @@ _Noreturn void evidence_lost(const json_t *e, const char *member)
 	if (cause_seq >= 0)
 		incomplete("run %ld, seq %lld (%s): no evidence.%s: the run could not store its evidence (seq %lld: %.300s)%s",
 		           run, seq, kind, m, cause_seq, cause, then);
-	if (had && !resulted)
+	if (had && !closed)
 		incomplete("run %ld, seq %lld (%s): no evidence.%s: the run's evidence stops here and the run was cut short "
 		           "(it could not store more)%s", run, seq, kind, m, then);
 	if (had)
