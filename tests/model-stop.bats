@@ -114,16 +114,21 @@ codex_env() { export OPENAI_CODEX_TOKEN=$CODEX_TOKEN OPENAI_CODEX_ACCOUNT=acct-1
 }
 
 @test "a refusal with no endpoint left is the reply: ok, stop refusal, the provider's text (a judgment says whether it was independent)" {
-	serve '{"/v1/messages":[{"json":{"type":"message","role":"assistant","stop_reason":"refusal",
-	  "content":[{"type":"text","text":"No, and here is why: '"$ANTHROPIC_KEY"'"}]}}]}'
-	manifest "[$(ep claude anthropic)]"
-	export ANTHROPIC_API_KEY=$ANTHROPIC_KEY
+	serve "{\"/a/v1/messages\":[{\"json\":{\"type\":\"message\",\"role\":\"assistant\",\"stop_reason\":\"refusal\",
+	  \"content\":[{\"type\":\"text\",\"text\":\"No, and here is why: $ANTHROPIC_KEY\"}],\"usage\":{\"input_tokens\":9,\"output_tokens\":3}}}],
+	  \"/b/v1/chat/completions\":[{\"status\":404,\"body\":\"no such model\"}]}"
+	manifest "[$(ep claude anthropic '' /a),$(ep gpt openai '' /b)]"
+	export ANTHROPIC_API_KEY=$ANTHROPIC_KEY OPENAI_API_KEY=$OPENAI_KEY
 	{ tools_req 1; req 2 mechanical 3 10000 '.purpose = "judge" | .avoid = "claude"'; } > requests.jsonl
 	model
 	line 1 '.ok and .stop == "refusal" and .endpoint == "claude" and .provider == "anthropic" and (has("toolCalls") | not)'
 	line 1 '.text == "No, and here is why: [redacted]"'
-	line 1 '.calls | length == 1 and .[0].errorClass == "refusal"'
-	line 2 '.ok and .stop == "refusal" and .independent == false'
+	line 1 '[.calls[] | .endpoint + ":" + .errorClass] == ["claude:refusal","gpt:client"]'
+	# the refusal's usage is on its call alone: a caller that gives the
+	# reply's usage to the last call (gpt's) would count it twice
+	line 1 '.calls[0].usage == {"inputTokens":9,"outputTokens":3} and (has("usage") | not)'
+	# a judgment: the refusing endpoint is the avoided one
+	line 2 '.ok and .stop == "refusal" and .endpoint == "claude" and .independent == false'
 	secret_free
 }
 

@@ -571,7 +571,9 @@ static json_t *success(const struct endpoint *ep, struct attempt *a, json_t *cal
 		json_object_set(r, "toolCalls", a->tool_calls);
 		json_object_set(r, "native", a->native);
 	}
-	if (a->usage)
+	/* A refusal's usage is on its call only: the reply's usage is the
+	 * caller's for the last call, which may be another attempt's. */
+	if (a->usage && a->cls != EC_REFUSAL)
 		json_object_set(r, "usage", a->usage);
 	json_object_set_new(r, "calls", calls);
 	return r;
