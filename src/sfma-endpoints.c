@@ -357,7 +357,8 @@ static void reset(int sfma_fd, json_t *doc, const struct opts *o)
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
-	struct opts o;
+	/* Static: what a fatal exit leaves allocated stays reachable. */
+	static struct opts o;
 	parse_args(argc, argv, &o);
 	int sfma_fd = open_sfma(o.workspace);
 	int resetting = o.all || o.n_reset;

@@ -18,7 +18,6 @@ setup() {
 }
 teardown() {
 	model_teardown
-	[ -z "${LOCK_PID:-}" ] || { kill "$LOCK_PID" 2>/dev/null; wait "$LOCK_PID" 2>/dev/null; } || true
 }
 
 # memory ENDPOINTS_JSON: ws/.sfma/memory.json as the planner writes it.
@@ -85,10 +84,10 @@ STATE_B='{"calls":2,"failures":0,"latencyMsEwma":null,"availability":1,"consecut
 	memory "{\"a\":$(jq -c --argjson t "$FUTURE" '.downUntil = $t' <<<"$STATE_A")}"
 	cp ws/.sfma/memory.json before.json
 	require flock
-	# the lock a run takes: flock(2) on the .sfma directory
-	flock -n ws/.sfma sleep 60 &
-	LOCK_PID=$!
-	for _ in $(seq 50); do flock -n ws/.sfma true || break; sleep 0.1; done
+	# the lock a run takes: flock(2) on the .sfma directory, held here on
+	# a descriptor of this shell's own
+	exec 9<ws/.sfma
+	flock -n 9
 	run sfma endpoints ws --reset a
 	[ "$status" -eq 1 ]
 	[ "$output" = "sfma-endpoints: workspace busy: another sfma run holds ws/.sfma" ]
@@ -96,6 +95,9 @@ STATE_B='{"calls":2,"failures":0,"latencyMsEwma":null,"availability":1,"consecut
 	run sfma endpoints ws
 	[ "$status" -eq 0 ]
 	[[ "$output" == "a calls=9 "* ]]
+	exec 9<&-
+	run sfma endpoints ws --reset a
+	[ "$status" -eq 0 ]
 }
 
 @test "an unknown endpoint, a workspace without memory or without .sfma are one-line errors; usage errors exit 2" {
