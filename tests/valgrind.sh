@@ -82,13 +82,13 @@ printf '%s\n' '{"id":1,"system":"s","tools":true,"messages":[{"role":"user","con
 check sfma-model-stop sh -c "ANTHROPIC_API_KEY=k1k1 OPENAI_API_KEY=k2k2 OPENAI_CODEX_TOKEN=k3k3 OPENAI_CODEX_ACCOUNT=acct \
 	$vg $bin/sfma-model m-stop.json <model-stop.in &&
 	jq -e -s '(map(select(.id == 1))[0] | .stop == \"length\" and .calls[0].errorClass == \"refusal\") and
-	          (map(select(.id == 2))[0] | .text == \"hi\" and (.calls | length) == 2)' $tmp/sfma-model-stop.out"
+	          (map(select(.id == 2))[0] | .text == \"hi\" and (.calls | length) == 2)' $tmp/sfma-model-stop.out >/dev/null"
 kill "$fake"; wait "$fake" 2>/dev/null || true
 # sfma-endpoints on the state that left: listed, as JSON, reset.
 mkdir -p eps/.sfma
-jq -s '{version:1,runs:[],pinned:null,endpoints:.[-1].endpoints}' $tmp/sfma-model-stop.out >eps/.sfma/memory.json
+jq -s '{version:1,runs:[],pinned:null,endpoints:(map(select(.id == 2))[0].endpoints)}' $tmp/sfma-model-stop.out >eps/.sfma/memory.json
 check sfma-endpoints sh -c "$vg $bin/sfma-endpoints eps && $vg $bin/sfma-endpoints --json eps >/dev/null &&
-	$vg $bin/sfma-endpoints --all eps && jq -e '.endpoints.a.reset.by == \"sfma endpoints\"' eps/.sfma/memory.json"
+	$vg $bin/sfma-endpoints --all eps && jq -e '.endpoints.a.reset.by == \"sfma endpoints\"' eps/.sfma/memory.json >/dev/null"
 printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}' \
 	'{"id":2,"call":{"tool":"read","path":"out.txt"}}' \
 	'{"id":3,"call":{"tool":"write","path":"../x","content":"x"}}' \
