@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -105,6 +105,7 @@ manners() {
 @test "sfma-summary: --version, --help, -h, usage errors by name" { manners sfma-summary; }
 @test "sfma-check: --version, --help, -h, usage errors by name" { manners sfma-check; }
 @test "sfma-export: --version, --help, -h, usage errors by name" { manners sfma-export; }
+@test "sfma-endpoints: --version, --help, -h, usage errors by name" { manners sfma-endpoints; }
 
 # A small sealed workspace.
 workspace() {

@@ -31,13 +31,14 @@ REMINDER_PY="'one call per turn: only the first call was carried out'"
 	serve "$(cat <<JSON
 {"/v1/messages":[{"expect":[
   "[t['name'] for t in b['tools']] == $NAMES",
-  "all(set(t) == {'name','description','input_schema'} for t in b['tools'])",
+  "all(set(t) == {'name','description','input_schema'} for t in b['tools'][:-1])",
+  "set(b['tools'][-1]) == {'name','description','input_schema','cache_control'}",
   "b['tools'][0]['input_schema']['required'] == ['path']",
-  "b['max_tokens'] == 1234 and b['system'] == 'be brief'",
-  "b['messages'][0] == {'role':'user','content':'hello'}",
+  "b['max_tokens'] == 1234 and b['system'] == [{'type':'text','text':'be brief','cache_control':{'type':'ephemeral'}}]",
+  "b['messages'][0] == {'role':'user','content':[{'type':'text','text':'hello'}]}",
   "b['messages'][1] == {'role':'assistant','content':[{'type':'tool_use','id':'toolu_a','name':'read','input':{'path':'a.txt'}},{'type':'tool_use','id':'toolu_b','name':'done','input':{'summary':'x'}}]}",
   "b['messages'][2] == {'role':'user','content':[{'type':'tool_result','tool_use_id':'toolu_a','content':'file body'},{'type':'tool_result','tool_use_id':'toolu_b','content':$REMINDER_PY}]}",
-  "b['messages'][3] == {'role':'user','content':'go on'} and len(b['messages']) == 4"],
+  "b['messages'][3] == {'role':'user','content':[{'type':'text','text':'go on','cache_control':{'type':'ephemeral'}}]} and len(b['messages']) == 4"],
  "json":{"id":"msg_1","type":"message","role":"assistant","stop_reason":"tool_use",
   "content":[{"type":"text","text":"Writing it."},
              {"type":"tool_use","id":"toolu_c","name":"write","input":{"path":"out.txt","content":"hi"}}],
@@ -191,7 +192,7 @@ JSON
 
 @test "an assistant message with text and calls keeps its text in the text protocol; a mock endpoint is text" {
 	serve '{"/v1/messages":[{"expect":["\"tools\" not in b",
-		"b[\"messages\"][1] == {\"role\":\"assistant\",\"content\":\"let me look\"}"],
+		"b[\"messages\"][1] == {\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"let me look\"}]}"],
 		"json":{"content":[{"type":"text","text":"ok"}]}}]}'
 	manifest "[$(ep t anthropic ',"toolProtocol":"text"'),{\"name\":\"m\",\"provider\":\"mock\",\"model\":\"m\"}]"
 	export ANTHROPIC_API_KEY=$ANTHROPIC_KEY

@@ -135,8 +135,9 @@ OPENAI_OK='{"json":{"choices":[{"message":{"role":"assistant","content":"openai 
 	logged 1 '.path == "/v1/messages" and .query == ""'
 	logged 1 ".headers[\"x-api-key\"] == \"$ANTHROPIC_KEY\" and .headers[\"anthropic-version\"] == \"2023-06-01\""
 	logged 1 '.headers["content-type"] == "application/json" and (.headers | has("authorization") | not)'
-	logged 1 '.body | fromjson | .model == "claude-x" and (.max_tokens | type) == "number" and .system == "be brief"'
-	logged 1 '.body | fromjson | .messages == [{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"go on"}]'
+	logged 1 '.body | fromjson | .model == "claude-x" and (.max_tokens | type) == "number" and .system == [{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}]'
+	# every content is blocks (a message reads the same in every later request), the newest one marked for the cache
+	logged 1 '.body | fromjson | .messages == [{"role":"user","content":[{"type":"text","text":"hello"}]},{"role":"assistant","content":[{"type":"text","text":"hi"}]},{"role":"user","content":[{"type":"text","text":"go on","cache_control":{"type":"ephemeral"}}]}]'
 	secret_free
 }
 

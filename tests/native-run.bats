@@ -58,11 +58,11 @@ no_key_anywhere() {
   "json":{"id":"m3","type":"message","role":"assistant","stop_reason":"tool_use",
    "content":[{"type":"tool_use","id":"toolu_d","name":"done","input":{"summary":"wrote it natively"}}],
    "usage":{"input_tokens":300,"output_tokens":10}}},
- {"expect":["b['system'].startswith('sfma soft-tier judgment 1')", "'tools' not in b"],
+ {"expect":["b['system'][0]['text'].startswith('sfma soft-tier judgment 1')", "'tools' not in b"],
   "json":{"id":"m4","type":"message","role":"assistant","stop_reason":"end_turn",
    "content":[{"type":"text","text":"{\"pass\":true,\"reason\":\"out.txt holds the marker\"}"}],
    "usage":{"input_tokens":50,"output_tokens":5}}},
- {"expect":["b['system'].startswith('sfma soft-tier judgment 1')"],
+ {"expect":["b['system'][0]['text'].startswith('sfma soft-tier judgment 1')"],
   "json":{"id":"m5","type":"message","role":"assistant","stop_reason":"end_turn",
    "content":[{"type":"text","text":"{\"criteria\":[{\"criterion\":\"out.txt exists\",\"pass\":true,\"evidence\":[]}]}"}],
    "usage":{"input_tokens":40,"output_tokens":4}}}]}

@@ -65,6 +65,36 @@ jq --arg base "http://127.0.0.1:$(cat fake.port)" \
 check sfma-model-http sh -c "OPENAI_API_KEY=k $vg $bin/sfma-model m-http.json <model.in &&
 	test \$(jq -s 'map(select(.endpoint == \"o\")) | length' $tmp/sfma-model-http.out) -eq 2"
 kill "$fake"; wait "$fake" 2>/dev/null || true
+# How replies end: a refusal falling over, a reply cut off, a codex stream
+# rate-limited in-stream then answering; cache marks, prompt_cache_key and
+# costs on the way.
+cat >fake-stop.json <<'JSON'
+{"/a/v1/messages":[{"json":{"type":"message","role":"assistant","stop_reason":"refusal","content":[{"type":"text","text":"no"}],"usage":{"input_tokens":5,"output_tokens":1}}}],
+ "/b/v1/chat/completions":[{"json":{"choices":[{"finish_reason":"length","message":{"role":"assistant","content":"cut","refusal":null}}],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}}],
+ "/c/responses":[{"sse":[{"type":"error","code":"rate_limit_exceeded","message":"Please try again in 0.05s"}]},
+                 {"sse":[{"type":"response.output_text.delta","delta":"hi"},{"type":"response.completed","response":{"status":"completed","output":[],"usage":{"input_tokens":3,"output_tokens":1}}}]}]}
+JSON
+python3 "$fake_server" fake-stop.json fake-stop.log fake-stop.port 2>fake-stop.err &
+fake=$!
+for _ in $(seq 200); do [ -s fake-stop.port ] && break; sleep 0.05; done
+price='{"inputPerMTok":3,"outputPerMTok":15}'
+jq --arg base "http://127.0.0.1:$(cat fake-stop.port)" --argjson p "$price" \
+	'.modelEndpoints = [{name:"a",provider:"anthropic",model:"c",baseUrl:($base + "/a"),pricing:$p},
+	                    {name:"b",provider:"openai",model:"g",baseUrl:($base + "/b"),pricing:$p},
+	                    {name:"c",provider:"codex",model:"x",baseUrl:($base + "/c")}]' m.json >m-stop.json
+down='{"calls":0,"failures":0,"downUntil":9999999999999}'
+printf '%s\n' '{"id":1,"system":"s","tools":true,"messages":[{"role":"user","content":"go"}],"class":"mechanical","deadlineMs":9999999999999,"callsLeft":5}' \
+	"{\"id\":2,\"state\":{\"a\":$down,\"b\":$down},\"tools\":true,\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],\"class\":\"mechanical\",\"deadlineMs\":9999999999999,\"callsLeft\":5}" >model-stop.in
+check sfma-model-stop sh -c "ANTHROPIC_API_KEY=k1k1 OPENAI_API_KEY=k2k2 OPENAI_CODEX_TOKEN=k3k3 OPENAI_CODEX_ACCOUNT=acct \
+	$vg $bin/sfma-model m-stop.json <model-stop.in &&
+	jq -e -s '(map(select(.id == 1))[0] | .stop == \"length\" and .calls[0].errorClass == \"refusal\") and
+	          (map(select(.id == 2))[0] | .text == \"hi\" and (.calls | length) == 2)' $tmp/sfma-model-stop.out >/dev/null"
+kill "$fake"; wait "$fake" 2>/dev/null || true
+# sfma-endpoints on the state that left: listed, as JSON, reset.
+mkdir -p eps/.sfma
+jq -s '{version:1,runs:[],pinned:null,endpoints:(map(select(.id == 2))[0].endpoints)}' $tmp/sfma-model-stop.out >eps/.sfma/memory.json
+check sfma-endpoints sh -c "$vg $bin/sfma-endpoints eps && $vg $bin/sfma-endpoints --json eps >/dev/null &&
+	$vg $bin/sfma-endpoints --all eps && jq -e '.endpoints.a.reset.by == \"sfma endpoints\"' eps/.sfma/memory.json >/dev/null"
 printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}' \
 	'{"id":2,"call":{"tool":"read","path":"out.txt"}}' \
 	'{"id":3,"call":{"tool":"write","path":"../x","content":"x"}}' \

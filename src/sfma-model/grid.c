@@ -15,15 +15,20 @@
  *
  * Within one request an endpoint is retried at most MODEL_MAX_RETRIES
  * times: after a rate limit when the server's wait fits before the
- * deadline, after a transient failure following the backoff; anything
- * else falls through to the next endpoint at once. MODEL_DOWN_AFTER
- * consecutive transport failures make it down until downUntil, a state
- * the planner persists, so a later run skips it without a request. */
+ * deadline, after a transient failure following the backoff, unless the
+ * answer said x-should-retry: false; anything else (a refusal too) falls
+ * through to the next endpoint at once. MODEL_DOWN_AFTER consecutive
+ * faults (no answer, or a 500, 502, 503, 504, 529) make it down until
+ * downUntil, a state the planner persists, so a later run skips it without
+ * a request. */
 #include "model.h"
+#include "canon.h"
+#include "sha.h"
 #include "soft.h"
 #include "ndjson.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +119,49 @@ static void describe_unusable(struct grid *g)
 	free(seen);
 }
 
+/* The endpoint's "pricing", read from the manifest as written (the loader
+ * keeps the endpoint objects in m->json); a malformed one is said once and
+ * leaves the endpoint unpriced. */
+static void load_pricing(struct endpoint *ep, const struct manifest *m)
+{
+	json_t *e;
+	size_t i;
+	json_array_foreach(json_object_get(m->json, "modelEndpoints"), i, e) {
+		if (!json_is_string(json_object_get(e, "name")) ||
+		    strcmp(json_string_value(json_object_get(e, "name")), ep->cfg->name) != 0)
+			continue;
+		struct sfma_err err;
+		if (pricing_parse(json_object_get(e, "pricing"), &ep->pricing, &err) < 0)
+			warning("endpoint %.64s: %s: no cost is counted", ep->cfg->name, err.text);
+		return;
+	}
+}
+
+/* prompt_cache_key: "sfma-" and 32 hex digits of SHA-256 over the
+ * workspace's absolute path and the manifest's digest (of its canonical
+ * JSON), so that every request of a workspace run under one manifest
+ * shares it, and nothing secret is in it (the manifest names variables,
+ * never values). */
+static void make_cache_key(struct grid *g, const struct manifest *m)
+{
+	struct buf doc = {0};
+	if (canon_dump(m->json, &doc, NULL) < 0)
+		die("cannot serialize the manifest"); /* it came through the strict reader */
+	char digest[SHA256_HEX_LEN + 1], key[SHA256_HEX_LEN + 1];
+	sha256_hex(doc.p, doc.len, digest);
+	buf_free(&doc);
+	struct buf in = {0};
+	buf_printf(&in, "sfma prompt cache 1%c%s%c%s", '\0', m->workspace_path, '\0', digest);
+	sha256_hex(in.p, in.len, key);
+	buf_free(&in);
+	snprintf(g->cache_key, sizeof g->cache_key, "sfma-%.32s", key);
+}
+
 void grid_init(struct grid *g, const struct manifest *m)
 {
 	memset(g, 0, sizeof *g);
+	g->workspace = m->workspace_path;
+	make_cache_key(g, m);
 	pthread_mutex_init(&g->lock, NULL);
 	g->alpha = m->tuning.ewma_alpha;
 	g->target_latency_ms = m->tuning.target_latency_ms;
@@ -133,8 +178,11 @@ void grid_init(struct grid *g, const struct manifest *m)
 		if (ep->cfg->auth && ep->prov != PROV_MOCK)
 			load_auth(ep);
 		load_credentials(ep);
+		load_pricing(ep, m);
+		ep->cache_key = g->cache_key;
 		ep->usable = ep->missing[0] == '\0';
 		ep->availability = 1;
+		ep->has_cost = ep->pricing.set;
 		pthread_mutex_init(&ep->pool_lock, NULL);
 	}
 	describe_unusable(g);
@@ -215,6 +263,8 @@ static void unmeasured(struct endpoint *ep)
 	ep->availability = 1;
 	ep->consecutive_failures = ep->down_until = ep->outages = 0;
 	ep->has_pass[0] = ep->has_pass[1] = 0;
+	ep->cost_usd = 0;
+	ep->has_cost = ep->pricing.set;
 }
 
 /* One endpoint's state as persisted. calls and failures make an entry (an
@@ -247,6 +297,14 @@ static void read_entry(struct endpoint *ep, json_t *s)
 	json_t *pass = json_object_get(s, "passRate");
 	ep->has_pass[0] = unit_number(json_object_get(pass, "mechanical"), &ep->pass_rate[0]);
 	ep->has_pass[1] = unit_number(json_object_get(pass, "reasoning"), &ep->pass_rate[1]);
+	/* The cost so far, kept once an endpoint had pricing, even if it has
+	 * none now: a figure once counted is not dropped. */
+	json_t *cost = json_object_get(s, "costUsd");
+	if (json_is_number(cost) && isfinite(json_number_value(cost)) && json_number_value(cost) >= 0 &&
+	    json_number_value(cost) < 1e12) {
+		ep->cost_usd = json_number_value(cost);
+		ep->has_cost = 1;
+	}
 }
 
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e)
@@ -320,6 +378,8 @@ json_t *grid_state(const struct grid *g)
 		                      (json_int_t)ep->consecutive_failures, "downUntil",
 		                      ep->down_until > now ? json_integer((json_int_t)ep->down_until) : json_null(),
 		                      "outages", (json_int_t)ep->outages);
+		if (ep->has_cost)
+			json_object_set_new(s, "costUsd", json_real(usd_rounded(ep->cost_usd)));
 		if (ep->has_pass[0] || ep->has_pass[1]) {
 			json_t *pass = json_object();
 			if (ep->has_pass[1])
@@ -387,6 +447,17 @@ static size_t rank(const struct grid *g, int reasoning, struct endpoint **order,
 
 /* ---- attempts ---------------------------------------------------------- */
 
+/* The output ceiling a cut-off reply reached: the maxOutputTokens the
+ * request carried; codex carries none (its backend refuses one), so there
+ * the output tokens the stream reported, or null. */
+static json_t *output_ceiling(const struct endpoint *ep, const struct attempt *a)
+{
+	json_t *out = json_object_get(a->usage, "outputTokens");
+	if (ep->prov == PROV_CODEX)
+		return json_is_integer(out) ? json_incref(out) : json_null();
+	return json_integer((json_int_t)ep->cfg->max_output_tokens);
+}
+
 static json_t *call_entry(const struct endpoint *ep, int reasoning, double elapsed, long long wait_ms,
                           const struct attempt *a, const char *err)
 {
@@ -399,15 +470,26 @@ static json_t *call_entry(const struct endpoint *ep, int reasoning, double elaps
 		json_object_set_new(c, "errorClass", json_string(err_class_name(a->cls)));
 		json_object_set_new(c, "error", json_string_lossy(err, strlen(err)));
 	}
-	if (!err && a->usage)
+	if (a->stop_reason[0])
+		json_object_set_new(c, "stopReason", json_string_lossy(a->stop_reason, strlen(a->stop_reason)));
+	if (stop_class_name(a->stop))
+		json_object_set_new(c, "stop", json_string(stop_class_name(a->stop)));
+	if (a->stop == STOP_LENGTH)
+		json_object_set_new(c, "maxOutputTokens", output_ceiling(ep, a));
+	/* Any answer that reports usage was billed, a refused one too. */
+	if (a->usage)
 		json_object_set(c, "usage", a->usage);
+	if (ep->pricing.set)
+		json_object_set_new(c, "costUsd", json_real(cost_of(&ep->pricing, ep->prov, a->usage)));
 	return c;
 }
 
 static void measure(const struct grid *g, struct endpoint *ep, double ms, const struct attempt *a, int ok)
 {
 	ep->calls++;
-	int reached = ok || a->cls != EC_TRANSPORT;
+	if (ep->pricing.set)
+		ep->cost_usd += cost_of(&ep->pricing, ep->prov, a->usage);
+	int reached = ok || !a->fault;
 	ep->availability = g->alpha * reached + (1 - g->alpha) * ep->availability;
 	if (ok) {
 		/* Latency is learnt from successes only: a fast refusal is not speed. */
@@ -417,10 +499,10 @@ static void measure(const struct grid *g, struct endpoint *ep, double ms, const 
 		return;
 	}
 	ep->failures++;
-	if (a->cls != EC_TRANSPORT)
+	if (!a->fault)
 		return;
-	/* Once down, one more transport failure after it comes back is a new
-	 * outage, twice as long: the count only restarts with a success. */
+	/* Once down, one more fault after it comes back is a new outage,
+	 * twice as long: the count only restarts with a success. */
 	if (++ep->consecutive_failures >= MODEL_DOWN_AFTER) {
 		long long len = MODEL_DOWN_FIRST_MS;
 		for (long long k = ++ep->outages; k > 1 && len < MODEL_DOWN_MAX_MS; k--)
@@ -447,7 +529,7 @@ static long long backoff_ms(int retry)
 static long long retry_wait(const struct endpoint *ep, const struct attempt *a, int retries, long long deadline_ms)
 {
 	long long wait;
-	if (retries >= MODEL_MAX_RETRIES || is_down(ep, wall_ms()))
+	if (retries >= MODEL_MAX_RETRIES || a->no_retry || is_down(ep, wall_ms()))
 		return -1;
 	if (a->cls == EC_RATE && a->retry_after_ms >= 0)
 		wait = a->retry_after_ms;
@@ -472,16 +554,26 @@ static json_t *failure(json_t *calls, const char *fmt, ...)
 	                 "calls", calls);
 }
 
+/* The reply of the attempt that answered: its text and calls, how it
+ * ended (a mock's reply is whole: end), and for one cut off the ceiling it
+ * reached. A refusal left over when no endpoint answered is a reply too:
+ * stop "refusal" and the provider's text of it. */
 static json_t *success(const struct endpoint *ep, struct attempt *a, json_t *calls)
 {
 	json_t *r = json_pack("{s:b,s:o,s:s,s:s}", "ok", 1, "text",
 	                      json_string_lossy(a->text.p ? a->text.p : "", a->text.len), "endpoint",
 	                      ep->cfg->name, "provider", provider_name(ep->prov));
+	const char *stop = a->cls == EC_REFUSAL ? "refusal" : stop_class_name(a->stop);
+	json_object_set_new(r, "stop", json_string(stop ? stop : "end"));
+	if (a->stop == STOP_LENGTH)
+		json_object_set_new(r, "maxOutputTokens", output_ceiling(ep, a));
 	if (a->tool_calls) {
 		json_object_set(r, "toolCalls", a->tool_calls);
 		json_object_set(r, "native", a->native);
 	}
-	if (a->usage)
+	/* A refusal's usage is on its call only: the reply's usage is the
+	 * caller's for the last call, which may be another attempt's. */
+	if (a->usage && a->cls != EC_REFUSAL)
 		json_object_set(r, "usage", a->usage);
 	json_object_set_new(r, "calls", calls);
 	return r;
@@ -497,8 +589,9 @@ static json_t *mock_judge_reply(const struct model_request *rq, json_t *calls)
 {
 	struct buf text = {0};
 	mock_judgment(rq, &text);
-	json_t *r = json_pack("{s:b,s:o,s:s,s:s,s:o,s:b}", "ok", 1, "text", json_string_lossy(text.p, text.len),
-	                      "endpoint", MOCK_JUDGE, "provider", "mock", "calls", calls, "independent", 1);
+	json_t *r = json_pack("{s:b,s:o,s:s,s:s,s:s,s:o,s:b}", "ok", 1, "text", json_string_lossy(text.p, text.len),
+	                      "endpoint", MOCK_JUDGE, "provider", "mock", "stop", "end", "calls", calls,
+	                      "independent", 1);
 	buf_free(&text);
 	return r;
 }
@@ -538,7 +631,48 @@ void plan_free(struct plan *p)
 }
 
 /* Why the attempts stopped before every endpoint was tried. */
-enum stop { GO_ON, STOP_BUDGET, STOP_DEADLINE };
+enum halt { GO_ON, HALT_BUDGET, HALT_DEADLINE };
+
+/* A word of a shell command as typed: quoted unless every byte is plain. */
+static void shell_word(struct buf *b, const char *w)
+{
+	int plain = *w != '\0';
+	for (const char *p = w; *p; p++)
+		plain &= (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		         strchr("/._-+,:@%=", *p) != NULL;
+	if (plain) {
+		buf_adds(b, w);
+		return;
+	}
+	buf_addc(b, '\'');
+	for (const char *p = w; *p; p++)
+		buf_adds(b, *p == '\'' ? "'\\''" : (char[]){*p, '\0'});
+	buf_addc(b, '\'');
+}
+
+/* "all endpoints down until T; sfma endpoints WS --reset NAME to try again
+ * now" (--all when more than one is down). */
+static json_t *all_down(const struct grid *g, const struct plan *p, json_t *calls)
+{
+	char when[ISO8601_LEN];
+	struct buf b = {0};
+	buf_printf(&b, "all endpoints down until %s; sfma endpoints ", iso8601_utc(p->back_at, when));
+	shell_word(&b, g->workspace ? g->workspace : ".");
+	const struct endpoint *first = NULL;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->eps[i].usable && g->eps[i].down_until == p->back_at && !first)
+			first = &g->eps[i];
+	if (p->n_down == 1 && first) {
+		buf_adds(&b, " --reset ");
+		shell_word(&b, first->cfg->name);
+	} else {
+		buf_adds(&b, " --all");
+	}
+	buf_adds(&b, " to try again now");
+	json_t *r = failure(calls, "%s", b.p);
+	buf_free(&b);
+	return r;
+}
 
 json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *p)
 {
@@ -554,11 +688,15 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *
 	char last[SFMA_ERR_MAX] = "";
 	long long made = 0;
 	size_t tried = 0;
-	enum stop stop = GO_ON;
+	enum halt stop = GO_ON;
+	/* The latest refusal, the reply when no endpoint answers. */
+	struct attempt refused = {0};
+	struct endpoint *refused_by = NULL;
 
 	if (!reply && n == 0 && p->n_down) {
-		char when[ISO8601_LEN];
-		reply = failure(calls, "all endpoints down until %s", iso8601_utc(p->back_at, when));
+		pthread_mutex_lock(&g->lock);
+		reply = all_down(g, p, calls);
+		pthread_mutex_unlock(&g->lock);
 	} else if (!reply && n == 0) {
 		reply = failure(calls, "%s", g->no_usable);
 	}
@@ -572,14 +710,14 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *
 		int counted = 0;
 		for (int retries = 0;; retries++) {
 			if (made >= rq->calls_left) {
-				stop = STOP_BUDGET;
+				stop = HALT_BUDGET;
 				break;
 			}
 			/* This request's thread waits; the others go on. */
 			if (wait > 0)
 				sleep_ms(wait);
 			if (wall_ms() >= rq->deadline_ms) {
-				stop = STOP_DEADLINE;
+				stop = HALT_DEADLINE;
 				break;
 			}
 			struct attempt a = {0};
@@ -607,14 +745,29 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *
 			pthread_mutex_lock(&g->lock);
 			wait = retry_wait(ep, &a, retries, rq->deadline_ms);
 			pthread_mutex_unlock(&g->lock);
-			attempt_free(&a);
+			if (a.cls == EC_REFUSAL) {
+				attempt_free(&refused);
+				refused = a;
+				refused_by = ep;
+			} else {
+				attempt_free(&a);
+			}
 			if (wait < 0)
 				break;
 		}
 	}
-	if (!reply && stop == STOP_BUDGET)
+	/* Refused wherever it was asked: that is the model's answer, for the
+	 * planner to take as a refused turn, not a failed call. */
+	if (!reply && refused_by) {
+		reply = success(refused_by, &refused, calls);
+		if (is_judgment(rq))
+			json_object_set_new(reply, "independent",
+			                    json_boolean(!rq->avoid || strcmp(rq->avoid, refused_by->cfg->name) != 0));
+	}
+	attempt_free(&refused);
+	if (!reply && stop == HALT_BUDGET)
 		reply = failure(calls, "model call budget spent (last: %s)", last);
-	else if (!reply && stop == STOP_DEADLINE)
+	else if (!reply && stop == HALT_DEADLINE)
 		reply = made ? failure(calls, "deadline passed (last: %s)", last) : failure(calls, "deadline passed");
 	else if (!reply)
 		reply = tried == 1 ? failure(calls, "%s", last)

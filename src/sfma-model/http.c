@@ -24,9 +24,16 @@ struct sse {
 	struct buf completed;   /* output_text parts of response.completed */
 	json_t *calls_done;     /* function_call items of response.output_item.done */
 	json_t *calls_completed;/* function_call items of response.completed */
-	json_t *usage;          /* response.completed's response.usage */
+	json_t *usage;          /* response.completed's (or .incomplete's) response.usage */
 	int saw_completed, bad_events;
-	char failure[256];      /* message of a response.failed / error event */
+	char status[STOP_WORD_MAX];     /* response.status of response.completed */
+	char incomplete[STOP_WORD_MAX]; /* incomplete_details.reason of response.incomplete */
+	int saw_incomplete;
+	struct buf refusal;     /* response.refusal.delta, concatenated */
+	struct buf refused;     /* refusal parts of the final response */
+	int failed;             /* a response.failed or error event came */
+	char failure[256];      /* its message */
+	char code[64];          /* its error code, "" when none */
 };
 
 struct sink {
@@ -80,13 +87,15 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *userdata)
 
 /* A wait hint of the response: retry-after-ms (milliseconds, the form
  * OpenAI's and Anthropic's SDKs honour first) or Retry-After (RFC 9110
- * section 10.2.3: delay-seconds or an HTTP-date). A header block of a new
- * response (after a 1xx) starts over. */
+ * section 10.2.3: delay-seconds or an HTTP-date); and x-should-retry, by
+ * which those SDKs let a server say whether an answer is worth retrying. A
+ * header block of a new response (after a 1xx) starts over. */
 static void retry_hint(struct http_reply *out, const char *p, size_t n)
 {
 	if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
 		out->retry_after_ms = -1;
 		out->retry_ms_seen = 0;
+		out->should_retry = -1;
 		return;
 	}
 	const char *colon = memchr(p, ':', n);
@@ -94,7 +103,8 @@ static void retry_hint(struct http_reply *out, const char *p, size_t n)
 		return;
 	size_t name_len = (size_t)(colon - p);
 	int ms = name_len == 14 && strncasecmp(p, "retry-after-ms", 14) == 0;
-	if (!ms && !(name_len == 11 && strncasecmp(p, "retry-after", 11) == 0))
+	int should = name_len == 14 && strncasecmp(p, "x-should-retry", 14) == 0;
+	if (!ms && !should && !(name_len == 11 && strncasecmp(p, "retry-after", 11) == 0))
 		return;
 	char value[128];
 	const char *v = colon + 1, *end = p + n;
@@ -106,6 +116,11 @@ static void retry_hint(struct http_reply *out, const char *p, size_t n)
 		return;
 	memcpy(value, v, (size_t)(end - v));
 	value[end - v] = '\0';
+	if (should) {
+		if (strcasecmp(value, "true") == 0 || strcasecmp(value, "false") == 0)
+			out->should_retry = strcasecmp(value, "true") == 0;
+		return;
+	}
 	char *stop;
 	double d = strtod(value, &stop);
 	long long hint = -1;
@@ -150,6 +165,7 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	out->status = 0;
 	out->retry_after_ms = -1;
 	out->retry_ms_seen = 0;
+	out->should_retry = -1;
 	buf_reset(&out->body);
 
 	/* reset keeps the connection cache: consecutive calls reuse a connection. */
@@ -262,6 +278,8 @@ void sse_free(struct sse *s)
 	buf_free(&s->data);
 	buf_free(&s->deltas);
 	buf_free(&s->completed);
+	buf_free(&s->refusal);
+	buf_free(&s->refused);
 	json_decref(s->calls_done);
 	json_decref(s->calls_completed);
 	json_decref(s->usage);
@@ -290,8 +308,10 @@ json_t *sse_usage(struct sse *s)
 	return s->usage ? json_incref(s->usage) : NULL;
 }
 
-/* The output_text parts of a response object, concatenated. */
-static void completed_text(struct sse *s, json_t *response)
+/* The output_text parts of a final response object (of response.completed
+ * or response.incomplete) concatenated, its refusal parts, its calls and
+ * its usage. */
+static void final_response(struct sse *s, json_t *response)
 {
 	json_t *output = json_object_get(response, "output"), *item;
 	size_t i;
@@ -304,24 +324,27 @@ static void completed_text(struct sse *s, json_t *response)
 		size_t j;
 		json_array_foreach(content, j, part) {
 			const char *type = json_string_value(json_object_get(part, "type"));
-			json_t *text = json_object_get(part, "text");
+			json_t *text = json_object_get(part, "text"), *refusal = json_object_get(part, "refusal");
 			if (type && strcmp(type, "output_text") == 0 && json_is_string(text))
 				buf_add(&s->completed, json_string_value(text), json_string_length(text));
+			if (type && strcmp(type, "refusal") == 0 && json_is_string(refusal))
+				buf_add(&s->refused, json_string_value(refusal), json_string_length(refusal));
 		}
 	}
-	s->saw_completed = 1;
 }
 
+/* A response.failed carries response.error {code, message}; an error
+ * event {code, message} of its own (some servers nest them in "error"). */
 static void failure_text(struct sse *s, json_t *ev)
 {
-	json_t *msg = json_object_get(json_object_get(json_object_get(ev, "response"), "error"),
-	                              "message");
-	if (!json_is_string(msg))
-		msg = json_object_get(ev, "message");
-	if (!json_is_string(msg))
-		msg = json_object_get(json_object_get(ev, "error"), "message");
+	json_t *err = json_object_get(json_object_get(ev, "response"), "error");
+	if (!json_is_object(err))
+		err = json_is_object(json_object_get(ev, "error")) ? json_object_get(ev, "error") : ev;
+	json_t *msg = json_object_get(err, "message"), *code = json_object_get(err, "code");
+	s->failed = 1;
 	snprintf(s->failure, sizeof s->failure, "%s",
 	         json_is_string(msg) ? json_string_value(msg) : "stream reported a failure");
+	snprintf(s->code, sizeof s->code, "%s", json_is_string(code) ? json_string_value(code) : "");
 }
 
 /* One whole event: its data is a JSON object whose "type" says what it is. */
@@ -344,10 +367,23 @@ static void sse_dispatch(struct sse *s)
 			s->bad_events++;
 	} else if (strcmp(type, "response.output_item.done") == 0) {
 		keep_call(&s->calls_done, json_object_get(ev, "item"));
+	} else if (strcmp(type, "response.refusal.delta") == 0) {
+		json_t *d = json_object_get(ev, "delta");
+		if (json_is_string(d))
+			buf_add(&s->refusal, json_string_value(d), json_string_length(d));
 	} else if (strcmp(type, "response.completed") == 0) {
-		completed_text(s, json_object_get(ev, "response"));
-	} else if (strcmp(type, "response.failed") == 0 || strcmp(type, "error") == 0 ||
-	           strcmp(type, "response.incomplete") == 0) {
+		json_t *response = json_object_get(ev, "response");
+		json_t *status = json_object_get(response, "status");
+		final_response(s, response);
+		snprintf(s->status, sizeof s->status, "%s", json_is_string(status) ? json_string_value(status) : "completed");
+		s->saw_completed = 1;
+	} else if (strcmp(type, "response.incomplete") == 0) {
+		json_t *response = json_object_get(ev, "response");
+		json_t *reason = json_object_get(json_object_get(response, "incomplete_details"), "reason");
+		final_response(s, response);
+		snprintf(s->incomplete, sizeof s->incomplete, "%s", json_is_string(reason) ? json_string_value(reason) : "");
+		s->saw_incomplete = 1;
+	} else if (strcmp(type, "response.failed") == 0 || strcmp(type, "error") == 0) {
 		failure_text(s, ev);
 	}
 	json_decref(ev);
@@ -376,8 +412,9 @@ int sse_result(struct sse *s, struct buf *text, struct sfma_err *e)
 		buf_reset(&s->line);
 	}
 	sse_dispatch(s);
-	if (s->failure[0])
-		return err_set(e, "stream failed: %s", s->failure);
+	if (s->failed)
+		return err_set(e, "stream failed: %s%s%s", s->code[0] ? s->code : "", s->code[0] ? ": " : "",
+		               s->failure);
 	if (s->deltas.len) {
 		buf_add(text, s->deltas.p, s->deltas.len);
 		return 0;
@@ -386,11 +423,40 @@ int sse_result(struct sse *s, struct buf *text, struct sfma_err *e)
 		buf_add(text, s->completed.p, s->completed.len);
 		return 0;
 	}
-	if (s->calls_done || s->calls_completed)
-		return 0; /* a reply that is only function calls */
+	/* a reply that is only function calls, or one whose end the caller
+	 * judges (cut off, refused) with whatever text it has */
+	if (s->calls_done || s->calls_completed || s->saw_incomplete || s->refusal.len || s->refused.len)
+		return 0;
 	if (s->saw_completed)
 		return err_set(e, "empty reply text");
 	if (s->bad_events)
 		return err_set(e, "malformed event stream (%d unreadable events)", s->bad_events);
 	return err_set(e, "no output text in event stream");
+}
+
+const char *sse_error_code(const struct sse *s)
+{
+	return s->code;
+}
+
+const char *sse_error_message(const struct sse *s)
+{
+	return s->failure;
+}
+
+enum stop_class sse_stop(const struct sse *s, char word[STOP_WORD_MAX], struct buf *why)
+{
+	word[0] = '\0';
+	if (s->refusal.len || s->refused.len) {
+		snprintf(word, STOP_WORD_MAX, "%s", s->saw_incomplete ? "incomplete" : s->saw_completed ? s->status : "");
+		buf_add(why, s->refusal.len ? s->refusal.p : s->refused.p, s->refusal.len ? s->refusal.len : s->refused.len);
+		return STOP_REFUSAL;
+	}
+	if (s->saw_incomplete) {
+		snprintf(word, STOP_WORD_MAX, "incomplete:%.*s", STOP_WORD_MAX - 12, s->incomplete);
+		return stop_of_incomplete(s->incomplete);
+	}
+	if (s->saw_completed)
+		snprintf(word, STOP_WORD_MAX, "%s", s->status);
+	return STOP_NONE;
 }

@@ -1,7 +1,8 @@
 /* model.h - the parts of sfma-model: request loop (main.c), endpoint grid
- * (grid.c), providers (providers.c), HTTP and SSE (http.c), OAuth2 client
- * credentials (oauth.c), the offline mock (mock.c), secret scrubbing
- * (secret.c) and libcurl, loaded on first need (curl-load.c). */
+ * (grid.c), providers (providers.c), how a reply ended, its usage and cost
+ * (stop.c), HTTP and SSE (http.c), OAuth2 client credentials (oauth.c), the
+ * offline mock (mock.c), secret scrubbing (secret.c) and libcurl, loaded on
+ * first need (curl-load.c). */
 #ifndef SFMA_MODEL_H
 #define SFMA_MODEL_H
 
@@ -30,7 +31,8 @@
 #define MODEL_MAX_RETRIES 2
 #define MODEL_BACKOFF_BASE_MS 500
 #define MODEL_BACKOFF_CAP_MS 8000
-/* Consecutive transport failures that make an endpoint down, for how long
+/* Consecutive faults (transport failures, 500/502/503/504/529 answers, a
+ * stream's server_error) that make an endpoint down, for how long
  * its first outage lasts, and the longest one (each new outage doubles). */
 #define MODEL_DOWN_AFTER 3
 #define MODEL_DOWN_FIRST_MS 30000LL
@@ -46,6 +48,12 @@
 
 enum provider { PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI, PROV_CODEX, PROV_MOCK };
 
+/* US dollars per million tokens (the endpoint's "pricing", sfma-model(1)). */
+struct pricing {
+	int set;
+	double input, output, cached_input, cache_write;
+};
+
 struct oauth {
 	const char *token_url, *scope;     /* borrowed from the manifest */
 	const char *client_id, *client_secret; /* borrowed from the environment */
@@ -58,6 +66,8 @@ struct endpoint {
 	const struct endpoint_cfg *cfg;
 	enum provider prov;
 	int usable;
+	struct pricing pricing;
+	const char *cache_key;             /* prompt_cache_key (the grid's), openai and codex */
 	char missing[160];                 /* variables to set before it is usable */
 	const char *key;                   /* API key or codex token (environment) */
 	const char *account;               /* codex account (environment) */
@@ -72,12 +82,14 @@ struct endpoint {
 	long long calls, failures;
 	double latency_ewma;
 	int has_ewma;
-	double availability;               /* EWMA of transport success, 1 unmeasured */
-	long long consecutive_failures;    /* transport failures since the last success */
+	double availability;               /* EWMA of attempts without a fault, 1 unmeasured */
+	long long consecutive_failures;    /* faults since the last success */
 	long long down_until;              /* epoch ms, 0 when up */
 	long long outages;                 /* outages since the last success */
 	double pass_rate[2];               /* [mechanical, reasoning], EWMA of soft verdicts */
 	int has_pass[2];
+	double cost_usd;                   /* costUsd summed over every run */
+	int has_cost;                      /* cost_usd is kept (priced, or seeded with one) */
 };
 
 enum purpose { PURPOSE_WORK, PURPOSE_BOOTSTRAP, PURPOSE_JUDGE, PURPOSE_CRITERIA };
@@ -115,6 +127,8 @@ struct grid {
 	double alpha, target_latency_ms;
 	struct routing_weights weights[2]; /* [mechanical, reasoning] */
 	char no_usable[SFMA_ERR_MAX];       /* the error when no endpoint is usable */
+	const char *workspace;             /* absolute (the manifest's), for the reset hint */
+	char cache_key[40];                /* "sfma-" + 32 hex digits */
 };
 
 /* ---- grid.c ---- */
@@ -123,7 +137,9 @@ struct grid {
 void grid_init(struct grid *g, const struct manifest *m);
 /* Replace the measured state with state ({"<name>":{calls,failures,
  * latencyMsEwma,availability,consecutiveFailures,downUntil,outages,
- * passRate}}); endpoints absent or malformed in it start unmeasured.
+ * passRate,costUsd}}); endpoints absent or malformed in it start
+ * unmeasured; any other member (a "reset" sfma endpoints left) is read by
+ * the planner, not here, and is not carried on.
  * 0, or -1 with e filled when state is not an object. */
 int grid_seed(struct grid *g, const json_t *state, struct sfma_err *e);
 /* Fold soft-tier verdicts ([{"endpoint","class","pass"}]) into passRate
@@ -155,19 +171,32 @@ enum err_class {
 	EC_CLIENT,      /* any other 4xx (and any other status) */
 	EC_REPLY,       /* a 2xx whose body cannot be used */
 	EC_AUTH,        /* 401, 403, or the token endpoint failed */
+	EC_REFUSAL,     /* the provider refused or filtered the reply */
 };
 const char *err_class_name(enum err_class c);
+
+/* How a reply ended (its "stop"): STOP_NONE when no answer came, or when
+ * the provider's word is absent or says nothing more than that the reply is
+ * whole (then it is end or tool by whether it made calls); STOP_INVALID for
+ * a word that makes the reply unusable (gemini MALFORMED_FUNCTION_CALL). */
+enum stop_class { STOP_NONE, STOP_END, STOP_TOOL, STOP_LENGTH, STOP_REFUSAL, STOP_FILTER, STOP_INVALID };
+#define STOP_WORD_MAX 64
 
 /* What one attempt did. */
 struct attempt {
 	long status;                       /* HTTP status, 0 when none came */
 	enum err_class cls;
 	long long retry_after_ms;          /* the server's wait hint, -1 when none */
+	int no_retry;                      /* the answer said x-should-retry: false */
+	int fault;                         /* counts toward down: no answer, a 5xx of MODEL_DOWN_AFTER's kind */
 	size_t request_bytes;              /* bytes of the body sent */
-	struct buf text;                   /* the reply text */
+	struct buf text;                   /* the reply text (a refusal: the provider's text of it) */
 	json_t *native;                    /* the provider's call objects, or NULL */
 	json_t *tool_calls;                /* tools_from_native of native, or NULL */
-	json_t *usage;                     /* {inputTokens,outputTokens,cachedInputTokens?} or NULL */
+	json_t *usage;                     /* {inputTokens,outputTokens,cachedInputTokens?,
+	                                    *  cacheWriteTokens?,reasoningTokens?} or NULL */
+	char stop_reason[STOP_WORD_MAX];   /* the provider's own word, "" when none */
+	enum stop_class stop;
 	struct sfma_err e;                 /* when it failed: not prefixed, not scrubbed */
 };
 void attempt_free(struct attempt *a);
@@ -184,6 +213,35 @@ const char *provider_name(enum provider p);
 /* Forget what the providers kept between calls (gemini's signatures). */
 void provider_free_all(void);
 
+/* ---- stop.c ---- */
+/* "end", "tool", "length", "refusal", "filter", or NULL (none, invalid). */
+const char *stop_class_name(enum stop_class s);
+/* How a JSON provider's 2xx body (anthropic, openai, gemini) says the reply
+ * ended: the provider's word into word ("" when there is none; gemini's
+ * blocked prompt reads "blockReason:<reason>") and its class. For a refusal
+ * or a filter, the provider's own text of it (possibly none) is appended to
+ * why; for an invalid reply, its finishMessage. */
+enum stop_class stop_of_body(enum provider p, json_t *doc, char word[STOP_WORD_MAX], struct buf *why);
+/* The class of a codex response.incomplete reason. */
+enum stop_class stop_of_incomplete(const char *reason);
+/* Token usage from a provider's reply body (codex: response.usage), or NULL
+ * when it reports none: {inputTokens, outputTokens, cachedInputTokens?,
+ * cacheWriteTokens?, reasoningTokens?}, reasoning counted in outputTokens. */
+json_t *usage_of(enum provider p, json_t *doc);
+/* The endpoint's "pricing" object read into p (absent: p->set 0). 0, or -1
+ * with e filled when it is not {inputPerMTok, outputPerMTok,
+ * cachedInputPerMTok?, cacheWritePerMTok?} of finite numbers >= 0. */
+int pricing_parse(const json_t *v, struct pricing *p, struct sfma_err *e);
+/* What usage cost at p, in US dollars, rounded to 1e-10 (sfma-model(1),
+ * COST: which input tokens each provider bills at which price). 0 without
+ * usage. */
+double cost_of(const struct pricing *p, enum provider prov, const json_t *usage);
+/* A dollar figure rounded to 1e-10, so that sums print without noise. */
+double usd_rounded(double v);
+/* The wait a rate-limit message asks for ("Please try again in 1.5s",
+ * "... in 20ms", "... in 3 seconds"), in ms, or -1 when it names none. */
+long long wait_in_message(const char *msg);
+
 /* ---- http.c ---- */
 struct sse;
 struct http_reply {
@@ -191,6 +249,7 @@ struct http_reply {
 	struct buf body;                   /* whole body; with an SSE parser only its head */
 	long long retry_after_ms;          /* retry-after-ms or Retry-After, -1 when absent */
 	int retry_ms_seen;                 /* retry-after-ms was among the headers */
+	int should_retry;                  /* x-should-retry: 1 true, 0 false, -1 absent */
 };
 /* POST body to url with headers, bounded by deadline_ms (epoch) and
  * MODEL_BODY_MAX. With sse non-NULL the body is fed to it as it arrives.
@@ -207,12 +266,23 @@ void headers_wipe_free(struct curl_slist *h);
 struct sse *sse_new(void);
 void sse_free(struct sse *s);
 /* The reply text of a finished stream, or -1 with e filled. A stream that
- * made function calls succeeds with whatever text it has. */
+ * made function calls, ended incomplete or refused succeeds with whatever
+ * text it has. */
 int sse_result(struct sse *s, struct buf *text, struct sfma_err *e);
 /* The function_call items of the stream (new reference), or NULL. */
 json_t *sse_calls(struct sse *s);
-/* response.completed's usage object (new reference), or NULL. */
+/* response.completed's (or .incomplete's) usage object (new reference), or NULL. */
 json_t *sse_usage(struct sse *s);
+/* The error code of the response.failed or error event that failed the
+ * stream ("rate_limit_exceeded", ...), "" when it gave none; and the
+ * message it came with. */
+const char *sse_error_code(const struct sse *s);
+const char *sse_error_message(const struct sse *s);
+/* How a stream that did not fail ended: "completed" (or response.status)
+ * with STOP_NONE, "incomplete:<reason>" with stop_of_incomplete, or "" with
+ * STOP_NONE when it ended without saying. A refusal part, when the response
+ * had one, makes it STOP_REFUSAL, its text appended to why. */
+enum stop_class sse_stop(const struct sse *s, char word[STOP_WORD_MAX], struct buf *why);
 
 /* ---- oauth.c ---- */
 /* A bearer token for ep (cached until 60 s before expiry), fetched with

@@ -1,7 +1,8 @@
 /* providers.c - request shapes and reply shapes of each provider
  * (sfma-model(1)). One attempt = build the body, the URL and the
  * headers, POST, classify the status, pull the text (and, with native
- * tool use, the calls) and the token usage out of the reply. */
+ * tool use, the calls), how the reply ended and the token usage out of
+ * the reply (stop.c reads the last two). */
 #include "model.h"
 #include "utf8.h"
 #include "canon.h"
@@ -46,6 +47,7 @@ const char *err_class_name(enum err_class c)
 	static const char *const names[] = {
 		[EC_NONE] = NULL, [EC_RATE] = "rate-limited", [EC_TRANSIENT] = "transient",
 		[EC_TRANSPORT] = "transport", [EC_CLIENT] = "client", [EC_REPLY] = "reply", [EC_AUTH] = "auth",
+		[EC_REFUSAL] = "refusal",
 	};
 	return names[c];
 }
@@ -145,14 +147,46 @@ static json_t *plain_messages(const struct model_request *rq, int with_system)
 
 /* ---- anthropic ---------------------------------------------------------- */
 
-static json_t *anthropic_native_messages(const struct model_request *rq)
+/* Prompt caching (Anthropic's prompt caching guide): the cache holds the
+ * prefix of a request in the order tools, system, messages, up to each
+ * block marked cache_control, at most 4 marks a request. Three are made:
+ * the last tool definition, the system prompt and the newest message's
+ * last block; the next request finds the prefix the last one wrote. Every
+ * message's content is an array of blocks whether or not it is the newest,
+ * so that a message reads the same in every later request but for its
+ * mark: the cache matches the prefix exactly. */
+static json_t *ephemeral(void)
+{
+	return json_pack("{s:s}", "type", "ephemeral");
+}
+
+static json_t *text_blocks(json_t *text)
+{
+	/* Anthropic refuses an empty text block: an empty content stays "". */
+	if (json_string_length(text) == 0)
+		return text;
+	json_t *blocks = json_pack("[{s:s,s:O}]", "type", "text", "text", text);
+	json_decref(text);
+	return blocks;
+}
+
+static void mark_newest(json_t *messages)
+{
+	json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+	json_t *content = json_object_get(last, "content");
+	json_t *block = json_array_get(content, json_array_size(content) - 1);
+	if (json_is_object(block))
+		json_object_set_new(block, "cache_control", ephemeral());
+}
+
+static json_t *anthropic_messages(const struct model_request *rq, int native)
 {
 	json_t *out = json_array(), *m;
 	size_t i;
 	json_array_foreach(rq->messages, i, m) {
-		json_t *calls = calls_of(m), *c;
+		json_t *calls = native ? calls_of(m) : NULL, *c;
 		size_t j;
-		if (is_tool(m)) {
+		if (native && is_tool(m)) {
 			json_t *blocks = json_array();
 			json_array_foreach(json_object_get(m, "results"), j, c)
 				json_array_append_new(blocks, json_pack("{s:s,s:O,s:o}", "type", "tool_result",
@@ -170,20 +204,23 @@ static json_t *anthropic_native_messages(const struct model_request *rq)
 				                                        json_object_get(c, "input")));
 			json_array_append_new(out, json_pack("{s:s,s:o}", "role", "assistant", "content", blocks));
 		} else {
+			json_t *text = native ? msg_content(m) : text_of(m);
 			json_array_append_new(out, json_pack("{s:s,s:o}", "role", is_assistant(m) ? "assistant" : "user",
-			                                     "content", msg_content(m)));
+			                                     "content", text_blocks(text)));
 		}
 	}
+	mark_newest(out);
 	return out;
 }
 
 static json_t *body_anthropic(const struct endpoint *ep, const struct model_request *rq, int native)
 {
 	json_t *b = json_pack("{s:s,s:I,s:o}", "model", ep->cfg->model, "max_tokens",
-	                      (json_int_t)ep->cfg->max_output_tokens, "messages",
-	                      native ? anthropic_native_messages(rq) : plain_messages(rq, 0));
+	                      (json_int_t)ep->cfg->max_output_tokens, "messages", anthropic_messages(rq, native));
 	if (rq->system_len)
-		json_object_set_new(b, "system", str(rq->system, rq->system_len));
+		json_object_set_new(b, "system", json_pack("[{s:s,s:o,s:o}]", "type", "text", "text",
+		                                           str(rq->system, rq->system_len), "cache_control",
+		                                           ephemeral()));
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();
 		size_t i;
@@ -192,6 +229,9 @@ static json_t *body_anthropic(const struct endpoint *ep, const struct model_requ
 			                                       "description", json_object_get(d, "description"),
 			                                       "input_schema", json_object_get(d, "parameters")));
 		json_decref(defs);
+		json_t *last = json_array_get(tools, json_array_size(tools) - 1);
+		if (last)
+			json_object_set_new(last, "cache_control", ephemeral());
 		json_object_set_new(b, "tools", tools);
 	}
 	return b;
@@ -233,9 +273,13 @@ static json_t *openai_native_messages(const struct model_request *rq)
 
 static json_t *body_openai(const struct endpoint *ep, const struct model_request *rq, int native)
 {
-	json_t *b = json_pack("{s:s,s:o,s:I}", "model", ep->cfg->model, "messages",
+	/* prompt_cache_key: OpenAI routes requests that share it to the same
+	 * prompt cache (a run's requests share their prefix, its later runs
+	 * the system prompt and tools). */
+	json_t *b = json_pack("{s:s,s:o,s:I,s:s}", "model", ep->cfg->model, "messages",
 	                      native ? openai_native_messages(rq) : plain_messages(rq, 1),
-	                      "max_completion_tokens", (json_int_t)ep->cfg->max_output_tokens);
+	                      "max_completion_tokens", (json_int_t)ep->cfg->max_output_tokens, "prompt_cache_key",
+	                      ep->cache_key);
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();
 		size_t i;
@@ -413,8 +457,9 @@ static json_t *body_codex(const struct endpoint *ep, const struct model_request 
 	 * A Responses function tool is strict unless it says not: strict
 	 * would demand a schema with every property required and
 	 * additionalProperties false, which recall's optional members are not. */
-	json_t *b = json_pack("{s:s,s:o,s:o,s:b,s:b}", "model", ep->cfg->model, "instructions",
-	                      str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1);
+	json_t *b = json_pack("{s:s,s:o,s:o,s:b,s:b,s:s}", "model", ep->cfg->model, "instructions",
+	                      str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1,
+	                      "prompt_cache_key", ep->cache_key);
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();
 		json_array_foreach(defs, i, d)
@@ -444,8 +489,8 @@ static const char *const anthropic_path[] = {"content", "0", "text", NULL};
 static const char *const openai_path[] = {"choices", "0", "message", "content", NULL};
 static const char *const gemini_path[] = {"candidates", "0", "content", "parts", "0", "text", NULL};
 
-static int reply_text(enum provider p, const struct http_reply *r, struct buf *text,
-                      struct sfma_err *e)
+/* The text at the provider's path of a reply that did not offer the tools. */
+static int reply_text_doc(enum provider p, json_t *doc, struct buf *text, struct sfma_err *e)
 {
 	static const char *const *paths[] = {
 		[PROV_ANTHROPIC] = anthropic_path, [PROV_OPENAI] = openai_path, [PROV_GEMINI] = gemini_path,
@@ -454,22 +499,13 @@ static int reply_text(enum provider p, const struct http_reply *r, struct buf *t
 		[PROV_ANTHROPIC] = "content[0].text", [PROV_OPENAI] = "choices[0].message.content",
 		[PROV_GEMINI] = "candidates[0].content.parts[0].text",
 	};
-	if (r->body.len == 0)
-		return err_set(e, "empty reply body");
-	struct sfma_err pe;
-	json_t *doc = ndjson_parse(r->body.p, r->body.len, &pe);
-	if (!doc)
-		return err_set(e, "reply is not JSON");
 	json_t *t = dig(doc, paths[p]);
-	int rc = 0;
 	if (!t)
-		rc = err_set(e, "reply has no %s", where[p]);
-	else if (json_string_length(t) == 0)
-		rc = err_set(e, "empty reply text");
-	else
-		buf_add(text, json_string_value(t), json_string_length(t));
-	json_decref(doc);
-	return rc;
+		return err_set(e, "reply has no %s", where[p]);
+	if (json_string_length(t) == 0)
+		return err_set(e, "empty reply text");
+	buf_add(text, json_string_value(t), json_string_length(t));
+	return 0;
 }
 
 static char *url_of(const struct endpoint *ep, const char *path)
@@ -601,49 +637,6 @@ static int reply_native(enum provider p, json_t *doc, struct buf *text, json_t *
 	return 0;
 }
 
-/* ---- usage -------------------------------------------------------------- */
-
-static int count_at(json_t *o, const char *key, long long *out)
-{
-	return ndjson_integer(json_object_get(o, key), out) && *out >= 0;
-}
-
-/* {inputTokens,outputTokens,cachedInputTokens?} from the provider's usage
- * object and its member names, or NULL when it reports none. */
-static json_t *usage_from(json_t *u, const char *in, const char *out, json_t *cached_in, const char *cached)
-{
-	long long i, o, c;
-	if (!json_is_object(u) || !count_at(u, in, &i) || !count_at(u, out, &o))
-		return NULL;
-	json_t *usage = json_pack("{s:I,s:I}", "inputTokens", (json_int_t)i, "outputTokens", (json_int_t)o);
-	if (count_at(cached_in, cached, &c))
-		json_object_set_new(usage, "cachedInputTokens", json_integer((json_int_t)c));
-	return usage;
-}
-
-static json_t *usage_of(enum provider p, json_t *doc)
-{
-	json_t *u;
-	switch (p) {
-	case PROV_ANTHROPIC:
-		u = json_object_get(doc, "usage");
-		return usage_from(u, "input_tokens", "output_tokens", u, "cache_read_input_tokens");
-	case PROV_OPENAI:
-		u = json_object_get(doc, "usage");
-		return usage_from(u, "prompt_tokens", "completion_tokens", json_object_get(u, "prompt_tokens_details"),
-		                  "cached_tokens");
-	case PROV_GEMINI:
-		u = json_object_get(doc, "usageMetadata");
-		return usage_from(u, "promptTokenCount", "candidatesTokenCount", u, "cachedContentTokenCount");
-	case PROV_CODEX: /* doc is response.usage */
-		return usage_from(doc, "input_tokens", "output_tokens", json_object_get(doc, "input_tokens_details"),
-		                  "cached_tokens");
-	case PROV_MOCK:
-		break;
-	}
-	return NULL;
-}
-
 /* ---- one attempt -------------------------------------------------------- */
 
 static enum err_class status_class(long status)
@@ -702,36 +695,136 @@ static size_t mock_request_bytes(const struct model_request *rq)
 	return n;
 }
 
-/* The 2xx body of a JSON provider: text (and calls), then usage. */
-static int parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
+/* What an answer that came whole is, now that its end is known (st, the
+ * word in a->stop_reason; why, the provider's text of a refusal):
+ *  - refused or filtered: a failed attempt of class refusal, the provider's
+ *    text (else its word) kept as a->text, for the reply that may end up
+ *    carrying it;
+ *  - an invalid end (gemini MALFORMED_FUNCTION_CALL): a bad reply;
+ *  - cut off (length): a success with whatever text and calls came, the
+ *    calls dropped when they do not even derive (arguments cut mid-JSON);
+ *  - else a success that needs a text or a call (rc, e: what extracting
+ *    them said), end or tool by whether it made calls. */
+static int settle(struct endpoint *ep, struct attempt *a, enum stop_class st, struct buf *why, int rc)
 {
-	if (!native) {
-		int rc = reply_text(ep->prov, r, &a->text, &a->e);
+	switch (st) {
+	case STOP_REFUSAL:
+	case STOP_FILTER:
+		json_decref(a->native);
+		a->native = NULL;
+		if (why->len == 0)
+			buf_add(why, a->text.p ? a->text.p : "", a->text.len);
+		if (why->len == 0)
+			buf_printf(why, "%s", a->stop_reason[0] ? a->stop_reason : "no reason given");
+		buf_reset(&a->text);
+		buf_add(&a->text, why->p, why->len);
 		secret_redact_text(&a->text);
-		return rc;
+		a->stop = st;
+		a->cls = EC_REFUSAL;
+		return err_set(&a->e, "%s (%s): %.*s", st == STOP_REFUSAL ? "refused" : "filtered",
+		               a->stop_reason[0] ? a->stop_reason : "no stop reason",
+		               (int)(a->text.len < 300 ? a->text.len : 300), a->text.p);
+	case STOP_INVALID:
+		a->cls = EC_REPLY;
+		return err_set(&a->e, "invalid reply (%s)%s%.*s", a->stop_reason, why->len ? ": " : "",
+		               (int)(why->len < 300 ? why->len : 300), why->p ? why->p : "");
+	case STOP_LENGTH:
+		a->stop = STOP_LENGTH;
+		if (take_calls(ep, a) < 0) {
+			json_decref(a->native);
+			json_decref(a->tool_calls);
+			a->native = a->tool_calls = NULL;
+		}
+		return 0;
+	case STOP_NONE:
+	case STOP_END:
+	case STOP_TOOL:
+		break;
 	}
-	if (r->body.len == 0)
-		return err_set(&a->e, "empty reply body");
-	json_t *doc = ndjson_parse(r->body.p, r->body.len, NULL);
-	if (!doc)
-		return err_set(&a->e, "reply is not JSON");
-	int rc = reply_native(ep->prov, doc, &a->text, &a->native, &a->e);
-	json_decref(doc);
-	if (rc < 0 || take_calls(ep, a) < 0)
+	if (rc < 0 || take_calls(ep, a) < 0) {
+		a->cls = EC_REPLY;
 		return -1;
-	if (ep->prov == PROV_GEMINI)
-		gemini_remember(a->native);
+	}
+	a->stop = a->native ? STOP_TOOL : STOP_END;
 	return 0;
 }
 
-static json_t *usage_of_body(enum provider p, const struct http_reply *r)
+/* The 2xx body of a JSON provider: its usage, how it ended, its text (and
+ * calls). A reply that was cut off or refused may lack the text or the
+ * calls a whole one must have: what is there is taken. */
+static int parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
 {
-	json_t *doc = ndjson_parse(r->body.p ? r->body.p : "", r->body.len, NULL);
-	json_t *u = usage_of(p, doc);
+	if (r->body.len == 0) {
+		a->cls = EC_REPLY;
+		return err_set(&a->e, "empty reply body");
+	}
+	json_t *doc = ndjson_parse(r->body.p, r->body.len, NULL);
+	if (!doc) {
+		a->cls = EC_REPLY;
+		return err_set(&a->e, "reply is not JSON");
+	}
+	a->usage = usage_of(ep->prov, doc);
+	struct buf why = {0};
+	enum stop_class st = stop_of_body(ep->prov, doc, a->stop_reason, &why);
+	int rc = native ? reply_native(ep->prov, doc, &a->text, &a->native, &a->e)
+	                : reply_text_doc(ep->prov, doc, &a->text, &a->e);
 	json_decref(doc);
-	return u;
+	rc = settle(ep, a, st, &why, rc);
+	buf_free(&why);
+	if (rc == 0 && ep->prov == PROV_GEMINI)
+		gemini_remember(a->native);
+	return rc;
 }
 
+/* A stream that failed (a response.failed or error event), classed as the
+ * HTTP answer it stands for, as the Codex CLI does: a rate limit waits
+ * the "try again in" its message names; a server error backs off (and
+ * counts toward down); a context, quota or plan limit falls over at once;
+ * anything else is a bad reply. */
+static void stream_failure(struct sse *sse, struct attempt *a)
+{
+	static const char *const at_once[] = {
+		"context_length_exceeded", "insufficient_quota", "usage_not_included", "invalid_prompt", NULL,
+	};
+	const char *code = sse_error_code(sse);
+	a->cls = EC_REPLY;
+	if (strcmp(code, "rate_limit_exceeded") == 0) {
+		a->cls = EC_RATE;
+		a->retry_after_ms = wait_in_message(sse_error_message(sse));
+	} else if (strcmp(code, "server_error") == 0 || strcmp(code, "server_is_overloaded") == 0) {
+		a->cls = EC_TRANSIENT;
+		a->fault = 1;
+	}
+	for (size_t i = 0; at_once[i]; i++)
+		if (strcmp(code, at_once[i]) == 0)
+			a->cls = EC_CLIENT;
+}
+
+/* A codex stream that came to its end: its usage, then as parse_body. */
+static int parse_stream(struct endpoint *ep, int native, struct sse *sse, struct attempt *a)
+{
+	json_t *u = sse_usage(sse);
+	a->usage = usage_of(PROV_CODEX, u);
+	json_decref(u);
+	int rc = sse_result(sse, &a->text, &a->e);
+	if (rc < 0 && sse_error_message(sse)[0]) {
+		stream_failure(sse, a);
+		return -1;
+	}
+	if (rc < 0) {
+		a->cls = EC_REPLY;
+		return -1;
+	}
+	struct buf why = {0};
+	enum stop_class st = sse_stop(sse, a->stop_reason, &why);
+	if (native)
+		a->native = sse_calls(sse);
+	if (!a->native && a->text.len == 0)
+		rc = err_set(&a->e, "empty reply text");
+	rc = settle(ep, a, st, &why, rc);
+	buf_free(&why);
+	return rc;
+}
 
 /* SFMA_MOCK_LATENCY_MS, slept by this request's own thread (never past
  * its deadline): the others go on meanwhile. */
@@ -762,6 +855,7 @@ int provider_call(struct endpoint *ep, const struct model_request *rq, const str
 	 * endpoint cannot be reached, as when its host cannot be. */
 	if (curl_load(&a->e) < 0) {
 		a->cls = EC_TRANSPORT;
+		a->fault = 1;
 		return -1;
 	}
 	CURL *c = endpoint_handle(ep);
@@ -834,34 +928,22 @@ static int http_call(struct endpoint *ep, CURL *c, const struct model_request *r
 	buf_free(&payload);
 	a->status = rc == 0 ? r.status : 0;
 	a->retry_after_ms = r.retry_after_ms;
+	a->no_retry = rc == 0 && r.should_retry == 0;
 	if (rc < 0) {
 		a->cls = rc == -2 ? EC_REPLY : EC_TRANSPORT;
+		a->fault = a->cls == EC_TRANSPORT;
 		rc = -1;
 	} else if (r.status < 200 || r.status > 299) {
 		a->cls = status_class(r.status);
+		a->fault = r.status == 500 || r.status == 502 || r.status == 503 || r.status == 504 || r.status == 529;
 		/* A refused token may have been revoked early: fetch anew next time. */
 		if (a->cls == EC_AUTH && ep->oauth)
 			oauth_forget(ep);
 		rc = http_status_error(&r, &a->e);
 	} else if (sse) {
-		rc = sse_result(sse, &a->text, &a->e);
-		if (rc == 0 && native)
-			a->native = sse_calls(sse);
-		if (rc == 0 && !a->native && a->text.len == 0)
-			rc = err_set(&a->e, "empty reply text");
-		if (rc == 0)
-			rc = take_calls(ep, a);
-		json_t *u = sse_usage(sse);
-		a->usage = usage_of(PROV_CODEX, u);
-		json_decref(u);
-		if (rc < 0)
-			a->cls = EC_REPLY;
+		rc = parse_stream(ep, native, sse, a);
 	} else {
 		rc = parse_body(ep, native, &r, a);
-		if (rc == 0)
-			a->usage = usage_of_body(ep->prov, &r);
-		else
-			a->cls = EC_REPLY;
 	}
 	sse_free(sse);
 	buf_free(&r.body);

@@ -6,8 +6,9 @@
  * program is linked as it is.
  *
  * Input byte 0 picks what the rest is:
- *  0-2: an anthropic / openai / gemini body: reply_text returns the string
- *       at the provider's path (found again here) or a one-line error;
+ *  0-2: an anthropic / openai / gemini body: reply_text_doc returns the
+ *       string at the provider's path (found again here) or a one-line
+ *       error;
  *  3:   a codex event stream, fed whole and fed in chunks (sizes seeded by
  *       byte 1) through the transfer callback: same outcome both ways, and
  *       the kept head of the body is its first bytes;
@@ -20,8 +21,22 @@
  *       1): reply_native and tools_from_native either fail with one line
  *       or give exactly one {id,name,input:{}} per call object received,
  *       and the usage, when found, holds counts;
- *  7:   a header line: the retry hint is -1 or a wait >= 0. */
+ *  7:   a header line: the retry hint is -1 or a wait >= 0, x-should-retry
+ *       -1, 0 or 1;
+ *  8:   a 2xx body of a JSON provider (by byte 1; bit 2: tools offered),
+ *       through parse_body, the whole reading of an answer: a success is
+ *       end, tool (exactly when it made calls) or length, and has a text
+ *       or a call unless cut off; a failure is a bad reply or a refusal,
+ *       and a refusal has a non-empty text free of the secret; a cut-off
+ *       word (anthropic max_tokens, openai length, gemini MAX_TOKENS) is
+ *       never a failure and a refusal field never anything but a refusal;
+ *       the cost of what it counted is finite and >= 0;
+ *  9:   a codex event stream through parse_stream: the same properties,
+ *       a rate limit's wait is -1 or >= 0, and an incomplete response
+ *       never passes for a whole one. */
 #include "fuzz.h"
+
+#include <math.h>
 
 #include "src/sfma-model/http.c"
 #include "src/sfma-model/providers.c"
@@ -51,13 +66,13 @@ static void check_one_line(const char *s, size_t max, const char *what)
 
 static void body_mode(enum provider p, const uint8_t *s, size_t n)
 {
-	struct http_reply r = {.status = 200, .retry_after_ms = -1};
-	buf_add(&r.body, s, n);
+	json_t *doc = ndjson_parse((const char *)s, n, NULL), *at = doc;
+	if (!doc)
+		return;
 	struct buf text = {0};
 	struct sfma_err e = {{0}};
-	int rc = reply_text(p, &r, &text, &e);
+	int rc = reply_text_doc(p, doc, &text, &e);
 	/* The same string found again, by hand. */
-	json_t *doc = ndjson_parse((const char *)s, n, NULL), *at = doc;
 	const char *const *path = p == PROV_ANTHROPIC ? anthropic_path : p == PROV_OPENAI ? openai_path : gemini_path;
 	for (; *path && at; path++)
 		at = json_is_array(at) ? json_array_get(at, (size_t)atoi(*path)) : json_object_get(at, *path);
@@ -70,7 +85,6 @@ static void body_mode(enum provider p, const uint8_t *s, size_t n)
 	}
 	json_decref(doc);
 	buf_free(&text);
-	buf_free(&r.body);
 }
 
 struct outcome {
@@ -226,16 +240,93 @@ static void native_mode(const uint8_t *data, size_t size)
 
 static void header_mode(const uint8_t *s, size_t n)
 {
-	struct http_reply r = {.retry_after_ms = -1};
+	struct http_reply r = {.retry_after_ms = -1, .should_retry = -1};
 	retry_hint(&r, (const char *)s, n);
 	FUZZ_CHECK(r.retry_after_ms >= -1, "a negative wait %lld", r.retry_after_ms);
+	FUZZ_CHECK(r.should_retry >= -1 && r.should_retry <= 1, "x-should-retry read as %d", r.should_retry);
+}
+
+/* What every judged answer must be (modes 8 and 9). */
+static void check_answer(const struct endpoint *ep, const struct attempt *a, int rc)
+{
+	FUZZ_CHECK(strlen(a->stop_reason) < STOP_WORD_MAX, "stop word overran");
+	if (rc == 0) {
+		FUZZ_CHECK(a->stop == STOP_END || a->stop == STOP_TOOL || a->stop == STOP_LENGTH,
+		           "a success that ended as %d", a->stop);
+		FUZZ_CHECK(json_array_size(a->tool_calls) == json_array_size(a->native), "calls lost or made up");
+		if (a->stop != STOP_LENGTH) {
+			FUZZ_CHECK((a->stop == STOP_TOOL) == (a->native != NULL), "stop tool without calls, or calls without it");
+			FUZZ_CHECK(a->native || a->text.len > 0, "a whole reply with neither text nor calls");
+		}
+	} else {
+		FUZZ_CHECK(a->cls == EC_REPLY || a->cls == EC_REFUSAL || a->cls == EC_RATE || a->cls == EC_TRANSIENT ||
+		           a->cls == EC_CLIENT, "a failed answer of class %d", a->cls);
+		check_one_line(a->e.text, SFMA_ERR_MAX, "answer error");
+		if (a->cls == EC_REFUSAL) {
+			FUZZ_CHECK(a->stop == STOP_REFUSAL || a->stop == STOP_FILTER, "a refusal that is no refusal");
+			FUZZ_CHECK(a->text.len > 0, "a refusal without its text");
+			FUZZ_CHECK(!memmem(a->text.p, a->text.len, FUZZ_SECRET, strlen(FUZZ_SECRET)), "a secret in a refusal");
+		}
+	}
+	static const struct pricing price = {.set = 1, .input = 3, .output = 15, .cached_input = 0.3, .cache_write = 3.75};
+	double cost = cost_of(&price, ep->prov, a->usage);
+	FUZZ_CHECK(isfinite(cost) && cost >= 0, "a cost of %g", cost);
+	if (a->usage)
+		FUZZ_CHECK(json_is_integer(json_object_get(a->usage, "inputTokens")) &&
+		           json_is_integer(json_object_get(a->usage, "outputTokens")), "usage without counts");
+}
+
+static void answer_mode(const uint8_t *data, size_t size)
+{
+	static const enum provider provs[] = {PROV_ANTHROPIC, PROV_OPENAI, PROV_GEMINI};
+	struct endpoint ep = {.prov = provs[data[1] % 3]};
+	int native = (data[1] & 4) != 0;
+	struct http_reply r = {.status = 200, .retry_after_ms = -1};
+	buf_add(&r.body, data + 2, size - 2);
+	struct attempt a = {.retry_after_ms = -1};
+	int rc = parse_body(&ep, native, &r, &a);
+	check_answer(&ep, &a, rc);
+	/* Oracles by hand, on the provider's own members. */
+	json_t *doc = ndjson_parse((const char *)data + 2, size - 2, NULL);
+	if (ep.prov == PROV_ANTHROPIC && ndjson_string_is(json_object_get(doc, "stop_reason"), "max_tokens"))
+		FUZZ_CHECK(rc == 0 && a.stop == STOP_LENGTH, "a max_tokens reply that is not cut off");
+	json_t *choice = json_array_get(json_object_get(doc, "choices"), 0);
+	json_t *refusal = json_object_get(json_object_get(choice, "message"), "refusal");
+	if (ep.prov == PROV_OPENAI && json_is_string(refusal) && json_string_length(refusal) > 0)
+		FUZZ_CHECK(rc < 0 && a.cls == EC_REFUSAL, "a refusal field that is no refusal");
+	else if (ep.prov == PROV_OPENAI && ndjson_string_is(json_object_get(choice, "finish_reason"), "length"))
+		FUZZ_CHECK(rc == 0 && a.stop == STOP_LENGTH, "a length reply that is not cut off");
+	json_t *cand = json_array_get(json_object_get(doc, "candidates"), 0);
+	if (ep.prov == PROV_GEMINI && ndjson_string_is(json_object_get(cand, "finishReason"), "MAX_TOKENS"))
+		FUZZ_CHECK(rc == 0 && a.stop == STOP_LENGTH, "a MAX_TOKENS reply that is not cut off");
+	json_decref(doc);
+	attempt_free(&a);
+	buf_free(&r.body);
+}
+
+static void stream_answer_mode(const uint8_t *data, size_t size)
+{
+	struct endpoint ep = {.prov = PROV_CODEX};
+	struct sse *sse = sse_new();
+	sse_feed(sse, (const char *)data + 2, size - 2);
+	struct attempt a = {.retry_after_ms = -1};
+	int rc = parse_stream(&ep, data[1] & 1, sse, &a);
+	check_answer(&ep, &a, rc);
+	FUZZ_CHECK(a.retry_after_ms >= -1, "a negative wait %lld", a.retry_after_ms);
+	if (a.cls == EC_RATE)
+		FUZZ_CHECK(strcmp(sse_error_code(sse), "rate_limit_exceeded") == 0, "a rate limit without its code");
+	/* response.incomplete is never a whole reply, unless a failure came first */
+	if (rc == 0 && sse->saw_incomplete)
+		FUZZ_CHECK(a.stop == STOP_LENGTH, "an incomplete response passed for a whole one");
+	sse_free(sse);
+	attempt_free(&a);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 2)
 		return 0;
-	switch (data[0] % 8) {
+	switch (data[0] % 10) {
 	case 0: body_mode(PROV_ANTHROPIC, data + 1, size - 1); break;
 	case 1: body_mode(PROV_OPENAI, data + 1, size - 1); break;
 	case 2: body_mode(PROV_GEMINI, data + 1, size - 1); break;
@@ -243,7 +334,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 4: delta_mode(data, size); break;
 	case 5: status_mode(data + 1, size - 1); break;
 	case 6: native_mode(data, size); break;
-	default: header_mode(data + 1, size - 1); break;
+	case 7: header_mode(data + 1, size - 1); break;
+	case 8: answer_mode(data, size); break;
+	default: stream_answer_mode(data, size); break;
 	}
 	return 0;
 }
