@@ -124,11 +124,14 @@ void trace_calls(struct core *c, json_t *reply, const char *cls, json_t *msg_ref
 				json_object_set(data, "usage", json_object_get(reply, "usage"));
 			if (json_is_false(json_object_get(reply, "independent")))
 				json_object_set_new(data, "independent", json_false());
-			/* An answer that is not this attempt's (the array-form mock's
-			 * judge answering after a real attempt failed) says whose. */
+			/* An answer that is not this attempt's own says whose: the
+			 * array-form mock's judge answering after a real attempt
+			 * failed, or a refusal no endpoint could fall over from (the
+			 * refused attempt is this one or an earlier one, and the
+			 * reply is its text). */
 			const char *ep = json_string_value(json_object_get(reply, "endpoint"));
 			const char *mine = json_string_value(json_object_get(call, "endpoint"));
-			if (ok && ep && (!mine || strcmp(ep, mine) != 0))
+			if (ok && ep && (!mine || strcmp(ep, mine) != 0 || !json_is_true(json_object_get(call, "ok"))))
 				json_object_set_new(data, "answeredBy", json_string(ep));
 		}
 		usage_add(&c->usage, data);

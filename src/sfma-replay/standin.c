@@ -188,9 +188,22 @@ json_t *recorded_reply(long id, size_t *n)
 		const char *err = reply_error();
 		json_object_set_new(reply, "error", json_string(err ? err : "no reply"));
 	}
-	/* how the provider ended it (sfma-model's "stop" of the answer) */
-	if (last && json_is_string(json_object_get(data_of(last), "stop")))
-		json_object_set(reply, "stop", json_object_get(data_of(last), "stop"));
+	/* How the provider ended it: sfma-model's "stop" of the attempt that
+	 * answered - the last, or the last at the endpoint answeredBy names
+	 * (a refusal no endpoint could fall over from) - and the ceiling a
+	 * reply cut off at its length reached. */
+	const json_t *answered = last ? data_of(last) : NULL;
+	for (size_t k = *n; by && k-- > 0;) {
+		const json_t *d = data_of(peek_at(k));
+		if (ndjson_string_is(json_object_get(d, "endpoint"), by)) {
+			answered = d;
+			break;
+		}
+	}
+	if (ok && json_is_string(json_object_get(answered, "stop")))
+		json_object_set(reply, "stop", json_object_get(answered, "stop"));
+	if (ok && json_object_get(answered, "maxOutputTokens"))
+		json_object_set(reply, "maxOutputTokens", json_object_get(answered, "maxOutputTokens"));
 	if (last && json_is_false(json_object_get(data_of(last), "independent")))
 		json_object_set_new(reply, "independent", json_false());
 	return reply;
