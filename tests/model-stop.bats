@@ -436,12 +436,13 @@ PRICED=',"pricing":{"inputPerMTok":3,"outputPerMTok":15,"cachedInputPerMTok":0.3
 	line 1 '.endpoints.a.costUsd == 1.25 and (.endpoints.b | has("costUsd") | not)'
 }
 
-@test "a malformed pricing is said once and counts no cost" {
+@test "a malformed pricing is the manifest's error: the stage does not start, and says where" {
 	serve "{\"/v1/chat/completions\":[$OPENAI_OK]}"
 	manifest "[$(ep gpt openai ',"pricing":{"inputPerMTok":-1,"outputPerMTok":2}')]"
 	export OPENAI_API_KEY=$OPENAI_KEY
 	tools_req 1 > requests.jsonl
-	model
-	line 1 '.ok and (.calls[0] | has("costUsd") | not)'
-	grep -q 'endpoint gpt: pricing.inputPerMTok must be a number from 0 to 1000000' err.txt
+	run -2 model
+	grep -qx -- '- modelEndpoints\[0\].pricing.inputPerMTok must be a number >= 0' out.jsonl err.txt ||
+		{ cat out.jsonl err.txt; return 1; }
+	[ ! -s log.jsonl ] || { echo "a request went out"; return 1; }
 }

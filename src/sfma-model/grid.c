@@ -119,24 +119,6 @@ static void describe_unusable(struct grid *g)
 	free(seen);
 }
 
-/* The endpoint's "pricing", read from the manifest as written (the loader
- * keeps the endpoint objects in m->json); a malformed one is said once and
- * leaves the endpoint unpriced. */
-static void load_pricing(struct endpoint *ep, const struct manifest *m)
-{
-	json_t *e;
-	size_t i;
-	json_array_foreach(json_object_get(m->json, "modelEndpoints"), i, e) {
-		if (!json_is_string(json_object_get(e, "name")) ||
-		    strcmp(json_string_value(json_object_get(e, "name")), ep->cfg->name) != 0)
-			continue;
-		struct sfma_err err;
-		if (pricing_parse(json_object_get(e, "pricing"), &ep->pricing, &err) < 0)
-			warning("endpoint %.64s: %s: no cost is counted", ep->cfg->name, err.text);
-		return;
-	}
-}
-
 /* prompt_cache_key: "sfma-" and 32 hex digits of SHA-256 over the
  * workspace's absolute path and the manifest's digest (of its canonical
  * JSON), so that every request of a workspace run under one manifest
@@ -178,12 +160,11 @@ void grid_init(struct grid *g, const struct manifest *m)
 		if (ep->cfg->auth && ep->prov != PROV_MOCK)
 			load_auth(ep);
 		load_credentials(ep);
-		load_pricing(ep, m);
 		ep->cache_key = g->cache_key;
 		ep->usable = ep->missing[0] == '\0';
 		ep->availability = 1;
-		ep->has_cost = ep->pricing.set;
-		pthread_mutex_init(&ep->pool_lock, NULL);
+		ep->has_cost = ep->cfg->pricing.set;
+		pool_init(ep);
 	}
 	describe_unusable(g);
 }
@@ -192,47 +173,13 @@ void grid_free(struct grid *g)
 {
 	for (size_t i = 0; i < g->n; i++) {
 		struct endpoint *ep = &g->eps[i];
-		while (ep->n_pool)
-			libcurl.easy_cleanup(ep->pool[--ep->n_pool]);
-		pthread_mutex_destroy(&ep->pool_lock);
+		pool_free(ep);
 		oauth_free(ep->oauth);
 	}
 	free(g->eps);
 	g->eps = NULL;
 	g->n = 0;
 	pthread_mutex_destroy(&g->lock);
-}
-
-/* The most recently used handle first: a lone request keeps reusing one
- * connection, and a second one at the same time gets its own. */
-CURL *endpoint_handle(struct endpoint *ep)
-{
-	CURL *c = NULL;
-#ifndef SFMA_BENCH_FRESH_HANDLE /* benchmark baseline (tests/bench/model.sh): a new connection every call */
-	pthread_mutex_lock(&ep->pool_lock);
-	if (ep->n_pool)
-		c = ep->pool[--ep->n_pool];
-	pthread_mutex_unlock(&ep->pool_lock);
-#else
-	(void)ep;
-#endif
-	if (!c && !(c = libcurl.easy_init()))
-		die("cannot start libcurl");
-	return c;
-}
-
-void endpoint_handle_back(struct endpoint *ep, CURL *c)
-{
-	pthread_mutex_lock(&ep->pool_lock);
-#ifndef SFMA_BENCH_FRESH_HANDLE
-	if (ep->n_pool < MODEL_POOL_MAX) {
-		ep->pool[ep->n_pool++] = c;
-		c = NULL;
-	}
-#endif
-	pthread_mutex_unlock(&ep->pool_lock);
-	if (c)
-		libcurl.easy_cleanup(c);
 }
 
 /* ---- the measured state ------------------------------------------------ */
@@ -264,7 +211,7 @@ static void unmeasured(struct endpoint *ep)
 	ep->consecutive_failures = ep->down_until = ep->outages = 0;
 	ep->has_pass[0] = ep->has_pass[1] = 0;
 	ep->cost_usd = 0;
-	ep->has_cost = ep->pricing.set;
+	ep->has_cost = ep->cfg->pricing.set;
 }
 
 /* One endpoint's state as persisted. calls and failures make an entry (an
@@ -479,16 +426,16 @@ static json_t *call_entry(const struct endpoint *ep, int reasoning, double elaps
 	/* Any answer that reports usage was billed, a refused one too. */
 	if (a->usage)
 		json_object_set(c, "usage", a->usage);
-	if (ep->pricing.set)
-		json_object_set_new(c, "costUsd", json_real(cost_of(&ep->pricing, ep->prov, a->usage)));
+	if (ep->cfg->pricing.set)
+		json_object_set_new(c, "costUsd", json_real(cost_of(&ep->cfg->pricing, ep->prov, a->usage)));
 	return c;
 }
 
 static void measure(const struct grid *g, struct endpoint *ep, double ms, const struct attempt *a, int ok)
 {
 	ep->calls++;
-	if (ep->pricing.set)
-		ep->cost_usd += cost_of(&ep->pricing, ep->prov, a->usage);
+	if (ep->cfg->pricing.set)
+		ep->cost_usd += cost_of(&ep->cfg->pricing, ep->prov, a->usage);
 	int reached = ok || !a->fault;
 	ep->availability = g->alpha * reached + (1 - g->alpha) * ep->availability;
 	if (ok) {

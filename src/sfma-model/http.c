@@ -1,5 +1,6 @@
-/* http.c - one bounded HTTP POST over libcurl, and the incremental
- * Server-Sent Events parser the codex provider streams through.
+/* http.c - one bounded HTTP POST over libcurl, the idle handles kept per
+ * endpoint for it, and the incremental Server-Sent Events parser the
+ * codex provider streams through.
  *
  * Bounds: the whole transfer (connect included) ends by the request's
  * deadline; the body is cut off at MODEL_BODY_MAX bytes as it arrives, so
@@ -15,6 +16,55 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* ---- idle handles ------------------------------------------------------- */
+
+void pool_init(struct endpoint *ep)
+{
+	pthread_mutex_init(&ep->pool_lock, NULL);
+	ep->n_pool = 0;
+}
+
+void pool_free(struct endpoint *ep)
+{
+	while (ep->n_pool)
+		libcurl.easy_cleanup(ep->pool[--ep->n_pool]);
+	pthread_mutex_destroy(&ep->pool_lock);
+}
+
+/* The most recently used handle first: a lone request keeps reusing one
+ * connection, and a second one at the same time gets its own. */
+CURL *endpoint_handle(struct endpoint *ep)
+{
+	CURL *c = NULL;
+#ifndef SFMA_BENCH_FRESH_HANDLE /* benchmark baseline (tests/bench/model.sh): a new connection every call */
+	pthread_mutex_lock(&ep->pool_lock);
+	if (ep->n_pool)
+		c = ep->pool[--ep->n_pool];
+	pthread_mutex_unlock(&ep->pool_lock);
+#else
+	(void)ep;
+#endif
+	if (!c && !(c = libcurl.easy_init()))
+		die("cannot start libcurl");
+	return c;
+}
+
+void endpoint_handle_back(struct endpoint *ep, CURL *c)
+{
+	pthread_mutex_lock(&ep->pool_lock);
+#ifndef SFMA_BENCH_FRESH_HANDLE
+	if (ep->n_pool < MODEL_POOL_MAX) {
+		ep->pool[ep->n_pool++] = c;
+		c = NULL;
+	}
+#endif
+	pthread_mutex_unlock(&ep->pool_lock);
+	if (c)
+		libcurl.easy_cleanup(c);
+}
+
+/* ---- Server-Sent Events -------------------------------------------------- */
 
 /* What an SSE stream has told so far. */
 struct sse {

@@ -156,10 +156,6 @@ json_t *grid_serve(struct grid *g, const struct model_request *rq, struct plan *
 /* The measured state (caller holds g->lock). */
 json_t *grid_state(const struct grid *g);
 void grid_free(struct grid *g);
-/* A handle for one attempt at ep (an idle one, whose connection may still
- * be open, else a new one), and giving it back after the attempt. */
-CURL *endpoint_handle(struct endpoint *ep);
-void endpoint_handle_back(struct endpoint *ep, CURL *c);
 
 /* ---- providers.c ---- */
 /* Why an attempt failed (the "errorClass" of its call entry). */
@@ -228,14 +224,10 @@ enum stop_class stop_of_incomplete(const char *reason);
  * when it reports none: {inputTokens, outputTokens, cachedInputTokens?,
  * cacheWriteTokens?, reasoningTokens?}, reasoning counted in outputTokens. */
 json_t *usage_of(enum provider p, json_t *doc);
-/* The endpoint's "pricing" object read into p (absent: p->set 0). 0, or -1
- * with e filled when it is not {inputPerMTok, outputPerMTok,
- * cachedInputPerMTok?, cacheWritePerMTok?} of finite numbers >= 0. */
-int pricing_parse(const json_t *v, struct pricing *p, struct sfma_err *e);
 /* What usage cost at p, in US dollars, rounded to 1e-10 (sfma-model(1),
  * COST: which input tokens each provider bills at which price). 0 without
  * usage. */
-double cost_of(const struct pricing *p, enum provider prov, const json_t *usage);
+double cost_of(const struct endpoint_pricing *p, enum provider prov, const json_t *usage);
 /* A dollar figure rounded to 1e-10, so that sums print without noise. */
 double usd_rounded(double v);
 /* The wait a rate-limit message asks for ("Please try again in 1.5s",
@@ -243,6 +235,13 @@ double usd_rounded(double v);
 long long wait_in_message(const char *msg);
 
 /* ---- http.c ---- */
+/* An endpoint's idle handles: set up empty, and every one cleaned up. */
+void pool_init(struct endpoint *ep);
+void pool_free(struct endpoint *ep);
+/* A handle for one attempt at ep (an idle one, whose connection may still
+ * be open, else a new one), and giving it back after the attempt. */
+CURL *endpoint_handle(struct endpoint *ep);
+void endpoint_handle_back(struct endpoint *ep, CURL *c);
 struct sse;
 struct http_reply {
 	long status;

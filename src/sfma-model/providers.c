@@ -66,15 +66,10 @@ int provider_native(const struct endpoint *ep, const struct model_request *rq)
 	return rq->tools && ep->prov != PROV_MOCK && !ep->cfg->tool_protocol_text;
 }
 
-static json_t *str(const char *s, size_t n)
-{
-	return utf8_json(s, n);
-}
-
 static json_t *msg_content(json_t *m)
 {
 	json_t *c = json_object_get(m, "content");
-	return str(json_string_value(c), json_string_length(c));
+	return utf8_json(json_string_value(c), json_string_length(c));
 }
 
 static const char *role_of(json_t *m)
@@ -105,7 +100,7 @@ static json_t *canon_string_of(json_t *v)
 	/* Numbers in the messages came through the strict reader: finite. */
 	if (canon_dump(v, &b, NULL) < 0)
 		die("cannot serialize a tool call");
-	json_t *s = str(b.p ? b.p : "", b.len);
+	json_t *s = utf8_json(b.p ? b.p : "", b.len);
 	buf_free(&b);
 	return s;
 }
@@ -137,7 +132,7 @@ static json_t *plain_messages(const struct model_request *rq, int with_system)
 	size_t i;
 	if (with_system && rq->system_len)
 		json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content",
-		                                     str(rq->system, rq->system_len)));
+		                                     utf8_json(rq->system, rq->system_len)));
 	json_array_foreach(rq->messages, i, m)
 		json_array_append_new(out, json_pack("{s:s,s:o}", "role",
 		                                     is_assistant(m) ? "assistant" : "user",
@@ -219,7 +214,7 @@ static json_t *body_anthropic(const struct endpoint *ep, const struct model_requ
 	                      (json_int_t)ep->cfg->max_output_tokens, "messages", anthropic_messages(rq, native));
 	if (rq->system_len)
 		json_object_set_new(b, "system", json_pack("[{s:s,s:o,s:o}]", "type", "text", "text",
-		                                           str(rq->system, rq->system_len), "cache_control",
+		                                           utf8_json(rq->system, rq->system_len), "cache_control",
 		                                           ephemeral()));
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();
@@ -245,7 +240,7 @@ static json_t *openai_native_messages(const struct model_request *rq)
 	size_t i;
 	if (rq->system_len)
 		json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content",
-		                                     str(rq->system, rq->system_len)));
+		                                     utf8_json(rq->system, rq->system_len)));
 	json_array_foreach(rq->messages, i, m) {
 		json_t *calls = calls_of(m), *c;
 		size_t j;
@@ -414,7 +409,7 @@ static json_t *body_gemini(const struct endpoint *ep, const struct model_request
 	                      (json_int_t)ep->cfg->max_output_tokens);
 	if (rq->system_len)
 		json_object_set_new(b, "system_instruction",
-		                    json_pack("{s:[{s:o}]}", "parts", "text", str(rq->system, rq->system_len)));
+		                    json_pack("{s:[{s:o}]}", "parts", "text", utf8_json(rq->system, rq->system_len)));
 	if (native)
 		json_object_set_new(b, "tools", json_pack("[{s:o}]", "functionDeclarations", tools_definitions()));
 	return b;
@@ -458,7 +453,7 @@ static json_t *body_codex(const struct endpoint *ep, const struct model_request 
 	 * would demand a schema with every property required and
 	 * additionalProperties false, which recall's optional members are not. */
 	json_t *b = json_pack("{s:s,s:o,s:o,s:b,s:b,s:s}", "model", ep->cfg->model, "instructions",
-	                      str(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1,
+	                      utf8_json(rq->system, rq->system_len), "input", input, "store", 0, "stream", 1,
 	                      "prompt_cache_key", ep->cache_key);
 	if (native) {
 		json_t *defs = tools_definitions(), *d, *tools = json_array();

@@ -233,38 +233,6 @@ json_t *usage_of(enum provider p, json_t *doc)
 
 /* ---- cost --------------------------------------------------------------- */
 
-/* A price: a finite number >= 0, at most $1e6 per million tokens. */
-static int price_at(const json_t *o, const char *key, double *out, int required, struct sfma_err *e)
-{
-	json_t *v = json_object_get(o, key);
-	if (!v && !required)
-		return 0;
-	if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0 ||
-	    json_number_value(v) > 1e6)
-		return err_set(e, "pricing.%s must be a number from 0 to 1000000 (US dollars per million tokens)", key);
-	*out = json_number_value(v);
-	return 0;
-}
-
-int pricing_parse(const json_t *v, struct pricing *p, struct sfma_err *e)
-{
-	memset(p, 0, sizeof *p);
-	if (!v)
-		return 0;
-	if (!json_is_object(v))
-		return err_set(e, "pricing must be an object");
-	if (price_at(v, "inputPerMTok", &p->input, 1, e) < 0 || price_at(v, "outputPerMTok", &p->output, 1, e) < 0)
-		return -1;
-	/* Cache prices default to the input price: a provider without a
-	 * discount bills a cached token as any other. */
-	p->cached_input = p->cache_write = p->input;
-	if (price_at(v, "cachedInputPerMTok", &p->cached_input, 0, e) < 0 ||
-	    price_at(v, "cacheWritePerMTok", &p->cache_write, 0, e) < 0)
-		return -1;
-	p->set = 1;
-	return 0;
-}
-
 double usd_rounded(double v)
 {
 	char s[64];
@@ -282,15 +250,15 @@ static double count_of(const json_t *usage, const char *key)
  * written to the cache; OpenAI's prompt_tokens, Gemini's promptTokenCount
  * and the Responses API's input_tokens include the cached ones, billed at
  * the cached price and so taken out of the full-price count. */
-double cost_of(const struct pricing *p, enum provider prov, const json_t *usage)
+double cost_of(const struct endpoint_pricing *p, enum provider prov, const json_t *usage)
 {
 	if (!p->set || !json_is_object(usage))
 		return 0;
 	double in = count_of(usage, "inputTokens"), cached = count_of(usage, "cachedInputTokens");
 	double written = count_of(usage, "cacheWriteTokens"), out = count_of(usage, "outputTokens");
 	double uncached = prov == PROV_ANTHROPIC ? in : in > cached ? in - cached : 0;
-	return usd_rounded((uncached * p->input + cached * p->cached_input + written * p->cache_write +
-	                    out * p->output) / 1e6);
+	return usd_rounded((uncached * p->input_per_mtok + cached * p->cached_input_per_mtok +
+	                    written * p->cache_write_per_mtok + out * p->output_per_mtok) / 1e6);
 }
 
 /* ---- waits named in a message ------------------------------------------- */

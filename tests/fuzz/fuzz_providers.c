@@ -268,7 +268,8 @@ static void check_answer(const struct endpoint *ep, const struct attempt *a, int
 			FUZZ_CHECK(!memmem(a->text.p, a->text.len, FUZZ_SECRET, strlen(FUZZ_SECRET)), "a secret in a refusal");
 		}
 	}
-	static const struct pricing price = {.set = 1, .input = 3, .output = 15, .cached_input = 0.3, .cache_write = 3.75};
+	static const struct endpoint_pricing price = {.set = 1, .input_per_mtok = 3, .output_per_mtok = 15,
+	                                             .cached_input_per_mtok = 0.3, .cache_write_per_mtok = 3.75};
 	double cost = cost_of(&price, ep->prov, a->usage);
 	FUZZ_CHECK(isfinite(cost) && cost >= 0, "a cost of %g", cost);
 	if (a->usage)
