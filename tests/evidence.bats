@@ -205,6 +205,7 @@ PY
 	forge() { # forge JSON: the evidence of seq 2 set to JSON, rechained, resealed
 		jq -c --argjson ev "$1" 'if .seq == 2 then .evidence = $ev else . end' good > "$T"
 		rechain "$T"
+		forget_checkpoints ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	bad() { # bad JSON REASON
@@ -268,6 +269,7 @@ for line in lines[1:]:
     out.append(json.dumps(e, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
 open(path, "w").write("".join(out))
 PY
+		forget_checkpoints ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	make_ev_legacy
