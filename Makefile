@@ -24,7 +24,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-prove sfma-attest
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -48,7 +48,8 @@ LIBS_sfma-exec     := -lseccomp
 DEB_PACKAGES := build-essential clang libjansson-dev libssl-dev openssl \
                 libcurl4-openssl-dev libseccomp-dev git jq bats mandoc \
                 bubblewrap util-linux valgrind python3 procps nodejs chromium \
-                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace
+                libclang-rt-14-dev slurmctld slurmd slurm-client munge parallel strace \
+                golang-go golang-golang-x-mod-dev
 
 .DELETE_ON_ERROR:
 .PHONY: all check check-sanitize check-valgrind bench lint-man deps install uninstall clean
@@ -105,7 +106,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview proof
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))

@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-prove sfma-attest"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -103,6 +103,8 @@ manners() {
 @test "sfma-log: --version, --help, -h, usage errors by name" { manners sfma-log; }
 @test "sfma-report: --version, --help, -h, usage errors by name" { manners sfma-report; }
 @test "sfma-summary: --version, --help, -h, usage errors by name" { manners sfma-summary; }
+@test "sfma-prove: --version, --help, -h, usage errors by name" { manners sfma-prove; }
+@test "sfma-attest: --version, --help, -h, usage errors by name" { manners sfma-attest; }
 
 # A small sealed workspace.
 workspace() {
