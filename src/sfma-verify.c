@@ -300,8 +300,10 @@ static const char *check_signature(json_t *integrity, json_t *signature, EVP_PKE
 	}
 	*tree_key = NULL;
 	if (!signature) {
-		if (trusted)
+		if (trusted) {
+			EVP_PKEY_free(trusted); /* invalid() exits: nothing else holds it */
 			invalid("record is unsigned but SFMA_AUDIT_PUBLIC_KEY demands a trusted signature");
+		}
 		return "none";
 	}
 	json_t *pem = json_object_get(signature, "publicKey"), *value = json_object_get(signature, "value");
