@@ -26,7 +26,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -59,10 +59,11 @@ DEB_PACKAGES := build-essential libjansson-dev libssl-dev openssl \
 # it drives, node for the canonical JSON cross-check and the JSON Schema
 # validator (npm, when node came without it), chromium for the report's
 # rendering, Slurm for the batch example, bubblewrap for the sandbox
-# benchmark.
+# benchmark, Go and its x/mod module for the transparency-log formats'
+# reference verifier (tests/tlog.bats).
 TEST_DEB_PACKAGES := clang libclang-rt-14-dev bats mandoc bubblewrap util-linux valgrind \
                      python3 python3-yaml procps nodejs chromium slurmctld slurmd slurm-client munge \
-                     parallel strace
+                     parallel strace golang-go golang-golang-x-mod-dev
 SCHEMA := schema/sfma-manifest.schema.json
 
 .DELETE_ON_ERROR:
@@ -120,7 +121,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp proof
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))

@@ -53,6 +53,11 @@ struct line_info {
 	uint32_t ev_pruned;      /* of which missing, with allow_pruned */
 	unsigned char chained;   /* carries hash and prevHash */
 	unsigned char is_anchor; /* kind == "clock-anchor" */
+	/* With the tree: the line's leaf hash; in the last line of a complete
+	 * subtree its share was cut into (piece = its height + 1), that
+	 * subtree's root, which the linking adds to the frontier. */
+	unsigned char piece;
+	unsigned char node[MERKLE_HASH_LEN];
 };
 
 void chain_entry_id(char out[CHAIN_ID_MAX], const char *kind, double seq)
@@ -472,8 +477,57 @@ static void check_canonical_evidence(struct line_info *li, const struct chain_op
 struct work {
 	struct line_info *lines;
 	size_t from, to;
+	uint64_t base; /* leaves before lines[0] */
 	const struct chain_opts *opts;
 };
+
+/* The first size after leaf count g at which the tree must be seen whole
+ * (the mark, a point), or UINT64_MAX. */
+static uint64_t next_cut(const struct chain_opts *o, uint64_t g)
+{
+	uint64_t cut = UINT64_MAX;
+	if (o->mark_set && o->mark_count > g)
+		cut = o->mark_count;
+	size_t lo = 0, hi = o->npoints; /* the first point past g */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (o->points[mid].size > g)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	if (lo < o->npoints && o->points[lo].size < cut)
+		cut = o->points[lo].size;
+	return cut;
+}
+
+/* Cut the share's leaves into complete subtrees aligned on their size
+ * (never across a size the tree must be seen at) and hash each here, in
+ * parallel with the other shares: the linking, which must go in order,
+ * is then left with O(log n) node hashes per share. */
+static void hash_pieces(struct work *w)
+{
+	uint64_t g = w->base + w->from, end = w->base + w->to;
+	size_t i = w->from;
+	while (g < end) {
+		uint64_t cut = next_cut(w->opts, g);
+		unsigned h = merkle_piece_height(g, cut < end ? cut : end);
+		size_t count = (size_t)1 << h;
+		struct line_info *last = &w->lines[i + count - 1];
+		if (h > 0) {
+			struct merkle_frontier f;
+			merkle_frontier_init(&f);
+			for (size_t j = i; j < i + count; j++) {
+				w->lines[j].piece = 0;
+				merkle_frontier_add(&f, w->lines[j].node);
+			}
+			merkle_frontier_root(&f, last->node);
+		}
+		last->piece = (unsigned char)(h + 1);
+		i += count;
+		g += count;
+	}
+}
 
 static void *worker(void *arg)
 {
@@ -483,7 +537,11 @@ static void *worker(void *arg)
 			check_tree(&w->lines[i], w->opts);
 		else if (w->opts->evidence)
 			check_canonical_evidence(&w->lines[i], w->opts);
+		if (w->opts->tree)
+			merkle_leaf_hash(w->lines[i].text, w->lines[i].len, w->lines[i].node);
 	}
+	if (w->opts->tree)
+		hash_pieces(w);
 	return NULL;
 }
 
@@ -496,6 +554,7 @@ struct block {
 	size_t used;             /* bytes of the complete lines split off */
 	struct line_info *lines; /* BLOCK_LINES entries */
 	size_t n;
+	uint64_t base;           /* lines of the trace before this block's first */
 	enum pending pending;
 	int read_errno;
 	pthread_t tid[MAX_THREADS];
@@ -586,7 +645,7 @@ static void start_workers(struct block *b, int threads, const struct chain_opts 
 	b->started = 0;
 	for (int k = 0; k < t; k++)
 		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
-		                        b->n * (size_t)(k + 1) / (size_t)t, opts};
+		                        b->n * (size_t)(k + 1) / (size_t)t, b->base, opts};
 	if (b->n < LINES_PER_THREAD)
 		return; /* one share, checked by join_workers on this thread */
 	for (int k = 0; k < t; k++) {
@@ -609,7 +668,21 @@ struct verifier {
 	struct chain_summary *sum;
 	struct sha256 legacy;
 	int seen_chained;
+	size_t next_point; /* opts->points before it are behind */
 };
+
+/* The points at the tree's size now: their roots. */
+static void see_points(struct verifier *v)
+{
+	const struct chain_opts *o = v->opts;
+	while (v->next_point < o->npoints && o->points[v->next_point].size <= v->sum->tree.size) {
+		struct chain_tree_point *p = &o->points[v->next_point++];
+		if (p->size == v->sum->tree.size) {
+			p->found = 1;
+			merkle_frontier_root(&v->sum->tree, p->root);
+		}
+	}
+}
 
 /* The prefix ending at the line just linked: its head is that entry's
  * hash, or for a prefix of legacy lines only, their digest so far. */
@@ -628,6 +701,8 @@ static void mark_here(struct verifier *v, const struct line_info *li)
 	s->mark_seq = li->seq;
 	s->mark_offset = s->size;
 	s->mark_found = 1;
+	if (v->opts->tree)
+		merkle_frontier_root(&s->tree, s->mark_root);
 }
 
 /* Link the checked lines of one block in order. */
@@ -681,6 +756,13 @@ static int link_lines(struct verifier *v, struct line_info *li, size_t n, struct
 		s->entries = no;
 		s->last_offset = s->size;
 		s->size += li->len + 1;
+		if (v->opts->tree && li->piece) {
+			/* A piece ends here: the tree is exactly `no` leaves again. */
+			if (merkle_frontier_add_subtree(&s->tree, li->piece - 1u, li->node) < 0)
+				return err_set(e, "line %llu: the trace has more lines than a tree can hold",
+				               (unsigned long long)no);
+			see_points(v);
+		}
 		if (v->opts->mark_set && no == v->opts->mark_count)
 			mark_here(v, li);
 		if (v->opts->trusted_count && no == v->opts->trusted_count) {
@@ -722,6 +804,9 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	memset(out, 0, sizeof *out);
 	strcpy(out->head, CHAIN_ZERO_HASH);
 	strcpy(out->anchor, "unanchored");
+	merkle_frontier_init(&out->tree);
+	for (size_t i = 0; i < opts->npoints; i++)
+		opts->points[i].found = 0;
 	if (opts->resume) {
 		const struct chain_summary *r = opts->resume;
 		if (r->entries <= r->legacy || opts->trusted_count || opts->evidence ||
@@ -742,10 +827,19 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 		memcpy(out->anchor, r->anchor, sizeof out->anchor);
 		out->size = r->size;
 		out->last_offset = r->last_offset;
+		if (opts->tree) {
+			if (r->tree.size != r->entries)
+				return err_set(e, "resume: the tree does not cover the prefix");
+			out->tree = r->tree;
+			if (out->mark_found)
+				merkle_frontier_root(&out->tree, out->mark_root);
+		}
 	}
 	if (opts->mark_set && opts->mark_count == 0 && !opts->resume) {
 		strcpy(out->mark_head, CHAIN_ZERO_HASH);
 		out->mark_found = 1;
+		if (opts->tree)
+			merkle_frontier_root(&out->tree, out->mark_root);
 	}
 
 	int threads = opts->threads;
@@ -757,6 +851,12 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 		threads = MAX_THREADS;
 	struct verifier v = {.opts = opts, .sum = out, .seen_chained = opts->resume != NULL};
 	sha256_init(&v.legacy);
+	if (opts->tree) {
+		/* Points before a resumed prefix's end are not seen here. */
+		while (v.next_point < opts->npoints && opts->points[v.next_point].size < out->tree.size)
+			v.next_point++;
+		see_points(&v);
+	}
 
 	struct reader rd = {fd, 0, 0, opts->max_line ? opts->max_line : NDJSON_DEFAULT_MAX};
 	rd.cap = BLOCK > rd.max_line + 1 ? BLOCK : rd.max_line + 1;
@@ -770,6 +870,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	}
 	struct block *cur = &blk[0], *nxt = &blk[1];
 	int rc = 0;
+	cur->base = out->entries;
 	load_block(&rd, cur);
 	for (;;) {
 		start_workers(cur, threads, opts);
@@ -779,6 +880,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 			release_lines(nxt);
 			nxt->have = cur->have - cur->used;
 			memcpy(nxt->buf, cur->buf + cur->used, nxt->have);
+			nxt->base = cur->base + cur->n;
 			load_block(&rd, nxt);
 		}
 		join_workers(cur);
@@ -813,7 +915,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 	return rc;
 }
 
-json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_err *e)
+char *chain_line_at(int fd, uint64_t offset, uint64_t max_line, size_t *len, struct sfma_err *e)
 {
 	size_t max = max_line ? (size_t)max_line : NDJSON_DEFAULT_MAX;
 	size_t cap = 4096, have = 0;
@@ -840,7 +942,18 @@ json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_e
 		nl = memchr(buf + have, '\n', (size_t)got);
 		have += (size_t)got;
 	}
-	json_t *v = ndjson_parse(buf, (size_t)(nl - buf), e);
+	*nl = '\0';
+	*len = (size_t)(nl - buf);
+	return buf;
+}
+
+json_t *chain_entry_at(int fd, uint64_t offset, uint64_t max_line, struct sfma_err *e)
+{
+	size_t len;
+	char *buf = chain_line_at(fd, offset, max_line, &len, e);
+	if (!buf)
+		return NULL;
+	json_t *v = ndjson_parse(buf, len, e);
 	free(buf);
 	if (v && !json_is_object(v)) {
 		json_decref(v);
@@ -855,7 +968,7 @@ struct chain_digest {
 	struct sha256 ctx;
 };
 
-#define CACHE_MAX 4096
+#define CACHE_MAX 8192 /* the summary and a frontier of up to 63 nodes */
 
 void chain_digest_add(struct chain_digest *dg, const void *data, size_t n)
 {
@@ -893,13 +1006,28 @@ static int digest_range(struct chain_digest *dg, int fd, uint64_t from, uint64_t
 }
 
 /* The note's check: SHA-256 of the prefix digest and the summary, as
- * text. Whatever the summary says is bound to the bytes. */
-static void cache_check(const char prefix_hex[65], const struct chain_summary *s, char out[65])
+ * text - the tree's frontier and the opening point included. Whatever
+ * the note says is bound to the bytes. */
+static void cache_check(const char prefix_hex[65], const struct chain_summary *s,
+                        const struct chain_tree_point *opened, char out[65])
 {
 	struct buf b = {0};
-	buf_printf(&b, "sfma-chain-head-v1\n%s\n%llu %llu %llu %llu\n%s\n%.17g %.17g\n%s\n", prefix_hex,
+	buf_printf(&b, "sfma-chain-head-v2\n%s\n%llu %llu %llu %llu\n%s\n%.17g %.17g\n%s\n", prefix_hex,
 	           (unsigned long long)s->size, (unsigned long long)s->entries, (unsigned long long)s->legacy,
 	           (unsigned long long)s->last_offset, s->head, s->max_seq, s->last_seq, s->anchor);
+	unsigned char nodes[MERKLE_MAX_HEIGHT][MERKLE_HASH_LEN];
+	size_t n;
+	char hex[65];
+	merkle_frontier_nodes(&s->tree, nodes, &n);
+	for (size_t i = 0; i < n; i++) {
+		hex_encode(nodes[i], MERKLE_HASH_LEN, hex);
+		buf_printf(&b, "%s%s", i ? " " : "", hex);
+	}
+	buf_addc(&b, '\n');
+	if (opened) {
+		hex_encode(opened->root, MERKLE_HASH_LEN, hex);
+		buf_printf(&b, "%llu %s\n", (unsigned long long)opened->size, hex);
+	}
 	sha256_hex(b.p, b.len, out);
 	buf_free(&b);
 }
@@ -923,6 +1051,19 @@ static int get_u64(json_t *doc, const char *key, uint64_t *v)
 	return 1;
 }
 
+static int hex32(json_t *v, unsigned char out[MERKLE_HASH_LEN])
+{
+	const char *s = json_string_value(v);
+	if (!json_is_string(v) || !is_sha256_hex(s, json_string_length(v)))
+		return 0;
+	for (int i = 0; i < MERKLE_HASH_LEN; i++) {
+		int hi = s[2 * i] <= '9' ? s[2 * i] - '0' : s[2 * i] - 'a' + 10;
+		int lo = s[2 * i + 1] <= '9' ? s[2 * i + 1] - '0' : s[2 * i + 1] - 'a' + 10;
+		out[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 1;
+}
+
 static int get_hex64(json_t *doc, const char *key, char out[65])
 {
 	json_t *v = json_object_get(doc, key);
@@ -932,30 +1073,60 @@ static int get_hex64(json_t *doc, const char *key, char out[65])
 	return 1;
 }
 
-/* The note at path, when it is well formed: its summary and check. */
-static int cache_read(const char *path, struct chain_summary *s, char check[65])
+/* The note's frontier: one hex node per bit of its entry count. */
+static int get_tree(json_t *doc, struct chain_summary *s)
+{
+	json_t *tree = json_object_get(doc, "tree");
+	unsigned char nodes[MERKLE_MAX_HEIGHT][MERKLE_HASH_LEN];
+	size_t n = json_array_size(tree);
+	if (!json_is_array(tree) || n > MERKLE_MAX_HEIGHT)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!hex32(json_array_get(tree, i), nodes[i]))
+			return 0;
+	return merkle_frontier_from_nodes(&s->tree, s->entries, (const unsigned char (*)[MERKLE_HASH_LEN])nodes, n) == 0;
+}
+
+/* The note at path, when it is well formed: its summary, opening point
+ * (opened->found: the note has one) and check. */
+static int cache_read(const char *path, struct chain_summary *s, struct chain_tree_point *opened, char check[65])
 {
 	struct sfma_err e;
 	json_t *doc = path ? ndjson_load_at(AT_FDCWD, path, 1, CACHE_MAX, &e) : NULL;
 	json_t *seq = json_object_get(doc, "maxSeq"), *last = json_object_get(doc, "lastSeq");
-	json_t *anchor = json_object_get(doc, "anchor");
+	json_t *anchor = json_object_get(doc, "anchor"), *open = json_object_get(doc, "opened");
 	long long version;
 	memset(s, 0, sizeof *s);
-	int ok = json_is_object(doc) && ndjson_integer(json_object_get(doc, "version"), &version) && version == 1 &&
+	memset(opened, 0, sizeof *opened);
+	int ok = json_is_object(doc) && ndjson_integer(json_object_get(doc, "version"), &version) && version == 2 &&
 	         get_u64(doc, "size", &s->size) && get_u64(doc, "entries", &s->entries) &&
 	         get_u64(doc, "legacy", &s->legacy) && get_u64(doc, "lastOffset", &s->last_offset) &&
 	         get_hex64(doc, "head", s->head) && get_hex64(doc, "check", check) && json_is_number(seq) &&
 	         json_is_number(last) &&
 	         json_is_string(anchor) && json_string_length(anchor) < CHAIN_ID_MAX &&
 	         strlen(json_string_value(anchor)) == json_string_length(anchor) && s->entries > s->legacy &&
-	         s->last_offset < s->size;
+	         s->last_offset < s->size && get_tree(doc, s) &&
+	         (!open || (json_is_object(open) && get_u64(open, "entries", &opened->size) &&
+	                    opened->size <= s->entries && hex32(json_object_get(open, "root"), opened->root)));
 	if (ok) {
 		s->max_seq = json_number_value(seq);
 		s->last_seq = json_number_value(last);
 		snprintf(s->anchor, sizeof s->anchor, "%s", json_string_value(anchor));
+		opened->found = open != NULL;
 	}
 	json_decref(doc);
 	return ok;
+}
+
+/* 1 if the note's summary and opening point give every point of opts
+ * that lies before its end: the rest are found after it. */
+static int points_resumable(const struct chain_opts *o, const struct chain_summary *noted,
+                            const struct chain_tree_point *opened)
+{
+	for (size_t i = 0; i < o->npoints; i++)
+		if (o->points[i].size < noted->entries && !(opened->found && o->points[i].size == opened->size))
+			return 0;
+	return 1;
 }
 
 int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts *opts,
@@ -966,6 +1137,7 @@ int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts 
 	if (!opts)
 		opts = &none;
 	struct chain_summary noted;
+	struct chain_tree_point opened;
 	char check[65], prefix_hex[65], want[65];
 	struct stat st;
 	struct chain_digest *dg = digest_new();
@@ -975,17 +1147,23 @@ int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts 
 	if (!dg)
 		return err_set(e, "SHA-256 is not available");
 	int rc;
-	if (cache_read(cache_path, &noted, check) && (!opts->mark_set || opts->mark_count >= noted.entries) &&
-	    fstat(fd, &st) == 0 && (uint64_t)st.st_size >= noted.size &&
+	if (cache_read(cache_path, &noted, &opened, check) && (!opts->mark_set || opts->mark_count >= noted.entries) &&
+	    points_resumable(opts, &noted, &opened) && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= noted.size &&
 	    digest_range(dg, fd, 0, noted.size) == 0 && digest_hex(dg, prefix_hex) == 0 &&
-	    (cache_check(prefix_hex, &noted, want), strcmp(want, check) == 0) &&
+	    (cache_check(prefix_hex, &noted, opened.found ? &opened : NULL, want), strcmp(want, check) == 0) &&
 	    lseek(fd, (off_t)noted.size, SEEK_SET) == (off_t)noted.size) {
 		/* The prefix is the one the note's writer verified: the rest only. */
-		struct chain_opts resumed = {.resume = &noted, .mark_set = opts->mark_set, .mark_count = opts->mark_count};
+		struct chain_opts resumed = {.resume = &noted, .mark_set = opts->mark_set, .mark_count = opts->mark_count,
+		                             .tree = opts->tree, .points = opts->points, .npoints = opts->npoints};
 		*used = 1;
 		rc = chain_verify_fd(fd, &resumed, out, e);
 		if (rc == 0 && digest_range(dg, fd, noted.size, out->size) < 0)
 			rc = err_set(e, "read: %s", strerror(errno ? errno : EIO));
+		for (size_t i = 0; rc == 0 && opts->tree && i < opts->npoints; i++)
+			if (opts->points[i].size == opened.size && opened.found && opened.size < noted.entries) {
+				opts->points[i].found = 1;
+				memcpy(opts->points[i].root, opened.root, MERKLE_HASH_LEN);
+			}
 	} else {
 		/* No note, or not this trace's: from the first line. */
 		chain_digest_free(dg);
@@ -1007,19 +1185,35 @@ int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts 
 }
 
 int chain_head_cache_write(const char *cache_path, const struct chain_summary *sum,
-                           const struct chain_digest *dg, struct sfma_err *e)
+                           const struct chain_tree_point *opened, const struct chain_digest *dg,
+                           struct sfma_err *e)
 {
-	char prefix_hex[65], check[65];
+	char prefix_hex[65], check[65], hex[65];
 	if (sum->entries <= sum->legacy)
 		return 0; /* nothing chained yet: a note could not be resumed from */
+	if (sum->tree.size != sum->entries)
+		return err_set(e, "the tree does not cover the trace");
 	if (!dg || digest_hex(dg, prefix_hex) < 0)
 		return err_set(e, "SHA-256 is not available");
-	cache_check(prefix_hex, sum, check);
-	json_t *doc = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s, s:f, s:f, s:s, s:s}", "version", 1, "size",
+	cache_check(prefix_hex, sum, opened, check);
+	json_t *doc = json_pack("{s:i, s:I, s:I, s:I, s:I, s:s, s:f, s:f, s:s, s:s}", "version", 2, "size",
 	                        (json_int_t)sum->size, "entries", (json_int_t)sum->entries, "legacy",
 	                        (json_int_t)sum->legacy, "lastOffset", (json_int_t)sum->last_offset, "head",
 	                        sum->head, "maxSeq", sum->max_seq, "lastSeq", sum->last_seq, "anchor", sum->anchor,
 	                        "check", check);
+	unsigned char nodes[MERKLE_MAX_HEIGHT][MERKLE_HASH_LEN];
+	size_t n;
+	merkle_frontier_nodes(&sum->tree, nodes, &n);
+	json_t *tree = json_array();
+	for (size_t i = 0; i < n; i++) {
+		hex_encode(nodes[i], MERKLE_HASH_LEN, hex);
+		json_array_append_new(tree, json_string(hex));
+	}
+	json_object_set_new(doc, "tree", tree);
+	if (opened) {
+		hex_encode(opened->root, MERKLE_HASH_LEN, hex);
+		json_object_set_new(doc, "opened", json_pack("{s:I, s:s}", "entries", (json_int_t)opened->size, "root", hex));
+	}
 	struct buf b = {0};
 	int rc = doc && canon_dump(doc, &b, e) == 0 ? 0 : -1;
 	json_decref(doc);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "errors.h"
+#include "merkle.h"
 
 struct evidence_store;
 
@@ -21,6 +22,13 @@ struct evidence_store;
 /* An entry's id, <kind>-<seq> (sfma-formats(5)): what sfma-chain gives
  * the entry it appends and what the core predicts for it. */
 void chain_entry_id(char out[CHAIN_ID_MAX], const char *kind, double seq);
+
+/* A tree size whose root a verification reports (sfma-formats(5)). */
+struct chain_tree_point {
+	uint64_t size;                       /* entries, legacy lines included */
+	int found;                           /* set: the trace has that many entries */
+	unsigned char root[MERKLE_HASH_LEN]; /* set when found: the tree's root at that size */
+};
 
 struct chain_opts {
 	int threads;              /* 0: one per online CPU, at most 8 */
@@ -45,6 +53,14 @@ struct chain_opts {
 	 * for a prefix with a chained entry, not with trusted head or
 	 * evidence, and with a mark only at or after the prefix's end. */
 	const struct chain_summary *resume;
+	/* Optional (tree): compute the RFC 6962 tree of the lines (merkle.h)
+	 * in the same pass - out->tree, out->mark_root - and the roots at the
+	 * sizes of points (sorted ascending), filled in place. The leaves are
+	 * hashed by the worker threads with the lines, and so are the
+	 * complete subtrees within each thread's share. */
+	int tree;
+	struct chain_tree_point *points;
+	size_t npoints;
 };
 
 struct chain_summary {
@@ -69,6 +85,9 @@ struct chain_summary {
 	int evidence_failed;       /* 1 if verification failed on evidence: e is then
 	                              "seq <n>: evidence <hex> missing|altered" or another
 	                              "seq <n>: evidence..." reason, without a line prefix */
+	/* With opts->tree: the tree of the `entries` lines, and its root at the mark. */
+	struct merkle_frontier tree;
+	unsigned char mark_root[MERKLE_HASH_LEN];
 };
 
 /* Verify the trace readable on fd from its current offset to EOF. Returns 0
@@ -92,7 +111,14 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
  * prefix pass: only a forged note that matches the changed bytes can,
  * and whoever can write one can rewrite the chain itself with valid
  * hashes, which no verification without a trusted head or a signature
- * detects. sfma-verify never reads the note. */
+ * detects. sfma-verify never reads the note.
+ *
+ * The note also holds the Merkle frontier of those lines (merkle.h) and,
+ * when its writer says so, the tree's root at the size the writer found
+ * the trace at: the tree of the next writer and of the seal is then
+ * extended from it, and the previous checkpoint's root (the size the
+ * writer opened, as a rule) read from it, both without hashing a line of
+ * the prefix again. */
 #define CHAIN_HEAD_CACHE "chain-head.json" /* in the workspace's .sfma/ */
 
 struct chain_digest; /* a running SHA-256 over the trace's bytes */
@@ -100,7 +126,9 @@ struct chain_digest; /* a running SHA-256 over the trace's bytes */
 /* chain_verify_fd of the whole trace on fd (read from offset 0), using the
  * note at cache_path when it matches (cache_path NULL or unreadable: no
  * note). opts may be NULL or ask for a mark only (a mark before the
- * note's end means a verification from the start). *used tells whether
+ * note's end means a verification from the start) and the tree (a point
+ * before the note's end but at its writer's opening size is read from
+ * the note; any other means a verification from the start). *used tells whether
  * the note was used. With dg, *dg receives the running digest of every
  * byte of the verified trace (the caller extends it with what it appends
  * and frees it); on failure *dg is NULL. */
@@ -109,11 +137,19 @@ int chain_verify_cached(int fd, const char *cache_path, const struct chain_opts 
                         struct sfma_err *e);
 void chain_digest_add(struct chain_digest *dg, const void *data, size_t n);
 void chain_digest_free(struct chain_digest *dg);
-/* Write the note for the trace sum describes, whose bytes dg has hashed:
+/* Write the note for the trace sum describes (with its tree), whose bytes
+ * dg has hashed, and optionally the tree at the size its writer opened:
  * replaced atomically (never torn), not fsynced (a note lost in a crash
  * costs one full verification). 0, or -1 with e filled. */
 int chain_head_cache_write(const char *cache_path, const struct chain_summary *sum,
-                           const struct chain_digest *dg, struct sfma_err *e);
+                           const struct chain_tree_point *opened, const struct chain_digest *dg,
+                           struct sfma_err *e);
+
+/* The bytes of the line that begins at offset of fd, without its newline
+ * (new NUL-terminated string, *len its length; the file offset is not
+ * moved), or NULL with e filled. Reads at most max_line bytes (0:
+ * NDJSON_DEFAULT_MAX). */
+char *chain_line_at(int fd, uint64_t offset, uint64_t max_line, size_t *len, struct sfma_err *e);
 
 /* The entry on the line that begins at offset of fd (a JSON object, new
  * reference; the file offset is not moved), or NULL with e filled. Reads at

@@ -61,6 +61,11 @@ static const struct member_rule integrity_members[] = {
 	{"entries", MEMBER_COUNT, 1, NULL, NULL},
 	{"manifestSha256", MEMBER_STRING, 1, NULL, NULL},
 	{"resultSha256", MEMBER_STRING, 1, NULL, NULL},
+	/* The Merkle tree of the trace (sfma-formats(5)): in every record
+	 * sfma 0.4 seals, absent from older ones; one without the other is
+	 * refused by record_integrity_shape. */
+	{"treeSize", MEMBER_COUNT, 0, NULL, NULL},
+	{"merkleRoot", MEMBER_STRING, 0, NULL, NULL},
 	{"signature", MEMBER_OBJECT, 0, NULL, signature_members},
 	{NULL, 0, 0, NULL, NULL},
 };
@@ -134,7 +139,12 @@ int record_integrity_shape(const json_t *integrity, struct sfma_err *e)
 {
 	if (!json_is_object(integrity))
 		return err_set(e, "record has no integrity object");
-	return check_shape(integrity, "integrity", integrity_members, e);
+	if (check_shape(integrity, "integrity", integrity_members, e) < 0)
+		return -1;
+	if (!json_object_get(integrity, "treeSize") != !json_object_get(integrity, "merkleRoot"))
+		return err_set(e, "integrity.%s without integrity.%s", json_object_get(integrity, "treeSize") ?
+		               "treeSize" : "merkleRoot", json_object_get(integrity, "treeSize") ? "merkleRoot" : "treeSize");
+	return 0;
 }
 
 int record_begins_run(const json_t *entry)

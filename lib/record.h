@@ -18,8 +18,8 @@ int record_digests(json_t *record, char manifest_hex[65], char result_hex[65], s
 /* 0 if integrity has exactly the shape sfma-formats(5) gives it: the
  * members of the table in record.c and no other, each required one
  * present and of its type, fixed values exactly as they must be (compared
- * as whole JSON strings), and a signature, when present, of its own fixed
- * shape. Else -1 with e naming the member ("integrity.signature:
+ * as whole JSON strings), treeSize and merkleRoot both or neither, and a
+ * signature, when present, of its own fixed shape. Else -1 with e naming the member ("integrity.signature:
  * unexpected member \"x\"", "integrity.entries is missing or not a
  * count"). What the values commit to is the verifier's to check. */
 int record_integrity_shape(const json_t *integrity, struct sfma_err *e);

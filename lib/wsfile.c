@@ -1,5 +1,6 @@
 /* wsfile.c - a workspace file opened as a reader must (wsfile.h). */
 #include "wsfile.h"
+#include "ndjson.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,4 +51,18 @@ int ws_open_regular(int dirfd, const char *path, struct sfma_err *e)
 		return -1;
 	}
 	return fd;
+}
+
+char *ws_read_regular(int dirfd, const char *path, size_t max, size_t *len, struct sfma_err *e)
+{
+	int fd = ws_open_regular(dirfd, path, e);
+	if (fd < 0)
+		return NULL;
+	char *text = read_all_fd(fd, max, len, e);
+	close(fd);
+	if (!text) {
+		err_prefix(e, "%s", path);
+		errno = EIO; /* too large, or a read that failed: not an absent file */
+	}
+	return text;
 }

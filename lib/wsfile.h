@@ -9,6 +9,8 @@
 #ifndef SFMA_WSFILE_H
 #define SFMA_WSFILE_H
 
+#include <stddef.h>
+
 #include "errors.h"
 
 /* Open path, relative to dirfd (AT_FDCWD: the current directory), for
@@ -21,5 +23,10 @@
  *   other   open(2)'s errno and its strerror (ENOENT: nothing there).
  * Links in the components before the last are followed, as by open(2). */
 int ws_open_regular(int dirfd, const char *path, struct sfma_err *e);
+
+/* The whole of such a file, of at most max bytes: a new NUL-terminated
+ * buffer (*len its length), or NULL with errno (ENOENT: nothing there)
+ * and e "PATH: REASON" - a larger file is refused (EIO), never cut. */
+char *ws_read_regular(int dirfd, const char *path, size_t max, size_t *len, struct sfma_err *e);
 
 #endif

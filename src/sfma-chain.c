@@ -12,7 +12,10 @@
  * prefix included) under an exclusive lock held until exit: a broken chain
  * refuses everything. With --head-cache FILE the verified head is noted
  * there at exit, and the next writer checks only the lines after it when
- * the bytes before it still match the note (chain.h). The file is opened lazily, at the first event, so a
+ * the bytes before it still match the note (chain.h); the note also holds
+ * the trace's Merkle tree (sfma-formats(5)) as this writer extended it,
+ * line by line, so that the seal reads its root off the note and the
+ * lines after it. The file is opened lazily, at the first event, so a
  * pipeline that never sends one leaves nothing on disk.
  *
  * Exit: 0 at end of input, 1 on any error (nothing more is appended), 2 on
@@ -54,8 +57,10 @@ struct trace {
 	char head[65];              /* hash of the last entry */
 	char anchor[CHAIN_ID_MAX];  /* the anchor of the next entry */
 	off_t size;                 /* bytes of verified, complete lines */
-	struct chain_summary sum;   /* the file as verified and extended */
+	struct chain_summary sum;   /* the file as verified and extended (with head_cache:
+	                               its Merkle tree too, leaf by leaf) */
 	struct chain_digest *digest; /* of every byte of it (with head_cache) */
+	struct chain_tree_point opened; /* the tree as this writer found the trace */
 };
 
 /* Open, lock and verify the trace. A second writer waits for the lock, or
@@ -84,7 +89,10 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	 * mismatch verifies the whole file. */
 	int used_cache = 0, rc;
 	if (t->head_cache && !allow_torn) {
-		rc = chain_verify_cached(t->fd, t->head_cache, NULL, sum, &used_cache, &t->digest, &e);
+		/* The tree goes into the note with the head: the seal's root
+		 * is the note's frontier and the lines after it. */
+		const struct chain_opts tree = {.tree = 1};
+		rc = chain_verify_cached(t->fd, t->head_cache, &tree, sum, &used_cache, &t->digest, &e);
 	} else {
 		if (lseek(t->fd, 0, SEEK_SET) < 0)
 			die("%s: seek: %s", t->path, strerror(errno));
@@ -102,6 +110,8 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	snprintf(t->anchor, sizeof t->anchor, "%s", sum->anchor);
 	t->size = (off_t)sum->size;
 	t->sum = *sum;
+	t->opened.size = sum->entries;
+	merkle_frontier_root(&sum->tree, t->opened.root);
 	/* Appends go to the end whatever the offset (O_APPEND). */
 }
 
@@ -112,7 +122,7 @@ static void note_head(struct trace *t)
 {
 	struct sfma_err e;
 	if (t->head_cache && t->digest)
-		chain_head_cache_write(t->head_cache, &t->sum, t->digest, &e);
+		chain_head_cache_write(t->head_cache, &t->sum, &t->opened, t->digest, &e);
 	chain_digest_free(t->digest);
 	t->digest = NULL;
 }
@@ -237,6 +247,13 @@ static void append_line(struct trace *t, const struct buf *line)
 		die("%s: write: %s", t->path, strerror(saved));
 	}
 	chain_digest_add(t->digest, line->p, line->len);
+	if (t->digest) {
+		/* The leaf is the line as written, without its newline. */
+		unsigned char leaf[MERKLE_HASH_LEN];
+		merkle_leaf_hash(line->p, line->len - 1, leaf);
+		if (merkle_frontier_add(&t->sum.tree, leaf) < 0)
+			die("%s: the trace has more lines than a tree can hold", t->path);
+	}
 	t->sum.last_offset = (uint64_t)t->size;
 	t->size += (off_t)line->len;
 	t->sum.size = (uint64_t)t->size;

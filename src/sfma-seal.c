@@ -5,10 +5,14 @@
  *
  * Reads the result body (sfma-formats(5), without `integrity`),
  * verifies WORKSPACE/.sfma/trace.jsonl, computes `integrity` (head, entry
- * count, manifest and result digests), signs it with Ed25519 when
- * SFMA_AUDIT_PRIVATE_KEY holds a PKCS#8 PEM key, and replaces
- * WORKSPACE/.sfma/result.json atomically. Prints the integrity object as
- * one canonical line. This is the only stage that sees the signing key;
+ * count, manifest and result digests, the Merkle tree's size and root),
+ * signs it with Ed25519 when SFMA_AUDIT_PRIVATE_KEY holds a PKCS#8 PEM
+ * key, writes the tree's checkpoint (signed with the same key) as
+ * WORKSPACE/.sfma/checkpoint and checkpoints/<size>, and replaces
+ * WORKSPACE/.sfma/result.json atomically. A checkpoint is never written
+ * for a trace that does not extend the last one: a trace rewritten or cut
+ * back below it is refused. Prints the integrity object as one canonical
+ * line. This is the only stage that sees the signing key;
  * the key is wiped from memory and the environment once loaded, and never
  * printed. `--key-ready-fd FD` writes one byte to FD once the key is
  * loaded: the orchestrator starts this stage first and the others only
@@ -25,6 +29,8 @@
 #include "record.h"
 #include "sha.h"
 #include "sign.h"
+#include "tlog.h"
+#include "wsfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +76,88 @@ static json_t *sign_integrity(EVP_PKEY *key, json_t *integrity)
 	free(pub);
 	free(value);
 	return s;
+}
+
+/* tests/bench/merkle.sh measures what the tree costs a run with programs
+ * built apart with SFMA_BENCH_NO_TREE (lib/merkle.c); none is otherwise. */
+#ifdef SFMA_BENCH_NO_TREE
+#define WITH_TREE 0
+#else
+#define WITH_TREE 1
+#endif
+
+/* The workspace's last checkpoint (.sfma/checkpoint), when it has one:
+ * 1 with c filled, 0 when there is none. Any other file there is not a
+ * checkpoint this log can be shown to extend: refused. */
+static int last_checkpoint(const char *ws, struct tlog_checkpoint *c)
+{
+	char path[PATH_MAX];
+	struct sfma_err e;
+	size_t len;
+	enum tlog_signed how;
+	if (snprintf(path, sizeof path, "%s/.sfma/checkpoint", ws) >= (int)sizeof path)
+		die("%s: path too long", ws);
+	char *text = ws_read_regular(AT_FDCWD, path, TLOG_TEXT_MAX, &len, &e);
+	if (!text && errno == ENOENT)
+		return 0;
+	if (!text || tlog_checkpoint_open(text, len, NULL, c, &how, &e) < 0)
+		die("%s; refusing to seal (move it and checkpoints/ aside to begin a new log)", text ? path : e.text);
+	free(text);
+	return 1;
+}
+
+/* The trace extends the last checkpoint: the same first line, at least as
+ * many entries, and the same tree at its size. */
+static void check_extends(const char *trace, const struct tlog_checkpoint *last, const char *origin,
+                          const struct chain_summary *sum, const struct chain_tree_point *at)
+{
+	if (last->size > sum->entries)
+		die("%s: %llu entries, fewer than the last checkpoint's %llu: the trace was cut back; refusing to seal",
+		    trace, (unsigned long long)sum->entries, (unsigned long long)last->size);
+	if (strcmp(last->origin, origin) != 0)
+		die("%s: its first line is not the one the last checkpoint's origin names (%s): another log; "
+		    "refusing to seal", trace, last->origin);
+	if (!at->found || memcmp(at->root, last->root, MERKLE_HASH_LEN) != 0)
+		die("%s: its first %llu entries are not the tree of the last checkpoint: the trace was rewritten "
+		    "below it; refusing to seal", trace, (unsigned long long)last->size);
+}
+
+/* The checkpoint of the sealed tree, signed when there is a key: as
+ * checkpoints/<size> (every run's is kept), then as checkpoint. */
+static void write_checkpoint(const char *ws, const struct tlog_checkpoint *c, EVP_PKEY *key)
+{
+	struct sfma_err e;
+	struct buf text = {0}, note = {0};
+	struct tlog_key k;
+	char dir[PATH_MAX], name[32];
+	tlog_checkpoint_text(c, &text);
+	if (key) {
+		if (tlog_key_from_pkey(key, &k, &e) < 0 || tlog_note_sign(key, &k, text.p, text.len, &note, &e) < 0)
+			die("SFMA_AUDIT_PRIVATE_KEY: %s; refusing to write an unsigned checkpoint", e.text);
+	} else {
+		/* A signed note has at least one signature: without a key the
+		 * checkpoint is its note text alone (sfma-formats(5)). */
+		buf_add(&note, text.p, text.len);
+	}
+	if (snprintf(dir, sizeof dir, "%s/.sfma", ws) >= (int)sizeof dir)
+		die("%s: path too long", ws);
+	int sfma = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfma < 0)
+		die("%s: %s", dir, strerror(errno));
+	if (mkdirat(sfma, "checkpoints", 0755) < 0 && errno != EEXIST)
+		die("%s/checkpoints: %s", dir, strerror(errno));
+	int kept = openat(sfma, "checkpoints", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (kept < 0)
+		die("%s/checkpoints: %s", dir, strerror(errno));
+	snprintf(name, sizeof name, "%llu", (unsigned long long)c->size);
+	if (atomic_write_at(kept, name, note.p, note.len, 0644, &e) < 0)
+		die("%s/checkpoints: %s", dir, e.text);
+	if (atomic_write_at(sfma, "checkpoint", note.p, note.len, 0644, &e) < 0)
+		die("%s: %s", dir, e.text);
+	close(kept);
+	close(sfma);
+	buf_free(&text);
+	buf_free(&note);
 }
 
 static const char usage_text[] =
@@ -181,30 +269,55 @@ int main(int argc, char **argv)
 	if (fd < 0)
 		die("%s: %s", path, strerror(errno));
 	/* The writer's note of the head it verified spares checking that
-	 * prefix entry by entry again when its bytes still match (chain.h). */
+	 * prefix entry by entry again when its bytes still match (chain.h),
+	 * and holds the tree of that prefix, and at the size its writer found
+	 * (the last checkpoint's, as a rule): the tree is then the note's and
+	 * the lines after it, hashed as they are verified. */
 	char cache[PATH_MAX];
 	struct chain_summary sum;
-	int used_cache;
+	struct tlog_checkpoint last;
+	int has_last = WITH_TREE && last_checkpoint(ws, &last), used_cache;
+	struct chain_tree_point at_last = {.size = has_last ? last.size : 0};
+	struct chain_opts tree = {.tree = 1, .points = &at_last, .npoints = has_last};
 	if (snprintf(cache, sizeof cache, "%s/.sfma/%s", ws, CHAIN_HEAD_CACHE) >= (int)sizeof cache)
 		die("%s: path too long", ws);
-	if (chain_verify_cached(fd, cache, NULL, &sum, &used_cache, NULL, &e) < 0)
+	if (chain_verify_cached(fd, cache, &tree, &sum, &used_cache, NULL, &e) < 0)
 		die("%s: failed hash-chain verification: %s", path, e.text);
+	struct tlog_checkpoint now = {.size = sum.entries};
+	merkle_frontier_root(&sum.tree, now.root);
+	if (sum.entries > 0) {
+		size_t first_len;
+		char *first = chain_line_at(fd, 0, 0, &first_len, &e);
+		if (!first)
+			die("%s: %s", path, e.text);
+		tlog_origin(first, first_len, now.origin);
+		free(first);
+	}
+	if (has_last)
+		check_extends(path, &last, now.origin, &sum, &at_last);
 	close(fd);
 
 	/* 3. The commitments, then the signature over them. */
-	char manifest_hex[65], result_hex[65];
+	char manifest_hex[65], result_hex[65], root_hex[65];
 	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
 		die("stdin: %s", e.text);
-	json_t *integrity = json_pack("{s:s, s:s, s:f, s:s, s:s}", "algorithm", RECORD_ALGORITHM,
+	hex_encode(now.root, MERKLE_HASH_LEN, root_hex);
+	json_t *integrity = json_pack("{s:s, s:s, s:f, s:s, s:s, s:f, s:s}", "algorithm", RECORD_ALGORITHM,
 	                              "headHash", sum.head, "entries", (double)sum.entries,
-	                              "manifestSha256", manifest_hex, "resultSha256", result_hex);
-	if (key) {
+	                              "manifestSha256", manifest_hex, "resultSha256", result_hex,
+	                              "treeSize", (double)now.size, "merkleRoot", root_hex);
+	if (key)
 		json_object_set_new(integrity, "signature", sign_integrity(key, integrity));
-		EVP_PKEY_free(key);
-	}
 	json_object_set(record, "integrity", integrity);
 
-	/* 4. result.json, replaced atomically. */
+	/* 4. The checkpoint, before the record: a checkpoint without its
+	 * record (a crash between) is still true of the trace; an empty
+	 * trace has no origin and no checkpoint. */
+	if (WITH_TREE && sum.entries > 0)
+		write_checkpoint(ws, &now, key);
+	EVP_PKEY_free(key);
+
+	/* 5. result.json, replaced atomically. */
 	struct buf out = {0};
 	if (canon_dump_pretty(record, &out, &e) < 0)
 		die("record: %s", e.text);

@@ -1,13 +1,22 @@
 /* sfma-verify - offline verification of a trace and its result record.
  *
- *   sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned] WORKSPACE | RESULT.json
+ *   sfma-verify [--trusted-head HEX:COUNT] [--since CHECKPOINT] [--threads N] [--allow-pruned]
+ *               WORKSPACE | RESULT.json
+ *   sfma-verify --proof PROOF [--line FILE]       (an inclusion proof)
+ *   sfma-verify --proof PROOF --since CHECKPOINT  (a consistency proof)
  *
- * Recomputes the hash chain, its head and length, every evidence blob the
- * chain references, the manifest and result digests and the Ed25519
- * signature (sfma-formats(5)). Prints
+ * Recomputes the hash chain, its head and length, the Merkle tree of its
+ * lines (in the same pass), every evidence blob the chain references, the
+ * manifest and result digests and the Ed25519 signature, and checks that
+ * every checkpoint kept in the workspace (and --since's) is a tree of a
+ * prefix of the trace (sfma-formats(5)). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
- * (plus " evidence=<n>" and " pruned=<k>" when there are references) and
- * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1.
+ * (plus " evidence=<n>" and " pruned=<k>" when there are references, and
+ * " root=<hex> checkpoints=<k> since=<size>" for a record with a tree) and
+ * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1. --proof
+ * checks a proof with nothing but its own text, the line (or the earlier
+ * checkpoint) and SFMA_AUDIT_PUBLIC_KEY: "AUDIT_OK proof=inclusion ..." or
+ * "AUDIT_OK proof=consistency ...".
  * A sound record whose trace goes on past its sealed prefix the way an
  * interrupted run leaves it is "AUDIT_UNSEALED: ..." on stderr, exit 3.
  * Usage errors exit 2.
@@ -25,8 +34,11 @@
 #include "sign.h"
 #include "buf.h"
 #include "canon.h"
+#include "sha.h"
+#include "tlog.h"
 #include "wsfile.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -53,8 +65,10 @@ static _Noreturn void invalid(const char *fmt, ...)
 }
 
 static const char usage_text[] =
-	"usage: sfma-verify [--trusted-head HEX:COUNT] [--threads N] [--allow-pruned]\n"
-	"                   WORKSPACE|RESULT.json\n"
+	"usage: sfma-verify [--trusted-head HEX:COUNT] [--since CHECKPOINT] [--threads N]\n"
+	"                   [--allow-pruned] WORKSPACE|RESULT.json\n"
+	"       sfma-verify --proof PROOF [--line FILE]      (the line: FILE, or stdin)\n"
+	"       sfma-verify --proof PROOF --since CHECKPOINT\n"
 	"       sfma-verify --canonicalize < JSON-LINES\n"
 	"       sfma-verify --version | --help\n";
 
@@ -271,8 +285,10 @@ static _Noreturn void no_record(const char *record_path, const char *workspace, 
 }
 
 /* Check the signature block (its shape already checked by
- * record_integrity_shape); returns the signature= word. */
-static const char *check_signature(json_t *integrity, json_t *signature)
+ * record_integrity_shape); returns the signature= word, and in *tree_key
+ * the key that checks the checkpoints: the trusted key, else the
+ * record's, else NULL (the caller frees it). */
+static const char *check_signature(json_t *integrity, json_t *signature, EVP_PKEY **tree_key)
 {
 	const char *trusted_pem = getenv("SFMA_AUDIT_PUBLIC_KEY");
 	struct sfma_err e;
@@ -282,9 +298,12 @@ static const char *check_signature(json_t *integrity, json_t *signature)
 		if (!trusted)
 			invalid("SFMA_AUDIT_PUBLIC_KEY: %s", e.text);
 	}
+	*tree_key = NULL;
 	if (!signature) {
-		if (trusted)
+		if (trusted) {
+			EVP_PKEY_free(trusted); /* invalid() exits: nothing else holds it */
 			invalid("record is unsigned but SFMA_AUDIT_PUBLIC_KEY demands a trusted signature");
+		}
 		return "none";
 	}
 	json_t *pem = json_object_get(signature, "publicKey"), *value = json_object_get(signature, "value");
@@ -317,9 +336,304 @@ static const char *check_signature(json_t *integrity, json_t *signature)
 	if (!ed25519_verify(embedded, msg.p, msg.len, sig, (size_t)siglen))
 		invalid("invalid audit signature");
 	buf_free(&msg);
-	EVP_PKEY_free(embedded);
-	EVP_PKEY_free(trusted);
+	if (trusted) {
+		*tree_key = trusted;
+		EVP_PKEY_free(embedded);
+	} else {
+		*tree_key = embedded;
+	}
 	return word;
+}
+
+/* ---- the tree, its checkpoints and proofs (sfma-formats(5)) ------------------- */
+
+/* SFMA_AUDIT_PUBLIC_KEY as signed-note names it: 1 with k filled, 0 when unset. */
+static int trusted_tlog_key(struct tlog_key *k)
+{
+	const char *pem = getenv("SFMA_AUDIT_PUBLIC_KEY");
+	struct sfma_err e;
+	if (!pem || !*pem)
+		return 0;
+	EVP_PKEY *key = ed25519_public_from_pem(pem, strlen(pem), &e);
+	if (!key || tlog_key_from_pkey(key, k, &e) < 0)
+		invalid("SFMA_AUDIT_PUBLIC_KEY: %s", e.text);
+	EVP_PKEY_free(key);
+	return 1;
+}
+
+static const char *signed_word(enum tlog_signed how)
+{
+	return how == TLOG_VERIFIED ? "trusted" : how == TLOG_UNVERIFIED ? "unverified" : "none";
+}
+
+/* A file the operator names (a proof, a checkpoint, a line; "-" is
+ * standard input), at most max bytes. Unlike the workspace's own files it
+ * may be a pipe: `--proof <(sfma prove ...)`. */
+static char *read_named(const char *path, size_t max, size_t *len)
+{
+	struct sfma_err e;
+	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		invalid("%s: %s", path, strerror(errno));
+	char *text = read_all_fd(fd, max, len, &e);
+	if (fd != 0)
+		close(fd);
+	if (!text)
+		invalid("%s: %s", path, e.text);
+	return text;
+}
+
+/* A checkpoint to hold the trace against: a file of the workspace or --since's. */
+struct kept {
+	char *name;
+	char *text;
+	size_t len;
+	struct tlog_checkpoint c;
+	int current; /* KEPT_CURRENT: .sfma/checkpoint; KEPT_SINCE: --since's */
+};
+enum { KEPT_STORED, KEPT_CURRENT, KEPT_SINCE };
+
+struct kept_list {
+	struct kept *v;
+	size_t n, cap;
+};
+
+/* At most this many kept checkpoints (one per run): a bound on memory. */
+#define KEPT_MAX 100000
+
+static void keep(struct kept_list *l, const char *name, char *text, size_t len, int current)
+{
+	struct sfma_err e;
+	enum tlog_signed how;
+	if (l->n == KEPT_MAX)
+		invalid("more than %d checkpoints", KEPT_MAX);
+	if (l->n == l->cap) {
+		l->cap = l->cap ? 2 * l->cap : 16;
+		l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+	}
+	struct kept *k = &l->v[l->n++];
+	*k = (struct kept){.name = xstrdup(name), .text = text, .len = len, .current = current};
+	/* The signatures are checked once the record's key is known. */
+	if (tlog_checkpoint_open(text, len, NULL, &k->c, &how, &e) < 0)
+		invalid("%s: %s", name, e.text);
+}
+
+/* 1 if name is a tree size as a kept checkpoint's file is named. */
+static int size_name(const char *name, uint64_t *size)
+{
+	uint64_t v = 0;
+	size_t n = strlen(name);
+	if (n == 0 || n > 19 || (name[0] == '0' && n > 1))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return 0;
+		v = v * 10 + (uint64_t)(name[i] - '0');
+	}
+	*size = v;
+	return 1;
+}
+
+/* .sfma/checkpoint and every .sfma/checkpoints/<size> (other names, and
+ * the temporary files a writer leaves, beginning with a dot, are not
+ * checkpoints). Each is read as a hostile party may have left it. */
+static void load_kept(const char *workspace, struct kept_list *l)
+{
+	struct sfma_err e;
+	size_t len;
+	char *path = xmalloc(strlen(workspace) + 64);
+	sprintf(path, "%s/.sfma/checkpoint", workspace);
+	char *text = ws_read_regular(AT_FDCWD, path, TLOG_TEXT_MAX, &len, &e);
+	if (text)
+		keep(l, path, text, len, KEPT_CURRENT);
+	else if (errno != ENOENT)
+		invalid("%s", e.text);
+	sprintf(path, "%s/.sfma/checkpoints", workspace);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (dfd < 0 && errno != ENOENT)
+		invalid("%s: %s", path, errno == ELOOP ? "is a symbolic link, not followed" : strerror(errno));
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (dfd >= 0 && !d)
+		invalid("%s: %s", path, strerror(errno));
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		uint64_t size;
+		if (de->d_name[0] == '.' || !size_name(de->d_name, &size))
+			continue;
+		text = ws_read_regular(dfd, de->d_name, TLOG_TEXT_MAX, &len, &e);
+		char *name = xmalloc(strlen(path) + strlen(de->d_name) + 2);
+		sprintf(name, "%s/%s", path, de->d_name);
+		if (!text)
+			invalid("%s/%s", path, e.text);
+		keep(l, name, text, len, KEPT_STORED);
+		if (l->v[l->n - 1].c.size != size)
+			invalid("%s: a checkpoint of tree size %llu", name, (unsigned long long)l->v[l->n - 1].c.size);
+		free(name);
+	}
+	if (d)
+		closedir(d);
+	free(path);
+}
+
+static int by_size(const void *a, const void *b)
+{
+	uint64_t x = ((const struct chain_tree_point *)a)->size, y = ((const struct chain_tree_point *)b)->size;
+	return x < y ? -1 : x > y;
+}
+
+/* The sizes the tree must be seen at, sorted, each once. */
+static struct chain_tree_point *kept_points(const struct kept_list *l, size_t *n)
+{
+	struct chain_tree_point *p = xcalloc(l->n ? l->n : 1, sizeof *p);
+	for (size_t i = 0; i < l->n; i++)
+		p[i].size = l->v[i].c.size;
+	qsort(p, l->n, sizeof *p, by_size);
+	size_t k = 0;
+	for (size_t i = 0; i < l->n; i++)
+		if (k == 0 || p[k - 1].size != p[i].size)
+			p[k++] = p[i];
+	*n = k;
+	return p;
+}
+
+/* Every kept checkpoint is the tree of a prefix of the trace: the same
+ * origin (its first line), no more entries than it has, the same root. */
+static void check_kept_trees(const struct kept_list *l, const struct chain_tree_point *points, size_t npoints,
+                             const struct chain_summary *sum, int fd, uint64_t max_line)
+{
+	struct sfma_err e;
+	char origin[TLOG_ORIGIN_LEN + 1] = "";
+	if (l->n && sum->entries) {
+		size_t len;
+		char *first = chain_line_at(fd, 0, max_line, &len, &e);
+		if (!first)
+			invalid("trace line 1: %s", e.text);
+		tlog_origin(first, len, origin);
+		free(first);
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		const struct kept *k = &l->v[i];
+		if (k->c.size > sum->entries)
+			invalid("%s: a tree of %llu entries, but the trace has %" PRIu64 ": the trace was cut back", k->name,
+			        (unsigned long long)k->c.size, sum->entries);
+		if (strcmp(k->c.origin, origin) != 0)
+			invalid("%s: origin %s is not this trace's (its first line is another)", k->name, k->c.origin);
+		const struct chain_tree_point key = {.size = k->c.size};
+		const struct chain_tree_point *p = bsearch(&key, points, npoints, sizeof *points, by_size);
+		if (!p || !p->found || memcmp(p->root, k->c.root, MERKLE_HASH_LEN) != 0)
+			invalid("%s: not the tree of the trace's first %llu entries: the trace was rewritten below it",
+			        k->name, (unsigned long long)k->c.size);
+	}
+}
+
+/* The kept checkpoints' signatures by key (the trusted key, else the
+ * record's, else none to check): a signature by it that does not verify
+ * is invalid, and with a trusted key --since's must carry one that does.
+ * A checkpoint without one is only what its tree is: checked above (a
+ * record signed apart from sfma-seal, by openssl, has an unsigned one). */
+static void check_kept_signatures(const struct kept_list *l, EVP_PKEY *key, int trusted)
+{
+	struct sfma_err e;
+	struct tlog_key k;
+	int have = key && tlog_key_from_pkey(key, &k, &e) == 0;
+	for (size_t i = 0; i < l->n; i++) {
+		const struct kept *c = &l->v[i];
+		struct tlog_checkpoint again;
+		enum tlog_signed how;
+		if (tlog_checkpoint_open(c->text, c->len, have ? &k : NULL, &again, &how, &e) < 0)
+			invalid("%s: %s", c->name, e.text);
+		if (c->current == KEPT_SINCE && trusted && how != TLOG_VERIFIED)
+			invalid("%s: not signed by SFMA_AUDIT_PUBLIC_KEY", c->name);
+	}
+}
+
+/* The line a proof is of: FILE or standard input, one line with or
+ * without its newline; its leaf hash. */
+static void line_leaf(const char *path, unsigned char leaf[MERKLE_HASH_LEN])
+{
+	size_t len;
+	char *line = read_named(path ? path : "-", NDJSON_DEFAULT_MAX + 1, &len);
+	if (len && line[len - 1] == '\n')
+		len--;
+	if (memchr(line, '\n', len))
+		invalid("%s: more than one line (a proof is of one trace line)", path ? path : "stdin");
+	merkle_leaf_hash(line, len, leaf);
+	free(line);
+}
+
+/* Open the checkpoint of a proof, or an earlier one, under the trusted
+ * key when there is one (then it must be signed by it). */
+static enum tlog_signed open_checkpoint(const char *what, const char *text, size_t len, const struct tlog_key *key,
+                                        struct tlog_checkpoint *c)
+{
+	struct sfma_err e;
+	enum tlog_signed how;
+	if (tlog_checkpoint_open(text, len, key, c, &how, &e) < 0)
+		invalid("%s: %s", what, e.text);
+	if (key && how != TLOG_VERIFIED)
+		invalid("%s: not signed by SFMA_AUDIT_PUBLIC_KEY", what);
+	return how;
+}
+
+/* --proof: an inclusion proof with its line, or a consistency proof with
+ * the earlier checkpoint, and nothing else. */
+static int verify_proof(const char *proof_path, const char *line_path, const char *since_path)
+{
+	struct tlog_key key;
+	int have_key = trusted_tlog_key(&key);
+	size_t len;
+	char *text = read_named(proof_path, TLOG_TEXT_MAX, &len);
+	struct sfma_err e;
+	struct tlog_proof *p = xmalloc(sizeof *p);
+	if (tlog_proof_parse(text, len, p, &e) < 0)
+		invalid("%s: %s", proof_path, e.text);
+	struct tlog_checkpoint c, old;
+	char root[65];
+	enum tlog_signed how = open_checkpoint(proof_path, p->note, p->note_len, have_key ? &key : NULL, &c);
+	hex_encode(c.root, MERKLE_HASH_LEN, root);
+	if (p->kind == TLOG_INCLUSION) {
+		unsigned char leaf[MERKLE_HASH_LEN];
+		if (since_path)
+			invalid("%s: an inclusion proof, checked with a line, not with --since", proof_path);
+		if (p->index >= c.size)
+			invalid("%s: index %llu is not in a tree of %llu entries", proof_path, (unsigned long long)p->index,
+			        (unsigned long long)c.size);
+		line_leaf(line_path, leaf);
+		if (merkle_check_inclusion((const unsigned char (*)[MERKLE_HASH_LEN])p->hash, p->n, p->index, c.size, leaf,
+		                           c.root) < 0)
+			invalid("%s: the inclusion proof does not verify: the line is not entry %llu of the tree the "
+			        "checkpoint names", proof_path, (unsigned long long)p->index + 1);
+		printf("AUDIT_OK proof=inclusion signature=%s origin=%s line=%llu size=%llu root=%s\n", signed_word(how),
+		       c.origin, (unsigned long long)p->index + 1, (unsigned long long)c.size, root);
+	} else {
+		if (!since_path)
+			invalid("%s: a consistency proof, checked against the earlier checkpoint: --since CHECKPOINT",
+			        proof_path);
+		if (line_path)
+			invalid("%s: a consistency proof takes no --line", proof_path);
+		size_t old_len;
+		char *old_text = read_named(since_path, TLOG_TEXT_MAX, &old_len);
+		open_checkpoint(since_path, old_text, old_len, have_key ? &key : NULL, &old);
+		free(old_text);
+		if (strcmp(old.origin, c.origin) != 0)
+			invalid("%s: another log's checkpoint (origin %s, the proof's is %s)", since_path, old.origin,
+			        c.origin);
+		if (p->index != old.size)
+			invalid("%s: a proof from tree size %llu, the checkpoint is of %llu", proof_path,
+			        (unsigned long long)p->index, (unsigned long long)old.size);
+		/* The empty tree is consistent with every tree (C2SP tlog-witness). */
+		int ok = old.size == 0 ? p->n == 0
+		                       : merkle_check_consistency((const unsigned char (*)[MERKLE_HASH_LEN])p->hash, p->n,
+		                                                  old.size, old.root, c.size, c.root) == 0;
+		if (!ok)
+			invalid("%s: the consistency proof does not verify: the tree of %llu entries does not extend %s",
+			        proof_path, (unsigned long long)c.size, since_path);
+		printf("AUDIT_OK proof=consistency signature=%s origin=%s since=%llu size=%llu root=%s\n",
+		       signed_word(how), c.origin, (unsigned long long)old.size, (unsigned long long)c.size, root);
+	}
+	free(p);
+	free(text);
+	return fflush(stdout) == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -327,12 +641,16 @@ int main(int argc, char **argv)
 	set_progname(argv[0]);
 	struct chain_opts opts = {0};
 	int canonicalize = 0;
+	const char *proof = NULL, *line = NULL, *since = NULL;
 	unsigned long threads;
 	static const struct option longopts[] = {
 		{"trusted-head", required_argument, NULL, 't'},
 		{"threads", required_argument, NULL, 'j'},
 		{"allow-pruned", no_argument, NULL, 'p'},
 		{"canonicalize", no_argument, NULL, 'c'},
+		{"proof", required_argument, NULL, 'P'},
+		{"line", required_argument, NULL, 'L'},
+		{"since", required_argument, NULL, 'S'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -349,6 +667,9 @@ int main(int argc, char **argv)
 			break;
 		case 'c': canonicalize = 1; break;
 		case 'p': opts.allow_pruned = 1; break;
+		case 'P': proof = optarg; break;
+		case 'L': line = optarg; break;
+		case 'S': since = optarg; break;
 		case 'h': cli_help(usage_text);
 		case 'V': cli_version();
 		default: cli_bad_option(usage_text, c, argv);
@@ -358,6 +679,20 @@ int main(int argc, char **argv)
 		if (optind != argc)
 			cli_usage_error(usage_text, "--canonicalize reads standard input only (unexpected %s)", argv[optind]);
 		return canonicalize_stdin();
+	}
+	if (line && !proof)
+		cli_usage_error(usage_text, "--line gives the line of a --proof");
+	if (proof) {
+		if (optind != argc)
+			cli_usage_error(usage_text, "--proof is checked alone, without a workspace (unexpected %s)",
+			                argv[optind]);
+		if (opts.trusted_count || opts.allow_pruned)
+			cli_usage_error(usage_text, "--proof takes only --line or --since");
+		if (line && strcmp(line, "-") == 0 && strcmp(proof, "-") == 0)
+			cli_usage_error(usage_text, "the proof and the line cannot both be standard input");
+		if (!line && strcmp(proof, "-") == 0 && !since)
+			cli_usage_error(usage_text, "--proof -: the line is then --line FILE");
+		return verify_proof(proof, line, since);
 	}
 	if (optind == argc)
 		cli_usage_error(usage_text, "a WORKSPACE or RESULT.json is required");
@@ -383,8 +718,30 @@ int main(int argc, char **argv)
 	if (record_integrity_shape(integrity, &e) < 0)
 		invalid("%s", e.text);
 	json_t *head = json_object_get(integrity, "headHash");
-	long long entries;
+	long long entries, tree_size = -1;
 	ndjson_integer(json_object_get(integrity, "entries"), &entries);
+	json_t *merkle_root = json_object_get(integrity, "merkleRoot");
+	if (merkle_root)
+		ndjson_integer(json_object_get(integrity, "treeSize"), &tree_size);
+
+	/* The checkpoints the trace must extend: those the workspace keeps,
+	 * and --since's. */
+	struct kept_list kept = {0};
+	load_kept(workspace, &kept);
+	if (since) {
+		size_t len;
+		char *text = read_named(since, TLOG_TEXT_MAX, &len);
+		keep(&kept, since, text, len, KEPT_SINCE);
+	}
+	size_t npoints;
+	struct chain_tree_point *points = kept_points(&kept, &npoints);
+#ifndef SFMA_BENCH_NO_TREE
+	/* The tree is computed in the same pass as the chain (tests/bench
+	 * measures what it costs with a build that leaves it out). */
+	opts.tree = 1;
+	opts.points = points;
+	opts.npoints = npoints;
+#endif
 
 	/* 1. The chain, streamed, marking where the sealed prefix ends. */
 	char *tpath = trace_path(record, workspace);
@@ -425,7 +782,6 @@ int main(int argc, char **argv)
 			invalid("integrity.entries says %lld but the trace has %" PRIu64 " entries", entries,
 			        sum.entries);
 	}
-	close(fd);
 
 	/* 3. The digests of manifest and result. */
 	char manifest_hex[65], result_hex[65];
@@ -437,7 +793,34 @@ int main(int argc, char **argv)
 		invalid("integrity.resultSha256 does not match the record (a result field was altered)");
 
 	/* 4. The signature, if any, over the integrity object. */
-	const char *sigword = check_signature(integrity, json_object_get(integrity, "signature"));
+	EVP_PKEY *tree_key;
+	const char *sigword = check_signature(integrity, json_object_get(integrity, "signature"), &tree_key);
+	/* 5. The tree the record seals: of its prefix of the trace (the mark). */
+	char root_hex[65] = "";
+	if (opts.tree && merkle_root) {
+		hex_encode(sum.mark_root, MERKLE_HASH_LEN, root_hex);
+		if (tree_size != entries)
+			invalid("integrity.treeSize says %lld but the record seals %lld entries", tree_size, entries);
+		if (!ndjson_string_is(merkle_root, root_hex))
+			invalid("integrity.merkleRoot does not match the Merkle tree of the trace %s", root_hex);
+	}
+	/* 6. The kept checkpoints: trees of prefixes of the trace, their
+	 * signatures checked with the record's key (or the trusted one). */
+	if (opts.tree)
+		check_kept_trees(&kept, points, npoints, &sum, fd, opts.max_line);
+	close(fd);
+	const char *trusted = getenv("SFMA_AUDIT_PUBLIC_KEY");
+	check_kept_signatures(&kept, tree_key, trusted && *trusted);
+	EVP_PKEY_free(tree_key);
+	uint64_t since_size = since ? kept.v[kept.n - 1].c.size : 0;
+	size_t stored = 0; /* the runs' checkpoints, as checkpoints/ keeps them */
+	for (size_t i = 0; i < kept.n; i++) {
+		stored += kept.v[i].current == KEPT_STORED;
+		free(kept.v[i].name);
+		free(kept.v[i].text);
+	}
+	free(kept.v);
+	free(points);
 
 	json_decref(record);
 	free(tpath);
@@ -452,7 +835,18 @@ int main(int argc, char **argv)
 		         sum.evidence, sum.pruned);
 	else if (sum.evidence)
 		snprintf(evidence_words, sizeof evidence_words, " evidence=%" PRIu64, sum.evidence);
-	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s\n", sigword, sum.entries, sum.head,
-	       evidence_words);
+	/* Records made before the tree print exactly what they printed. */
+	char tree_words[160] = "";
+	int k = 0;
+	if (root_hex[0])
+		k = snprintf(tree_words, sizeof tree_words, " root=%s", root_hex);
+	if (stored)
+		k += snprintf(tree_words + k, sizeof tree_words - (size_t)k, " checkpoints=%zu", stored);
+	if (since)
+		snprintf(tree_words + k, sizeof tree_words - (size_t)k, " since=%" PRIu64, since_size);
+	/* The tree's words before evidence's: what scripts matched at the
+	 * end of the line stays there. */
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s%s\n", sigword, sum.entries, sum.head,
+	       tree_words, evidence_words);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -43,7 +43,7 @@ seal_and_verify() {
 	done
 	run seal_and_verify
 	[ "$status" -eq 0 ]
-	[ "$output" = "AUDIT_OK signature=none entries=3 head=$(tail -1 "$T" | jq -r .hash)" ]
+	[ "$output" = "AUDIT_OK signature=none entries=3 head=$(tail -1 "$T" | jq -r .hash)$(tree_words ws)" ]
 }
 
 @test "no event, no file: a pipeline that sends nothing leaves nothing on disk" {
@@ -82,7 +82,7 @@ seal_and_verify() {
 		jq 'del(.integrity)' "$INTEROP/$f/ws/.sfma/result.json" | sfma-seal ws > /dev/null
 		run sfma-verify ws
 		[ "$status" -eq 0 ]
-		[ "$output" = "AUDIT_OK signature=none entries=$((before + 2)) head=$(tail -1 "$T" | jq -r .hash)" ]
+		[ "$output" = "AUDIT_OK signature=none entries=$((before + 2)) head=$(tail -1 "$T" | jq -r .hash)$(tree_words ws)" ]
 	done
 }
 
@@ -516,7 +516,10 @@ three_noted() {
 	prefix=$(sha256sum "$T" | cut -d' ' -f1)
 	head=$(jq -r .head "$C")
 	last=$(jq -r .lastOffset "$C")
-	check=$(printf 'sfma-chain-head-v1\n%s\n%s 3 0 %s\n%s\n3 3\nclock-anchor-3\n' "$prefix" "$size" "$last" "$head" | sha256sum | cut -d' ' -f1)
+	tree=$(jq -r '.tree | join(" ")' "$C")
+	opened=$(jq -r '"\(.opened.entries) \(.opened.root)"' "$C")
+	check=$(printf 'sfma-chain-head-v2\n%s\n%s 3 0 %s\n%s\n3 3\nclock-anchor-3\n%s\n%s\n' "$prefix" "$size" "$last" \
+		"$head" "$tree" "$opened" | sha256sum | cut -d' ' -f1)
 	jq -c --arg c "$check" '.check = $c' "$C" > forged && mv forged "$C"
 	run sfma-chain --head-cache "$C" "$T" <<<'{"kind":"task","data":{"n":4}}'
 	[ "$status" -eq 0 ]

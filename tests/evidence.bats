@@ -207,6 +207,7 @@ PY
 		jq -c --argjson ev "$1" 'if .seq == 2 then .evidence = $ev else . end' good > "$T"
 		rechain "$T"
 		tampered ev
+		forget_checkpoints ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	bad() { # bad JSON REASON
@@ -271,6 +272,7 @@ for line in lines[1:]:
 open(path, "w").write("".join(out))
 PY
 		tampered ev
+		forget_checkpoints ev
 		jq 'del(.integrity)' ev/.sfma/result.json | sfma-seal ev > /dev/null
 	}
 	make_ev_legacy

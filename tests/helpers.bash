@@ -78,14 +78,53 @@ open(path, "w", encoding="utf-8").write("\n".join(out) + "\n")
 PY
 }
 
+# forget_checkpoints WORKSPACE: a trace rewritten on purpose is another
+# log: its checkpoints go, as whoever rewrites it would remove them
+# (sfma-seal refuses to seal a tree that does not extend the last one).
+forget_checkpoints() {
+	rm -rf "$1/.sfma/checkpoint" "$1/.sfma/checkpoints"
+}
+
 # rewrite PYTHON [JQ [WORKSPACE]]: rechain the trace entries `es` by the
 # Python statements and reseal the record after the jq filter (WORKSPACE:
 # ws) - what a host actor without the signing key can do to an unsigned
-# record.
+# record: the checkpoints the rewritten trace no longer extends go too
+# (sfma-seal refuses to seal a tree that does not extend the last one).
 rewrite() {
 	tampered "${3:-ws}"
 	local w=${3:-ws}
 	rechain "$1" "$w"
+	forget_checkpoints "$w"
 	jq "del(.integrity) | ${2:-.}" "$w/.sfma/result.json" >body.json
 	sfma-seal "$w" <body.json >/dev/null
+}
+
+# merkle_root FILE [N]: the RFC 6962 root, in hex, of the first N lines of
+# FILE (all of them by default), each leaf a line's bytes without its
+# newline - a reference written from sfma-formats(5), not sfma's code.
+merkle_root() {
+	python3 - "$@" <<'PY'
+import hashlib, sys
+def mth(leaves):
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return hashlib.sha256(b"\0" + leaves[0]).digest()
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\1" + mth(leaves[:k]) + mth(leaves[k:])).digest()
+lines = open(sys.argv[1], "rb").read().split(b"\n")[:-1]
+n = int(sys.argv[2]) if len(sys.argv) > 2 else len(lines)
+print(mth(lines[:n]).hex())
+PY
+}
+
+# tree_words WORKSPACE: what sfma-verify adds to AUDIT_OK for a record
+# with a tree - its root, and the runs' checkpoints the workspace keeps.
+tree_words() {
+	local n
+	n=$(find "$1/.sfma/checkpoints" -maxdepth 1 -name '[1-9]*' 2>/dev/null | wc -l)
+	printf ' root=%s' "$(merkle_root "$1/.sfma/trace.jsonl" "$(jq .integrity.treeSize "$1/.sfma/result.json")")"
+	[ "$n" -eq 0 ] || printf ' checkpoints=%s' "$n"
 }

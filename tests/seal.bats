@@ -39,7 +39,7 @@ canonical() {
 	[ "$(jq -r '.integrity | has("signature")' "$R")" = false ]
 	run sfma-verify ws
 	[ "$status" -eq 0 ]
-	[ "$output" = "AUDIT_OK signature=none entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)" ]
+	[ "$output" = "AUDIT_OK signature=none entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)$(tree_words ws)" ]
 }
 
 @test "result.json is replaced atomically: a new file renamed into place, no temporary left" {
@@ -54,7 +54,8 @@ canonical() {
 	run cmp -s old-link ws/.sfma/result.json
 	[ "$status" -eq 1 ]
 	[ "$(jq .integrity.entries ws/.sfma/result.json)" -eq 4 ]
-	[ "$(ls -A ws/.sfma)" = "$(printf '%s\n' result.json trace.jsonl)" ]
+	[ "$(ls -A ws/.sfma)" = "$(printf '%s\n' checkpoint checkpoints result.json trace.jsonl)" ]
+	[ "$(ls -A ws/.sfma/checkpoints)" = "$(printf '%s\n' 3 4)" ]
 }
 
 @test "signed with an openssl-made Ed25519 key: trusted under its public key, and openssl pkeyutl verifies the signature" {
@@ -67,9 +68,9 @@ canonical() {
 	[ "$(jq -r .integrity.signature.publicKey "$R")" = "$(cat pub.pem)" ]
 	SFMA_AUDIT_PUBLIC_KEY=$(cat pub.pem) run sfma-verify ws
 	[ "$status" -eq 0 ]
-	[ "$output" = "AUDIT_OK signature=trusted entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)" ]
+	[ "$output" = "AUDIT_OK signature=trusted entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)$(tree_words ws)" ]
 	run sfma-verify ws
-	[ "$output" = "AUDIT_OK signature=untrusted-key entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)" ]
+	[ "$output" = "AUDIT_OK signature=untrusted-key entries=3 head=$(tail -1 ws/.sfma/trace.jsonl | jq -r .hash)$(tree_words ws)" ]
 
 	# The OpenSSL CLI checks the same signature over the canonical integrity bytes.
 	jq -c '.integrity | del(.signature)' "$R" | canonical > msg
@@ -87,11 +88,11 @@ canonical() {
 @test "the integrity object has the fixed shape sfma-verify requires; the embedded key is byte for byte openssl's PEM" {
 	sfma-seal ws <<<"$BODY" > /dev/null
 	R=ws/.sfma/result.json
-	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256"]' ]
+	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256","treeSize","merkleRoot"]' ]
 	openssl genpkey -algorithm ed25519 -out key.pem 2> /dev/null
 	openssl pkey -in key.pem -pubout -out pub.pem
 	SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) sfma-seal ws <<<"$BODY" > /dev/null
-	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256","signature"]' ]
+	[ "$(jq -c '.integrity | keys_unsorted' "$R")" = '["algorithm","headHash","entries","manifestSha256","resultSha256","treeSize","merkleRoot","signature"]' ]
 	[ "$(jq -c '.integrity.signature | keys_unsorted' "$R")" = '["algorithm","publicKey","value"]' ]
 	# the BEGIN line, base64 in lines of 64, the END line and its newline:
 	# exactly what sfma-verify accepts as the one embedded key
@@ -147,7 +148,7 @@ canonical() {
 	# encrypted: refused at once, never a passphrase prompt
 	bad enc.pem 'not a PEM PKCS#8 private key'
 	cmp before ws/.sfma/result.json
-	[ "$(ls -A ws/.sfma)" = "$(printf '%s\n' result.json trace.jsonl)" ]
+	[ "$(ls -A ws/.sfma)" = "$(printf '%s\n' checkpoint checkpoints result.json trace.jsonl)" ]
 }
 
 @test "the signing key never appears in stdout, stderr or any file" {
@@ -229,7 +230,13 @@ canonical() {
 	# a trace of hostile lines
 	python3 -c 'print("{\"a\":" * 10000 + "1" + "}" * 10000)' > ws/.sfma/trace.jsonl; hostile in
 	printf '{"a":"\xff"}\n' > ws/.sfma/trace.jsonl; hostile in
+	# an empty trace begins a new log: the old one's checkpoint (of the
+	# trace sealed above, before result.json failed) goes with it
 	: > ws/.sfma/trace.jsonl
+	run sfma-seal ws < in
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"0 entries, fewer than the last checkpoint's 3: the trace was cut back; refusing to seal" ]]
+	rm -r ws/.sfma/checkpoint ws/.sfma/checkpoints
 	run sfma-seal ws < in
 	[ "$status" -eq 0 ]
 	[ "$(jq -r .integrity.headHash ws/.sfma/result.json)" = 0000000000000000000000000000000000000000000000000000000000000000 ]

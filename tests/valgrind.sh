@@ -136,6 +136,20 @@ kill "$collector"; wait "$collector" 2>/dev/null || true
 # Again on the store the first run left (read and checked before git
 # runs), then on one whose configuration names a filter: refused.
 plan_run sfma-plan-run-store 0
+# The tree of the two runs: a signed seal over the last checkpoint (its
+# root read from the writer's note), proofs made and checked, and the
+# attestation.
+openssl genpkey -algorithm ed25519 -out key.pem 2>/dev/null
+openssl pkey -in key.pem -pubout -out pub.pem
+jq -c 'del(.integrity)' ws/.sfma/result.json >body.json
+check sfma-seal-signed sh -c "SFMA_AUDIT_PRIVATE_KEY=\"\$(cat key.pem)\" $vg $bin/sfma-seal ws <body.json"
+old=$(ls ws/.sfma/checkpoints | sort -n | head -n 1)
+check sfma-verify-tree sh -c "$vg $bin/sfma-verify --since ws/.sfma/checkpoints/$old ws | grep -q ' checkpoints=2 since=$old'"
+check sfma-prove sh -c "$vg $bin/sfma-prove ws 3 >p && sed -n 3p ws/.sfma/trace.jsonl >l && $vg $bin/sfma-prove --since $old ws >c &&
+	$vg $bin/sfma-prove --verifier-key pub.pem | grep -q '^sfma-audit+'"
+check sfma-verify-proof sh -c "SFMA_AUDIT_PUBLIC_KEY=\"\$(cat pub.pem)\" $vg $bin/sfma-verify --proof p --line l &&
+	$vg $bin/sfma-verify --proof c --since ws/.sfma/checkpoints/$old && { $vg $bin/sfma-verify --proof c --line l; test \$? -eq 1; }"
+check sfma-attest sh -c "SFMA_AUDIT_PRIVATE_KEY=\"\$(cat key.pem)\" $vg $bin/sfma-attest ws | jq -e '.signatures | length == 1' >/dev/null"
 git -C ws/.sfma/mem config filter.x.clean false
 plan_run sfma-plan-run-refused 1
 check sfma-plan-refused-said sh -c "grep -q 'unsafe git configuration: filter.x.clean' $tmp/sfma-plan-run-refused.err"

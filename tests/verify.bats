@@ -286,12 +286,13 @@ for path in sys.argv[1:]:
 PY
 }
 
-@test "whitespace-only changes between tokens still verify, in traces and records" {
+@test "whitespace-only changes between tokens still verify, in traces and records; a record's tree commits to the trace's bytes" {
 	for f in legacy unicode signed ours; do
 		if [ $f = ours ]; then ours; else fixture $f; fi
 		run sfma-verify $f
 		want=$output
 		T=$f/.sfma/trace.jsonl
+		cp "$T" unspread
 		# legacy lines are hashed as bytes: only chained lines may be respaced
 		legacy=$(grep -c -v '"prevHash"' "$T" || true)
 		head -n "$legacy" "$T" > keep
@@ -299,6 +300,12 @@ PY
 		spread rest $f/.sfma/result.json
 		cat keep rest > "$T"
 		grep -q ' 	 ' "$T"
+		if [ $f = ours ]; then
+			# the chain still holds (it hashes values), the Merkle tree
+			# (sfma-formats(5): leaves are the lines as written) does not
+			invalid ours "integrity.merkleRoot does not match the Merkle tree of the trace"
+			cp unspread "$T"
+		fi
 		run sfma-verify $f
 		[ "$status" -eq 0 ]
 		[ "$output" = "$want" ]
@@ -339,8 +346,10 @@ PY
 	}
 	invalid_th "$H4:4" "line 4: trusted head not found (the trace was rewritten, not only appended to)"
 
-	# truncated: fewer entries than the trusted count
+	# truncated: fewer entries than the trusted count (and the checkpoints
+	# that show it removed, as the one who truncates would)
 	head -n 3 orig > "$T"
+	rm -r ours/.sfma/checkpoint ours/.sfma/checkpoints
 	jq 'del(.integrity)' rec | sfma-seal ours > /dev/null
 	run sfma-verify ours
 	[ "$status" -eq 0 ]
@@ -525,6 +534,7 @@ refused_at_once() {
 	cp orig "$T"
 	rechain 'es[3]["data"]["a\u0000b"] = 1' ours
 	grep -q '"a\\u0000b"' "$T"
+	rm -r ours/.sfma/checkpoint ours/.sfma/checkpoints # another trace: another log
 	jq 'del(.integrity)' rec | sfma-seal ours > /dev/null
 	run sfma-verify ours
 	[ "$status" -eq 0 ]
@@ -578,7 +588,7 @@ ours_signed() {
 	done
 }
 
-@test "an unsigned record's integrity has exactly its five members, compared as whole strings" {
+@test "an unsigned record's integrity has exactly its members (five, seven with the tree), compared as whole strings" {
 	for f in unsigned ours; do
 		if [ $f = ours ]; then ours; else fixture $f; fi
 		R=$f/.sfma/result.json
@@ -589,7 +599,17 @@ ours_signed() {
 			invalid $f "$2"
 		}
 		try '.integrity.note = 1' 'integrity: unexpected member "note"'
-		try '.integrity.treeSize = 16' 'integrity: unexpected member "treeSize"'
+		if [ $f = ours ]; then
+			try '.integrity.treeSize = 16' 'integrity.treeSize says 16 but the record seals 7 entries'
+			try '.integrity.treeSize = "7"' 'integrity.treeSize is missing or not a count'
+			try 'del(.integrity.merkleRoot)' 'integrity.treeSize without integrity.merkleRoot'
+			try 'del(.integrity.treeSize)' 'integrity.merkleRoot without integrity.treeSize'
+			try '.integrity.merkleRoot += "\u0000"' 'integrity.merkleRoot does not match the Merkle tree'
+			try '.integrity.merkleRoot |= ascii_upcase' 'integrity.merkleRoot does not match the Merkle tree'
+		else
+			# a record of the earlier runner has no tree: half of one is refused
+			try '.integrity.treeSize = 16' 'integrity.treeSize without integrity.merkleRoot'
+		fi
 		try '.integrity["algorithm\u0000"] = 1' 'integrity: unexpected member "algorithm\u0000"'
 		try '.integrity["a\nb"] = 1' 'integrity: unexpected member "a\nb"'
 		try '.integrity.signature = {}' 'integrity.signature.algorithm is missing or not a string'

@@ -9,7 +9,10 @@
  *    reference verifier written from the contract (parse every line, cut
  *    "hash", canonicalize, SHA-256, link): same verdict, same first failing
  *    line, and on success the same entries, legacy lines, head, largest seq
- *    and anchor. Kinds and names are whole JSON strings: "clock-anchor"
+ *    and anchor, and the same RFC 6962 tree of the lines as written (its
+ *    root, and at a few sizes given as points, across blocks and shares:
+ *    lib/merkle.c's frontier against the tree hash by its recursive
+ *    definition). Kinds and names are whole JSON strings: "clock-anchor"
  *    followed by anything, U+0000 included, is no anchor, and an entry
  *    whose kind or own member name holds U+0000 breaks the chain.
  *  - mutate: bytes 1-3 say where and how to change one byte, the rest is
@@ -184,6 +187,59 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* --trusted-head for the next verify() only. */
 static uint64_t trusted_count;
 static const char *trusted_hash;
+/* Sizes the tree is asked for: inside blocks, at their edges, past the end. */
+static struct chain_tree_point points[] = {{.size = 0}, {.size = 1}, {.size = 2}, {.size = 3}, {.size = 5},
+                                           {.size = 63}, {.size = 64}, {.size = 65}, {.size = 129}};
+#define NPOINTS (sizeof points / sizeof points[0])
+
+/* RFC 6962 MTH of n leaves by its definition. */
+static void ref_mth(unsigned char (*leaves)[32], size_t n, unsigned char out[32])
+{
+	if (n == 0) {
+		struct sha256 h;
+		sha256_init(&h);
+		sha256_final(&h, out);
+	} else if (n == 1) {
+		memcpy(out, leaves[0], 32);
+	} else {
+		size_t k = 1;
+		while (k * 2 < n)
+			k *= 2;
+		unsigned char l[32], r[32];
+		ref_mth(leaves, k, l);
+		ref_mth(leaves + k, n - k, r);
+		merkle_node_hash(l, r, out);
+	}
+}
+
+/* The verified trace's tree against the reference, at its end and at every point. */
+static void compare_tree(const char *s, size_t n, const struct chain_summary *sum)
+{
+	size_t count = 0;
+	unsigned char (*leaves)[32] = malloc((n + 1) * 32);
+	if (!leaves)
+		abort();
+	for (size_t pos = 0; pos < n;) {
+		const char *nl = memchr(s + pos, '\n', n - pos);
+		merkle_leaf_hash(s + pos, (size_t)(nl - (s + pos)), leaves[count++]);
+		pos = (size_t)(nl - s) + 1;
+	}
+	unsigned char got[32], want[32];
+	FUZZ_CHECK(sum->tree.size == count, "tree of %llu leaves for %zu lines", (unsigned long long)sum->tree.size, count);
+	merkle_frontier_root(&sum->tree, got);
+	ref_mth(leaves, count, want);
+	FUZZ_CHECK(memcmp(got, want, 32) == 0, "the tree's root of %zu lines is not the reference's", count);
+	for (size_t i = 0; i < NPOINTS; i++) {
+		FUZZ_CHECK(points[i].found == (points[i].size <= count), "point %llu found %d of %zu lines",
+		           (unsigned long long)points[i].size, points[i].found, count);
+		if (points[i].found) {
+			ref_mth(leaves, (size_t)points[i].size, want);
+			FUZZ_CHECK(memcmp(points[i].root, want, 32) == 0, "the root at %llu lines is not the reference's",
+			           (unsigned long long)points[i].size);
+		}
+	}
+	free(leaves);
+}
 
 static int verify(const char *s, size_t n, int threads, size_t max_line, struct chain_summary *sum,
                   struct sfma_err *e)
@@ -192,7 +248,7 @@ static int verify(const char *s, size_t n, int threads, size_t max_line, struct 
 	    (n && write_all(trace_fd, s, n) < 0) || lseek(trace_fd, 0, SEEK_SET) < 0)
 		abort();
 	struct chain_opts o = {.threads = threads, .max_line = max_line, .trusted_count = trusted_count,
-	                       .trusted_hash = trusted_hash};
+	                       .trusted_hash = trusted_hash, .tree = 1, .points = points, .npoints = NPOINTS};
 	trusted_count = 0;
 	trusted_hash = NULL;
 	memset(e, 0, sizeof *e);
@@ -228,6 +284,7 @@ static int compare(const char *s, size_t n, int threads, size_t max_line, struct
 	FUZZ_CHECK(sum.max_seq == r.max_seq, "max seq %.17g, the reference %.17g", sum.max_seq, r.max_seq);
 	FUZZ_CHECK(strcmp(sum.anchor, r.anchor) == 0, "anchor \"%s\", the reference \"%s\"", sum.anchor,
 	           r.anchor);
+	compare_tree(s, n, &sum);
 	return rc;
 }
 

@@ -7,9 +7,11 @@
  *  - shape: the text as JSON. record_integrity_shape must agree with a
  *    reference written from sfma-formats(5): an object whose member names
  *    are, compared as whole strings (U+0000 and all), among algorithm,
- *    headHash, entries, manifestSha256, resultSha256 and signature; the
- *    first five present, algorithm exactly "sha256-chain-v1", entries a
- *    whole number >= 0, the others strings; signature, when there, an
+ *    headHash, entries, manifestSha256, resultSha256, treeSize, merkleRoot
+ *    and signature; the first five present, algorithm exactly
+ *    "sha256-chain-v1", entries a whole number >= 0, the others strings;
+ *    treeSize (a whole number >= 0) and merkleRoot (a string) both there
+ *    or neither; signature, when there, an
  *    object of exactly algorithm ("ed25519"), publicKey and value, strings.
  *    A refusal is one line that names integrity.
  *  - pem: the text as an embedded publicKey. It is accepted exactly when
@@ -61,11 +63,16 @@ static int ref_signature(json_t *s)
 static int ref_shape(json_t *v)
 {
 	static const char *const names[] = {"algorithm", "headHash", "entries", "manifestSha256", "resultSha256",
-	                                    "signature", NULL};
+	                                    "treeSize", "merkleRoot", "signature", NULL};
 	if (!json_is_object(v) || !only_members(v, names))
 		return 0;
 	json_t *entries = json_object_get(v, "entries"), *sig = json_object_get(v, "signature");
+	json_t *size = json_object_get(v, "treeSize"), *root = json_object_get(v, "merkleRoot");
 	double d = json_is_number(entries) ? json_number_value(entries) : -1;
+	double t = json_is_number(size) ? json_number_value(size) : -1;
+	if (!size != !root || (size && !(t >= 0 && t <= 4.6e18 && t == (double)(long long)t)) ||
+	    (root && !json_is_string(root)))
+		return 0;
 	return string_exactly(json_object_get(v, "algorithm"), "sha256-chain-v1") &&
 	       json_is_string(json_object_get(v, "headHash")) && d >= 0 && d <= 4.6e18 && d == (double)(long long)d &&
 	       json_is_string(json_object_get(v, "manifestSha256")) &&
