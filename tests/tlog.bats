@@ -339,7 +339,7 @@ PY
 		'.subject == [{name: "hello.txt", digest: {sha256: $h}}, {name: ".sfma/trace.jsonl", digest: {sha256: $t}}]' payload
 	jq -e --slurpfile r "$R" --arg origin "$(head -1 ws/.sfma/checkpoint)" '.predicate == {
 		manifestSha256: $r[0].integrity.manifestSha256, resultSha256: $r[0].integrity.resultSha256,
-		verdict: "completed", acceptance: null, treeSize: $r[0].integrity.treeSize,
+		verdict: "completed", acceptance: $r[0].acceptance, treeSize: $r[0].integrity.treeSize,
 		merkleRoot: $r[0].integrity.merkleRoot, origin: $origin, runnerVersion: $r[0].runnerVersion,
 		startedAt: .predicate.startedAt, endedAt: .predicate.endedAt}' payload
 	# start and end: the run's first and last clock-anchor, in RFC 3339
