@@ -2,6 +2,9 @@
 #include "errors.h"
 
 #include <jansson.h>
+#include <unistd.h>
+
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,6 +12,7 @@
 #include <string.h>
 
 static const char *prog = "sfma";
+static int echo_fd = -1; /* set_error_echo */
 
 void set_progname(const char *argv0)
 {
@@ -34,20 +38,57 @@ static void one_line(char *s)
 			*s = ' ';
 }
 
-static void vreport(const char *fmt, va_list ap)
+void set_error_echo(int fd)
+{
+	echo_fd = fd;
+}
+
+void set_error_echo_if_asked(int fd)
+{
+	const char *v = getenv("SFMA_ERROR_LINE");
+	if (v && strcmp(v, "1") == 0)
+		set_error_echo(fd);
+}
+
+/* The fatal error, also as the stage's last line for the planner. Best
+ * effort: the program is exiting, and stderr has it whatever happens. */
+static void echo(const char *text)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "error", utf8_json(text, strlen(text)));
+	char *body = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!body)
+		return;
+	char line[16384];
+	int n = snprintf(line, sizeof line, "%s\n", body);
+	free(body);
+	if (n < 0 || (size_t)n >= sizeof line)
+		return;
+	for (size_t off = 0; off < (size_t)n;) {
+		ssize_t w = write(echo_fd, line + off, (size_t)n - off);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+}
+
+static void vreport(int fatal, const char *fmt, va_list ap)
 {
 	char buf[2048];
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	one_line(buf);
 	fprintf(stderr, "%s: %s\n", prog, buf);
 	fflush(stderr);
+	if (fatal && echo_fd >= 0)
+		echo(buf);
 }
 
 void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vreport(fmt, ap);
+	vreport(1, fmt, ap);
 	va_end(ap);
 	exit(1);
 }
@@ -56,7 +97,7 @@ void die_status(int status, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vreport(fmt, ap);
+	vreport(1, fmt, ap);
 	va_end(ap);
 	exit(status);
 }
@@ -65,7 +106,7 @@ void warning(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vreport(fmt, ap);
+	vreport(0, fmt, ap);
 	va_end(ap);
 }
 

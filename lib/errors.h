@@ -24,6 +24,14 @@ const char *progname(void);
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Like die() with a chosen exit status. */
 _Noreturn void die_status(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* From now on die() also writes {"error":TEXT} as one line on fd: a
+ * stage whose output the planner reads says why it stopped there too
+ * (a stage that dies without that line was killed, or crashed). */
+void set_error_echo(int fd);
+/* set_error_echo(fd) when SFMA_ERROR_LINE is "1": sfma sets it for the
+ * stages it starts, so that a stage wired by hand prints exactly what it
+ * always did. */
+void set_error_echo_if_asked(int fd);
 /* Print "<prog>: <fmt>\n" on stderr and return. */
 void warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -390,6 +390,8 @@ int main(int argc, char **argv)
 	size_t len;
 	int rc;
 	lr_init(&r, 0, max_line);
+	/* Whoever reads the entries echoed learns why they stopped coming. */
+	set_error_echo_if_asked(1);
 	struct buf reports = {0};
 	size_t grouped = 0;
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {

@@ -233,6 +233,9 @@ int main(int argc, char **argv)
 		close(o.key_ready_fd);
 	}
 
+	/* Whoever waits for the integrity line learns why none comes. */
+	set_error_echo_if_asked(1);
+
 	/* 1. The body. */
 	struct sfma_err e;
 	size_t len;

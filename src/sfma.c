@@ -287,6 +287,10 @@ static char **stage_env(enum stage s, const struct checked *c)
 		for (const char *const *v = env_plan; *v; v++)
 			env_add(env, &n, *v);
 	}
+	/* A stage the planner reads that stops on an error says so on its
+	 * output too, so that the planner can tell why it went (PIPELINE.md). */
+	if (s == MODEL || s == CHAIN || s == SEAL)
+		env[n++] = xstrdup("SFMA_ERROR_LINE=1");
 	return env;
 }
 

@@ -556,6 +556,12 @@ verify_says() {
 		set -u
 		mkdir ws && mount -t tmpfs -o size=1m tmpfs ws || exit 99
 		SFMA_MOCK=$NONE sfma run m.json > run1.out 2>&1; echo $? > run1.status
+		# The evidence has a disk of its own (what it holds copied onto it):
+		# the trace is the writer that meets the full disk, not whichever
+		# of the two comes first (the evidence on a full disk is the test
+		# after this one).
+		mkdir kept && cp -a ws/.sfma/evidence/. kept/ && mount -t tmpfs -o size=8m tmpfs ws/.sfma/evidence &&
+			cp -a kept/. ws/.sfma/evidence/ || exit 98
 		# leave 16 pages: the 24 new files of the next run cannot all fit
 		avail=$(df -B1 --output=avail ws | tail -n 1)
 		fallocate -l $((avail - 16 * 4096)) ws/filler
@@ -578,6 +584,11 @@ verify_says() {
 	[ ! -s run2.out ] || { cat run2.out; return 1; }
 	grep -q '^sfma-chain: .*/ws/.sfma/trace.jsonl: write: No space left on device$' run2.err
 	grep -q '^sfma-plan: the run was not sealed' run2.err
+	# Each stage that stopped on the full disk said why, and the planner
+	# repeats that, never a death; no message names a thing twice.
+	if grep -E 'stage sfma-(seal|chain) died|evidence: evidence|sfma-plan: memory\.json: /' run2.err; then
+		cat run2.err; return 1
+	fi
 	# The run stops at the first append that failed: no more model calls
 	# that no trace could show (24 writes were queued).
 	turns=$(grep -c '^sfma-plan: +[0-9.]*s turn [0-9]*:' run2.err || true)
@@ -622,7 +633,7 @@ verify_says() {
 	[ "$(cat run2.status)" -eq 1 ] || { cat run2.out run2.err; return 1; }
 	grep -q '^FAILED ' run2.out
 	grep -q '^sfma-plan: failed: evidence[ :].*No space left on device$' run2.err || { cat run2.err; return 1; }
-	! grep -q 'evidence: evidence' run2.err || { cat run2.err; return 1; }
+	if grep -q 'evidence: evidence' run2.err; then cat run2.err; return 1; fi
 	# a run after it on the freed disk (it fails: not every output is there)
 	SFMA_MOCK="[$CAND,$DONE]" sfma run m.json > run3.out 2>&1 || true
 	grep -q ' record=ws/.sfma/result.json$' run3.out || { cat run3.out; return 1; }

@@ -215,6 +215,31 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	sfma-verify ws
 }
 
+@test "run: a stage that stops on an error is named with its error, not as a death, in stderr and the record" {
+	# sfma-model stops at once: its script is not JSON
+	run --separate-stderr env SFMA_MOCK='[{bad' sfma run manifest.json
+	[ "$status" -eq 1 ] || { echo "$output $stderr"; return 1; }
+	local said="sfma-model: SFMA_MOCK: invalid JSON: string or '}' expected near 'bad' at line 1 column 5"
+	[[ "$stderr" == *"sfma-plan: failed: $said"* ]] || { echo "$stderr"; return 1; }
+	[[ "$stderr" != *"died"* ]] || { echo "$stderr"; return 1; }
+	[ "$(jq -r .error ws/.sfma/result.json)" = "$said" ]
+	sfma-verify ws
+	# sfma-seal stops: the checkpoint directory it writes is a file
+	rm -rf ws
+	mkdir -p ws/.sfma
+	: > ws/.sfma/checkpoints
+	run --separate-stderr env SFMA_MOCK="$QUICK" sfma run manifest.json
+	[ "$status" -eq 1 ] || { echo "$output $stderr"; return 1; }
+	[ -z "$output" ] || { echo "a summary line for a record not written: $output"; return 1; }
+	[[ "$stderr" =~ sfma-plan:\ the\ run\ was\ not\ sealed\ \(sfma-seal:\ [^$'\n']*checkpoints[^$'\n']*\):\ no\ result\ record\ was\ written ]] ||
+		{ echo "$stderr"; return 1; }
+	[[ "$stderr" != *"died"* ]] || { echo "$stderr"; return 1; }
+	[ ! -e ws/.sfma/result.json ]
+	# Wired by hand, without sfma, a stage prints only what it always did.
+	run env SFMA_MOCK='[{bad' sfma-model manifest.json < /dev/null
+	[ "$status" -eq 2 ] && [ "$output" = "$said" ] || { echo "$output"; return 1; }
+}
+
 @test "run: SIGTERM to sfma halts the run as halted-operator, sealed and verifiable" {
 	SFMA_MOCK=$HOLD start_sfma run manifest.json
 	wait_for_sleep

@@ -78,7 +78,7 @@ ep() { # ep NAME PATH [EXTRA_JSON]
 	  .[0].data.reason == "reply cut off at the output token limit (64)"' ws/.sfma/trace.jsonl >/dev/null ||
 		{ jq -c 'select(.kind == "verdict")' ws/.sfma/trace.jsonl; return 1; }
 	# no write of CUT reached sfma-exec: no task entry holds it
-	! jq -e 'select(.kind == "task" and (.data.call.content? // "") == "CUT")' ws/.sfma/trace.jsonl >/dev/null
+	jq -e 'select(.kind == "task" and (.data.call.content? // "") == "CUT")' ws/.sfma/trace.jsonl >/dev/null && return 1
 	# the model is told, in the next request
 	grep -q 'cut off at the output token limit (64 tokens)' log.jsonl
 	audit_ok
@@ -110,7 +110,7 @@ ep() { # ep NAME PATH [EXTRA_JSON]
 	[ "$status" -eq 0 ] || { echo "$output"; cat server.err; return 1; }
 	[ "$(cat ws/out.txt)" = x ]
 	# no protocol verdict: b's answer was the reply
-	! jq -e 'select(.kind == "verdict" and .data.tier == "protocol")' ws/.sfma/trace.jsonl >/dev/null
+	jq -e 'select(.kind == "verdict" and .data.tier == "protocol")' ws/.sfma/trace.jsonl >/dev/null && return 1
 	jq -s -e 'map(select(.kind == "call" and .data.errorClass == "refusal")) | length == 1 and
 	  .[0].data.endpoint == "a" and (.[0].data | has("answeredBy") | not)' ws/.sfma/trace.jsonl >/dev/null
 	audit_ok

@@ -356,6 +356,7 @@ int main(int argc, char **argv)
 	const char *manifest_path = parse_args(argc, argv);
 	/* A reader that went away is reported as a write error, not a silent death. */
 	signal(SIGPIPE, SIG_IGN);
+	set_error_echo_if_asked(1);
 
 	struct reasons why = {0};
 	struct manifest *m = manifest_load(manifest_path, &why);

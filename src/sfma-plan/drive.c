@@ -180,7 +180,7 @@ static json_t *ask_exec(struct drive *d, struct core_fx *fx)
 	if (stage_send(STAGE_EXEC, fx->v) == 0)
 		reply = stage_wait(STAGE_EXEC, &o, &why, &e);
 	else
-		err_set(&e, "stage sfma-exec died");
+		stage_death(STAGE_EXEC, &e);
 	if (!reply) {
 		const struct core_facts f = facts(d);
 		core_stop(d->core, why == WAIT_HALT ? CORE_STOP_SIGNAL : why == WAIT_TIMEOUT ? CORE_STOP_TIMEOUT
@@ -233,8 +233,11 @@ static void carry_out_one(struct drive *d, struct core_fx *fx)
 		if (d->failed)
 			break;
 		json_object_set_new(fx->v, "deadlineMs", json_integer((json_int_t)deadline_wall_ms(d)));
-		if (stage_send(STAGE_MODEL, fx->v) < 0)
-			note_failure(d, "stage sfma-model died");
+		if (stage_send(STAGE_MODEL, fx->v) < 0) {
+			struct sfma_err e;
+			stage_death(STAGE_MODEL, &e);
+			note_failure(d, "%s", e.text);
+		}
 		break;
 	case CORE_EXEC: {
 		json_t *reply = ask_exec(d, fx);
@@ -458,8 +461,10 @@ static int seal(json_t *body, struct sfma_err *e)
 	static const struct wait_opts seal_wait = {0};
 	enum wait_why why;
 	json_t *integrity = NULL;
-	if (stage_send(STAGE_SEAL, body) < 0)
-		return err_set(e, "stage sfma-seal died");
+	if (stage_send(STAGE_SEAL, body) < 0) {
+		stage_death(STAGE_SEAL, e);
+		return -1;
+	}
 	stage_close_input(STAGE_SEAL);
 	if (!(integrity = stage_wait(STAGE_SEAL, &seal_wait, &why, e)))
 		return -1;

@@ -41,6 +41,8 @@ struct stage {
 	struct line_reader reader;
 	int dead;
 	int finished;              /* its input was closed on purpose */
+	char said[SFMA_ERR_MAX];   /* the error it stopped on, "" when none came */
+	int drained;               /* what it wrote after its last reply was read */
 };
 
 extern struct stage stages[STAGE_COUNT];
@@ -58,6 +60,9 @@ struct wait_opts {
 	int stop_on_halt;          /* a halt signal ends the wait */
 	int watch_others;          /* another stage's hang-up ends the wait */
 };
+/* Why stage s is gone, after a send to it failed: the error it stopped
+ * on ("sfma-seal: ..."), or "stage sfma-seal died". */
+void stage_death(enum stage_id s, struct sfma_err *e);
 /* Wait for the next reply line of stage s. With watch_others, a stage that
  * closes its stdout meanwhile has died and ends the wait. Returns the
  * parsed reply, or NULL with *why and e set (the stage that died, or the

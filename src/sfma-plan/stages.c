@@ -87,13 +87,42 @@ void stage_close_input(enum stage_id s)
 	stages[s].finished = 1; /* it may now exit: no longer a death to report */
 }
 
-/* A stage that hung up: it died (its input was not closed on purpose). */
+/* A stage's error line, {"error":TEXT} and nothing else (set_error_echo):
+ * the text, else NULL. */
+static const char *error_line(const json_t *v)
+{
+	return json_object_size(v) == 1 ? json_string_value(json_object_get(v, "error")) : NULL;
+}
+
+/* A stage that hung up (its input was not closed on purpose): it failed
+ * and said why in its last line, or it died. What it wrote is read to the
+ * end - which never blocks once it has closed its end - and its error
+ * kept for whoever asks again. */
 static json_t *died(enum stage_id k, enum wait_why *why, struct sfma_err *e)
 {
+	char *line;
+	size_t len;
+	struct sfma_err re;
+	while (!stages[k].drained && stages[k].from >= 0 && lr_next(&stages[k].reader, &line, &len, &re) == 1) {
+		json_t *v = ndjson_parse(line, len, NULL);
+		const char *t = error_line(v);
+		snprintf(stages[k].said, sizeof stages[k].said, "%s", t ? t : "");
+		json_decref(v);
+	}
+	stages[k].drained = 1;
 	stages[k].dead = 1;
 	*why = WAIT_DIED;
-	err_set(e, "stage %s died", stages[k].name);
+	if (stages[k].said[0])
+		err_set(e, "%s: %s", stages[k].name, stages[k].said);
+	else
+		err_set(e, "stage %s died", stages[k].name);
 	return NULL;
+}
+
+void stage_death(enum stage_id s, struct sfma_err *e)
+{
+	enum wait_why why;
+	died(s, &why, e);
 }
 
 json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e)
@@ -167,6 +196,11 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 			*why = WAIT_DIED;
 			err_set(e, "stage %s sent a malformed reply", stages[s].name);
 			return NULL;
+		}
+		if (error_line(v)) {
+			snprintf(stages[s].said, sizeof stages[s].said, "%s", error_line(v));
+			json_decref(v);
+			return died(s, why, e);
 		}
 		return v;
 	}
