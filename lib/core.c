@@ -534,5 +534,9 @@ const json_t *core_written(const struct core *c) { return c->written; }
 long core_soft_judged(const struct core *c) { return c->soft_judged; }
 long core_soft_passed(const struct core *c) { return c->soft_passed; }
 long core_soft_unjudged(const struct core *c) { return c->soft_unjudged; }
+int core_acceptance_passed(const struct core *c)
+{
+	return c->m->n_acceptance && !c->dry_run ? c->acceptance_passed : -1;
+}
 double core_first_seq(const struct core *c) { return c->first_seq; }
 double core_last_seq(const struct core *c) { return c->last_seq; }

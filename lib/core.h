@@ -182,6 +182,9 @@ const json_t *core_written(const struct core *c);    /* dry run: path -> sha256 
 long core_soft_judged(const struct core *c);
 long core_soft_passed(const struct core *c);
 long core_soft_unjudged(const struct core *c);
+/* The acceptance checks of the run: -1 when it has none (or was dry),
+ * else 1 when the last done's checks passed, 0 otherwise. */
+int core_acceptance_passed(const struct core *c);
 /* The seqs of the run's first and last entries (0 until known). */
 double core_first_seq(const struct core *c);
 double core_last_seq(const struct core *c);

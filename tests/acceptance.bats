@@ -109,3 +109,31 @@ v["data"]["acceptance"]["pass"] = True
 	[ "$status" -eq 1 ]
 	[[ "$output" == "REPLAY_DIVERGED: seq "*" (verdict): trace has "* ]] || { echo "$output"; return 1; }
 }
+
+@test "certification counts no judgment of a run whose acceptance did not pass as passed" {
+	# Memory of one earlier run whose five judgments passed; whether it
+	# counts decides certification (window 6, pass rate 0.5, completion 0).
+	seed() { # seed ACCEPTANCE
+		rm -rf ws/.sfma
+		mkdir -p ws/.sfma
+		jq -n --argjson a "$1" '{runs:[{at:"2026-01-01T00:00:00.000Z",verdict:"failed",turns:3,modelCalls:3,
+		  hardTierFailures:0,dryRun:false,summary:null,soft:{judged:5,passed:5},acceptance:$a}]}' >ws/.sfma/memory.json
+	}
+	jq '.tuning = {certWindow:6, certCompletion:0, certPass:0.5}' m.json >t.json && mv t.json m.json
+	printf 'def add(a, b):\n    return a + b\n' >ws/calc.py
+	seed true
+	mock "$CAND" "$DONE"
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	jq -e '.runs[-1].acceptance == true and .pinned.candidate.mission == "fix add"' ws/.sfma/memory.json >/dev/null ||
+		{ jq . ws/.sfma/memory.json; return 1; }
+	grep -q '"to":"certified"' ws/.sfma/trace.jsonl
+	# the same, after a run whose checks failed: 1 pass in 6 judgments
+	seed false
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	jq -e '.runs[-1].acceptance == true and .pinned == null' ws/.sfma/memory.json >/dev/null ||
+		{ jq . ws/.sfma/memory.json; return 1; }
+	grep -q '"to":"certified"' ws/.sfma/trace.jsonl && return 1
+	replays_ok 1
+}

@@ -428,6 +428,8 @@ static void remember(struct drive *d, int *certified, int *demoted)
 	if (core_soft_unjudged(c))
 		json_object_set_new(json_object_get(summary, "soft"), "unjudged",
 		                    json_integer((json_int_t)core_soft_unjudged(c)));
+	if (core_acceptance_passed(c) >= 0)
+		json_object_set_new(summary, "acceptance", json_boolean(core_acceptance_passed(c)));
 	memory_record_run(&d->mem, d->m, summary, core_candidate(c), core_pinned_run(c), certified, demoted);
 	json_decref(summary);
 	if (core_endpoints(c))

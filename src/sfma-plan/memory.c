@@ -69,7 +69,9 @@ json_t *memory_pinned(struct memory *mem)
  * come from: how many, how many completed, how many had a hard-tier
  * failure. A run records its judgments as "soft":{"judged","passed"}; a
  * run without it (made before the soft tier, or one that never came to a
- * judgment) counts as one judgment, passed when the run completed. */
+ * judgment) counts as one judgment, passed when the run completed. A run
+ * whose acceptance checks did not pass ("acceptance":false) passed none
+ * of its judgments: what the judges said is no pass without them. */
 struct window {
 	long judged, passed;
 	int runs, completed, failures;
@@ -92,6 +94,8 @@ static void window_stats(json_t *runs, int window, struct window *w)
 		json_t *soft = json_object_get(r, "soft");
 		double judged = json_number_value(json_object_get(soft, "judged"));
 		double passed = json_number_value(json_object_get(soft, "passed"));
+		if (json_is_false(json_object_get(r, "acceptance")))
+			passed = 0;
 		if (judged >= 1 && passed >= 0 && passed <= judged && judged <= 1e6) {
 			/* only as many of this run's judgments as the window still holds */
 			long take = (long)judged, left = window - w->judged;
