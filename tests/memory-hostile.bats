@@ -74,13 +74,25 @@ hostile_queue() {
 		"$finish" "$done_"
 }
 
+# The programs where nobody reaches them: a clone may sit in a directory
+# only its owner can enter (CI's mktemp -d is 0700), and sfma looks for
+# its stages beside itself.
+nobody_bin() {
+	if [ ! -d "$W/bin" ]; then
+		mkdir -m 0755 "$W/bin"
+		cp "$SFMA_BINDIR"/sfma* "$W/bin/"
+		chmod 0755 "$W/bin"/*
+	fi
+	echo "$W/bin"
+}
+
 # sfma_as MODE ARGS...: sfma as root, or as nobody on a workspace nobody owns.
 sfma_as() {
 	local mode=$1
 	shift
 	if [ "$mode" = nobody ]; then
 		chown -R 65534:65534 "$W/ws"
-		run setpriv --reuid=65534 --regid=65534 --clear-groups -- sfma "$@"
+		run setpriv --reuid=65534 --regid=65534 --clear-groups -- "$(nobody_bin)/sfma" "$@"
 	else
 		run sfma "$@"
 	fi
@@ -127,7 +139,7 @@ taken() {
 	hostile_queue
 	if [ "$mode" = nobody ]; then
 		chown -R 65534:65534 "$W/ws"
-		run env "$@" setpriv --reuid=65534 --regid=65534 --clear-groups -- sfma run m.json
+		run env "$@" setpriv --reuid=65534 --regid=65534 --clear-groups -- "$(nobody_bin)/sfma" run m.json
 	else
 		run env "$@" sfma run m.json
 	fi
