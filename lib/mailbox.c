@@ -17,7 +17,7 @@ static int open_component(int at, const char *name, int create)
 {
 	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create) {
-		if (mkdirat(at, name, 0755) < 0 && errno != EEXIST)
+		if (mkdirat(at, name, 0700) < 0 && errno != EEXIST)
 			return -1;
 		fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}

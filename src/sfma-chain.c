@@ -71,7 +71,7 @@ static void trace_open(struct trace *t, int no_wait, int allow_torn, struct chai
 	/* O_NONBLOCK: a device where the trace should be must not make the
 	 * open wait (a FIFO opened O_RDWR never does, fifo(7)); it is refused
 	 * next, and a regular file's descriptor goes back to blocking. */
-	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0644);
+	t->fd = open(t->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
 	if (t->fd < 0)
 		die("%s: %s", t->path, strerror(errno));
 	struct stat st;

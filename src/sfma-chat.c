@@ -218,7 +218,7 @@ static void post_line(struct chat *c, const char *line, size_t len)
 			break;
 	}
 	struct sfma_err e;
-	if (atomic_write_at(c->inbox_fd, name, line, len, 0644, &e) < 0)
+	if (atomic_write_at(c->inbox_fd, name, line, len, 0600, &e) < 0)
 		die("inbox/%s", e.text);
 	if (c->interactive)
 		warning("posted as inbox/%s (read when the next run starts)", name);

@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 	buf_addc(&out, '\n');
 	if (snprintf(path, sizeof path, "%s/.sfma/result.json", ws) >= (int)sizeof path)
 		die("%s: path too long", ws);
-	if (atomic_write(path, out.p, out.len, 0644, &e) < 0)
+	if (atomic_write(path, out.p, out.len, 0600, &e) < 0)
 		die("%s", e.text);
 	if (ndjson_print(stdout, integrity) < 0)
 		die("stdout: %s", strerror(errno));

@@ -407,7 +407,7 @@ static void spool_message(struct bridge *b, long long id, json_t *msg, const cha
 	char name[200];
 	snprintf(name, sizeof name, "%013lld-%012lld-telegram-%s.txt", date * 1000, id, user);
 	struct sfma_err e;
-	if (atomic_write_at(b->spool_fd, name, json_string_value(text), len, 0644, &e) < 0)
+	if (atomic_write_at(b->spool_fd, name, json_string_value(text), len, 0600, &e) < 0)
 		die(".sfma/%s/%s", SPOOL_NAME, e.text);
 }
 

@@ -208,6 +208,25 @@ PY
 	[ "$(stat -c %a ws/.sfma/evidence)" = 700 ]
 }
 
+@test "what holds the run's content is the user's alone under umask 022: .sfma 0700, its files 0600 (a checkpoint is for others)" {
+	umask 022
+	mock "$CAND" '{"tool":"notify","text":"to the operator"}' '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	run sfma run m.json --apply
+	[ "$status" -eq 0 ]
+	[ "$(stat -c %a ws/.sfma)" = 700 ]
+	[ "$(stat -c %a ws/.sfma/trace.jsonl)" = 600 ]
+	[ "$(stat -c %a ws/.sfma/result.json)" = 600 ]
+	[ "$(stat -c %a ws/.sfma/memory.json)" = 600 ]
+	for d in inbox outbox evidence; do
+		[ "$(stat -c %a "ws/.sfma/$d")" = 700 ] || { echo "$d: $(stat -c %a "ws/.sfma/$d")"; return 1; }
+	done
+	[ -n "$(ls ws/.sfma/outbox)" ]
+	for f in ws/.sfma/outbox/* ws/.sfma/evidence/*; do
+		[ "$(stat -c %a "$f")" = 600 ] || { echo "$f: $(stat -c %a "$f")"; return 1; }
+	done
+	audit_ok
+}
+
 @test "the done summary is in the record and in memory.json; null without done" {
 	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"all \"done\" é"}'
 	run sfma run m.json --apply

@@ -298,11 +298,11 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	json_decref(msg);
 	buf_addc(&doc, '\n');
 	/* .sfma and .sfma/outbox are opened without following links. */
-	int dir = ok ? open_dir_walk(c->ws_fd, ".sfma/outbox", 1, 0755) : -1;
+	int dir = ok ? open_dir_walk(c->ws_fd, ".sfma/outbox", 1, 0700) : -1;
 	struct buf err = {0};
 	if (dir < 0)
 		buf_printf(&err, "%s: .sfma/outbox: %s", kind, strerror(errno));
-	else if (atomic_write_at(dir, name, doc.p, doc.len, 0644, &e) < 0)
+	else if (atomic_write_at(dir, name, doc.p, doc.len, 0600, &e) < 0)
 		buf_printf(&err, "%s: .sfma/outbox/%s", kind, e.text);
 	if (dir >= 0)
 		close(dir);

@@ -166,7 +166,7 @@ int memory_save(struct memory *mem, const char *path, struct sfma_err *e)
 	struct buf b = {0};
 	canon_dump_pretty(mem->doc, &b, NULL);
 	buf_addc(&b, '\n');
-	int rc = atomic_write(path, b.p, b.len, 0644, e);
+	int rc = atomic_write(path, b.p, b.len, 0600, e);
 	buf_free(&b);
 	return rc;
 }

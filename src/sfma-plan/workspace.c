@@ -50,7 +50,9 @@ void workspace_open(struct workspace *w, const struct manifest *m)
 	*w = (struct workspace){.m = m, .lock_fd = -1};
 	make_workspace(m->workspace_path);
 	path_join(w->sfma_dir, m->workspace_path, ".sfma");
-	if (mkdir(w->sfma_dir, 0755) < 0 && errno != EEXIST)
+	/* 0700: .sfma holds the run's content - replies, command output,
+	 * evidence - which may come from inputs only the user may read. */
+	if (mkdir(w->sfma_dir, 0700) < 0 && errno != EEXIST)
 		die("%s: %s", w->sfma_dir, strerror(errno));
 	/* Locked for this run alone: flock on the .sfma directory itself, so
 	 * a second run fails at once and creates nothing. */
@@ -63,7 +65,7 @@ void workspace_open(struct workspace *w, const struct manifest *m)
 	 * where to write. mkdirat never follows a link planted there. */
 	static const char *const mailbox[] = {"inbox", "outbox"};
 	for (int i = 0; i < 2; i++)
-		if (mkdirat(w->lock_fd, mailbox[i], 0755) < 0 && errno != EEXIST)
+		if (mkdirat(w->lock_fd, mailbox[i], 0700) < 0 && errno != EEXIST)
 			die("%s/%s: %s", w->sfma_dir, mailbox[i], strerror(errno));
 }
 
