@@ -504,3 +504,32 @@ del t["data"]["call"]
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 	[[ "$output" == *"40 cases (seed 20261201), 0 disagree"* ]] || { echo "$output"; return 1; }
 }
+
+# tests/fuzz/mutants.py: honest records changed one way at random (a member
+# deleted, a value retyped, an entry dropped, doubled or swapped), re-chained
+# and re-sealed so that they verify; the replay must end each in one verdict
+# line, never a crash or a hang. A fixed seed here, a random one in
+# `make fuzz`; under `make check-sanitize` a memory error fails it too.
+@test "records changed and re-sealed so that they verify: each replay ends in one verdict line (a fixed seed)" {
+	run python3 "$REPO/tests/fuzz/mutants.py" --seed 20261202 --runs 30
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[[ "$output" == *"mutants: 30 records mutated (seed 20261202), 0 replays that did not end in one verdict line"* ]] ||
+		{ echo "$output"; return 1; }
+}
+
+@test "a FIFO in place of the trace or the record is refused at once, never waited on" {
+	mock "$CAND" '{"tool":"write","path":"out.txt","content":"x"}' '{"tool":"done","summary":"s"}'
+	sfma run m.json --apply >/dev/null
+	for f in trace.jsonl result.json; do
+		mv "ws/.sfma/$f" keep
+		mkfifo "ws/.sfma/$f"
+		run timeout 10 sfma-replay ws
+		[ "$status" -eq 1 ] || { echo "$f: exit $status: $output"; return 1; }
+		[[ "$output" == *"not a regular file"* ]] || { echo "$f: $output"; return 1; }
+		[ "${#lines[@]}" -eq 1 ] || { echo "$output"; return 1; }
+		rm "ws/.sfma/$f"
+		mv keep "ws/.sfma/$f"
+	done
+	run sfma-replay ws
+	[ "$status" -eq 0 ]
+}
