@@ -50,6 +50,11 @@ forty_reads() {
 	# count of the request it sent is the model stage's
 	jq -e -s 'map(select(.kind == "compaction")) | length > 20 and all(.[]; .data.afterBytes <= 32768 and .data.beforeBytes > 32768 and (.data.elided | length) > 0)' \
 		ws/.sfma/trace.jsonl
+	# ... and to half of it (sfma-plan(1), "Context"), so that the next
+	# requests grow from there; later ones stop at the stubs the elided
+	# messages leave, which the budget's other half holds
+	jq -e -s 'map(select(.kind == "compaction")) | .[0].data.afterBytes <= 16384' ws/.sfma/trace.jsonl ||
+		{ jq -c -s 'map(select(.kind == "compaction") | .data.afterBytes)' ws/.sfma/trace.jsonl; return 1; }
 	jq -e -s '[range(length - 1) as $i | select(.[$i].kind == "compaction") | .[$i].data.afterBytes == .[$i + 1].data.requestBytes] | all' \
 		ws/.sfma/trace.jsonl
 	# never the first message, the candidate or the latest exchange
