@@ -338,11 +338,14 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 		size_t off = out->len;
 		/* An object that no valid entry can be (U+0000 in its kind or a
 		 * name of its own) is wrapped like any other value. */
-		if (json_is_object(v) && names_hold_nul(v)) {
+		int wrapped_nul = json_is_object(v) && names_hold_nul(v);
+		if (wrapped_nul) {
 			json_t *d = v;
 			v = json_pack("{s:f,s:s,s:o}", "seq", (double)count, "kind", "event", "data", d);
 		}
-		if (with_legacy && count == 0 && json_is_object(v) && !json_object_get(v, "hash") &&
+		/* A legacy line is the line as written, so not one that had to be
+		 * wrapped: its own names would break the chain. */
+		if (with_legacy && count == 0 && !wrapped_nul && json_is_object(v) && !json_object_get(v, "hash") &&
 		    !json_object_get(v, "prevHash")) {
 			/* The first line as it is, unchained: prevHash of the next is its digest. */
 			buf_add(out, s + pos, len);
