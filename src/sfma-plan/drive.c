@@ -340,12 +340,13 @@ static void carry_out(struct drive *d)
 
 /* Long-term memory: sfma-mem runs the containment guards before any git
  * command and measures the stores; a store it refuses ends the run before
- * anything is committed anywhere (the core says so). Returns the stores'
- * `store` entries (new), or NULL with e saying why. */
-static json_t *open_stores(struct drive *d, struct sfma_err *e)
+ * anything is committed anywhere (the core says so). The answer to the
+ * open request open_id (-1: it could not be sent, e says why): the
+ * stores' `store` entries (new), or NULL with e saying why. */
+static json_t *open_stores(struct drive *d, long long open_id, struct sfma_err *e)
 {
 	enum wait_why why;
-	json_t *reply = mem_ask(json_pack("{s:s}", "op", "open"), d->deadline_mono + EXEC_GRACE_MS, &why, e);
+	json_t *reply = open_id < 0 ? NULL : mem_reply(open_id, d->deadline_mono + EXEC_GRACE_MS, &why, e);
 	if (!reply)
 		return NULL;
 	json_t *stores = json_object_get(reply, "stores"), *s;
@@ -372,7 +373,12 @@ static json_t *open_stores(struct drive *d, struct sfma_err *e)
  * in both cases nothing was appended and the run is not sealed. */
 static int begin(struct drive *d)
 {
-	struct sfma_err e;
+	struct sfma_err e, se = {""};
+	/* The store opens while the chain takes the first entries: sfma-mem
+	 * runs its guards and its first git meanwhile, and the answer is read
+	 * when the run begins. A run that does not begin never reads it;
+	 * sfma-mem then closes the store having committed nothing. */
+	long long open_id = mem_post(json_pack("{s:s}", "op", "open"), &se);
 	uint64_t n_interrupted;
 	int torn;
 	json_t *interrupted = interrupted_event(d->ws.sfma_dir, &n_interrupted, &torn, &e);
@@ -402,8 +408,7 @@ static int begin(struct drive *d)
 		warning("TRACEPARENT ignored: %s", why);
 		traceparent = NULL;
 	}
-	struct sfma_err se = {""};
-	json_t *stores = open_stores(d, &se);
+	json_t *stores = open_stores(d, open_id, &se);
 	json_t *inbox = workspace_inbox(&d->ws);
 	const struct core_begin b = {
 		.anchor_seq = json_number_value(json_object_get(anchor, "seq")),

@@ -11,18 +11,23 @@
 #include <stdio.h>
 #include <string.h>
 
-json_t *mem_ask(json_t *req, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e)
+static long long last_id; /* the last request's id: replies come in order */
+
+long long mem_post(json_t *req, struct sfma_err *e)
 {
-	static long long last_id;
 	long long id = ++last_id;
 	json_object_set_new(req, "id", json_integer((json_int_t)id));
 	int sent = stage_send(STAGE_MEM, req);
 	json_decref(req);
 	if (sent < 0) {
-		*why = WAIT_DIED;
 		stage_death(STAGE_MEM, e);
-		return NULL;
+		return -1;
 	}
+	return id;
+}
+
+json_t *mem_reply(long long id, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e)
+{
 	/* A memory request is short: a halt is honoured once it is answered,
 	 * and another stage's death at the next wait for that stage (so that
 	 * it is never taken for the store's answer). */
@@ -48,4 +53,14 @@ json_t *mem_ask(json_t *req, int64_t deadline_mono, enum wait_why *why, struct s
 		return NULL;
 	}
 	return reply;
+}
+
+json_t *mem_ask(json_t *req, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e)
+{
+	long long id = mem_post(req, e);
+	if (id < 0) {
+		*why = WAIT_DIED;
+		return NULL;
+	}
+	return mem_reply(id, deadline_mono, why, e);
 }

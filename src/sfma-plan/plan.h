@@ -78,6 +78,12 @@ void stages_free(void);
  * stage's refusal (*why WAIT_OK: "ok":false, e its error), or no reply
  * (*why says why: the stage died, the wait timed out). */
 json_t *mem_ask(json_t *req, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e);
+/* mem_ask in two halves, for a request that may work while the planner
+ * does something else: mem_post sends it and returns its id (-1 with e
+ * set: the stage is gone); mem_reply(id, ...) is the rest of mem_ask.
+ * No other request may go in between. */
+long long mem_post(json_t *req, struct sfma_err *e);
+json_t *mem_reply(long long id, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e);
 
 /* ---- tracer.c: the trace, written behind the run ------------------------ */
 
