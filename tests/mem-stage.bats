@@ -340,3 +340,47 @@ plan_by_hand() {
 	[[ "${stderr_lines[0]}" == "sfma-plan: run needs --from-mem" ]]
 	[ -z "$(ls -A ws/.sfma)" ]
 }
+
+@test "a recall answered after the run's time is up is dropped, and the run's commit still lands" {
+	cat >m.json <<-'JSON'
+	{"name":"slow","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+	 "allowedCommands":[],"inputs":[],"outputs":[],"maxTurns":12,"maxSeconds":1,"dryRunDefault":false}
+	JSON
+	# sfma-mem behind a relay that holds a recall's answer past the run's
+	# deadline and its five seconds of grace
+	cat >slow-mem.py <<-'PY'
+	import json, subprocess, sys, time
+	mem = subprocess.Popen(["sfma-mem"] + sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+	for line in sys.stdin.buffer:
+	    mem.stdin.write(line)
+	    mem.stdin.flush()
+	    answer = mem.stdout.readline()
+	    if json.loads(line).get("op") == "recall":
+	        time.sleep(7)
+	    sys.stdout.buffer.write(answer)
+	    sys.stdout.buffer.flush()
+	mem.stdin.close()
+	sys.exit(mem.wait())
+	PY
+	mock '{"mission":"m","successCriteria":["x"],"loopRoles":[],"firstTasks":[],"schedule":[]}' \
+		'{"tool":"recall","mode":"episodic","since":1,"until":2}' '{"tool":"done","summary":"s"}'
+	rm -rf fifo
+	mkdir fifo
+	for f in tm fm te fe tc fc ts fs tg fg; do mkfifo fifo/$f; done
+	sfma-model m.json <fifo/tm >fifo/fm &
+	sfma-exec --apply m.json <fifo/te >fifo/fe &
+	sfma-chain ws/.sfma/trace.jsonl <fifo/tc >fifo/fc &
+	sfma-seal ws <fifo/ts >fifo/fs &
+	python3 slow-mem.py ws <fifo/tg >fifo/fg &
+	run --separate-stderr sfma-plan run m.json --apply --to-model fifo/tm --from-model fifo/fm --to-exec fifo/te \
+		--from-exec fifo/fe --to-chain fifo/tc --from-chain fifo/fc --to-seal fifo/ts --from-seal fifo/fs \
+		--to-mem fifo/tg --from-mem fifo/fg
+	wait
+	[ "$status" -eq 1 ]
+	[[ "$output" == "HALTED-BUDGET turns="* ]] || { echo "$output $stderr"; return 1; }
+	[[ "$stderr" != *"not committed"* ]] || { echo "$stderr"; return 1; }
+	[ "$(git -C "$M" log --format=%s)" = "run slow halted-budget turns=2 calls=2" ]
+	jq -e ".memory.store.commit == \"$(git -C "$M" rev-parse HEAD)\"" ws/.sfma/result.json
+	run sfma-verify ws
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+}

@@ -32,10 +32,19 @@ json_t *mem_reply(long long id, int64_t deadline_mono, enum wait_why *why, struc
 	 * and another stage's death at the next wait for that stage (so that
 	 * it is never taken for the store's answer). */
 	const struct wait_opts o = {.deadline_mono = deadline_mono};
-	json_t *reply = stage_wait(STAGE_MEM, &o, why, e);
-	if (!reply)
-		return NULL;
+	json_t *reply;
 	long long got;
+	for (;;) {
+		if (!(reply = stage_wait(STAGE_MEM, &o, why, e)))
+			return NULL;
+		/* The late answer to a request given up on (its wait timed
+		 * out): read and dropped, replies come in order. */
+		if (ndjson_integer(json_object_get(reply, "id"), &got) && got > 0 && got < id) {
+			json_decref(reply);
+			continue;
+		}
+		break;
+	}
 	json_t *ok = json_object_get(reply, "ok");
 	if (!ndjson_integer(json_object_get(reply, "id"), &got) || got != id || !json_is_boolean(ok)) {
 		/* Every later answer would be out of step: the stage is no use. */
