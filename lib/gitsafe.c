@@ -725,7 +725,7 @@ int gitsafe_start(const struct gitsafe_repo *repo, const struct gitsafe_args *a,
 	c->in = c->out = -1;
 	if (a->overflow)
 		return GITSAFE_NOT_STARTED;
-	/* Everything the child needs is made before fork: the planner has
+	/* Everything the child needs is made before fork: a caller may have
 	 * threads, and the child may only call async-signal-safe functions. */
 	char **envp = gitsafe_env(getenv("PATH"), repo->ceiling);
 	int pfd[2] = {-1, -1}, ifd[2] = {-1, -1}, report[2] = {-1, -1};

@@ -1,5 +1,5 @@
-/* gitsafe.h - git on a repository a workspace hands us (sfma-plan(1),
- * "Long-term memory and recall").
+/* gitsafe.h - git on a repository a workspace hands us (sfma-mem(1),
+ * THE STORE IS HOSTILE INPUT).
  *
  * A workspace is hostile input, and so is the git repository in it: its
  * configuration can name commands (filter drivers, diff drivers and
@@ -20,8 +20,9 @@
  *  3. only plumbing that runs no filter is used, with the options that
  *     keep it so (the gitsafe_args_* builders).
  *
- * This file is the one place sfma starts git. It never prints and never
- * exits; it knows nothing of the planner. */
+ * This file is the one place sfma starts git, and sfma-mem the one
+ * program that calls it. It never prints and never exits; it knows
+ * nothing of the stage. */
 #ifndef SFMA_GITSAFE_H
 #define SFMA_GITSAFE_H
 

@@ -5,8 +5,8 @@
  *   sfma NAME [ARGS...]          (runs sfma-NAME from beside sfma: chat, verify, ...)
  *
  * The pipeline is a star centred on the planner (PIPELINE.md): sfma-plan
- * talks to sfma-model, sfma-exec, sfma-chain and sfma-seal over eight pipes,
- * and no stage talks to another. sfma decides nothing about a run. It starts
+ * talks to sfma-model, sfma-exec, sfma-chain, sfma-seal and sfma-mem over
+ * ten pipes, and no stage talks to another. sfma decides nothing about a run. It starts
  * the planner first, which validates the manifest and says how to wire the
  * run (struct wiring), starts every other stage with an environment holding
  * only what that stage needs, then lets the planner go; it forwards SIGINT and
@@ -38,11 +38,11 @@
 #define CHECK_REPLY_MAX (1u << 20)
 #define GRACE_SECONDS 5 /* how long stages may take to exit on EOF */
 
-enum stage { MODEL, EXEC, CHAIN, SEAL, PLAN, N_STAGES };
+enum stage { MODEL, EXEC, CHAIN, SEAL, MEM, PLAN, N_STAGES };
 static const char *const stage_prog[N_STAGES] = {
-	"sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-plan",
+	"sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-mem", "sfma-plan",
 };
-static const char *const stage_flag[PLAN] = { "model", "exec", "chain", "seal" };
+static const char *const stage_flag[PLAN] = { "model", "exec", "chain", "seal", "mem" };
 static char *stage_path[N_STAGES];
 
 /* Least privilege by construction: what each stage's environment may hold.
@@ -289,7 +289,7 @@ static char **stage_env(enum stage s, const struct checked *c)
 	}
 	/* A stage the planner reads that stops on an error says so on its
 	 * output too, so that the planner can tell why it went (PIPELINE.md). */
-	if (s == MODEL || s == CHAIN || s == SEAL)
+	if (s == MODEL || s == CHAIN || s == SEAL || s == MEM)
 		env[n++] = xstrdup("SFMA_ERROR_LINE=1");
 	return env;
 }
@@ -485,7 +485,7 @@ static int supervise(pid_t pid[N_STAGES])
 	while (left > 0) {
 		/* The planner is looked at first: a stage that ended because the
 		 * planner had already gone (EOF on its pipe) is no news. */
-		static const enum stage order[N_STAGES] = { PLAN, MODEL, EXEC, CHAIN, SEAL };
+		static const enum stage order[N_STAGES] = { PLAN, MODEL, EXEC, CHAIN, SEAL, MEM };
 		for (int i = 0; i < N_STAGES; i++) {
 			enum stage s = order[i];
 			int st;
@@ -556,6 +556,8 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
 			argv[k++] = "--key-ready-fd";
 			argv[k++] = ready;
 		}
+		argv[k++] = (char *)c->workspace;
+	} else if (s == MEM) {
 		argv[k++] = (char *)c->workspace;
 	}
 	argv[k] = NULL;
@@ -719,7 +721,7 @@ static int read_announcement(struct wiring *w)
 	return 0;
 }
 
-/* Create the eight pipes and the handshake, start the planner, and read
+/* Create the pipes and the handshake, start the planner, and read
  * what it says about the manifest. Returns 0 with the planner waiting for
  * its go, or the exit status (1, or 2 for an invalid manifest) with nothing
  * left running. */

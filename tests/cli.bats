@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -96,6 +96,7 @@ manners() {
 @test "sfma-exec: --version, --help, -h, usage errors by name" { manners sfma-exec; }
 @test "sfma-chain: --version, --help, -h, usage errors by name" { manners sfma-chain; }
 @test "sfma-seal: --version, --help, -h, usage errors by name" { manners sfma-seal; }
+@test "sfma-mem: --version, --help, -h, usage errors by name" { manners sfma-mem; }
 @test "sfma-verify: --version, --help, -h, usage errors by name" { manners sfma-verify; }
 @test "sfma-replay: --version, --help, -h, usage errors by name" { manners sfma-replay; }
 @test "sfma-chat: --version, --help, -h, usage errors by name" { manners sfma-chat; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # A workspace is handed around, so its .sfma/mem is hostile input: git run
 # on it must never execute anything the store's own files name, nor write
-# outside it (sfma-plan(1), "Long-term memory and recall"). Every case runs
+# outside it (sfma-mem(1), THE STORE IS HOSTILE INPUT). Every case runs
 # as root and as an unprivileged user, entered here with setpriv on a
 # workspace that user owns. A hostile command would leave a marker in a
 # directory either user can write: none may appear. A refused store says

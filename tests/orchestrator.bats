@@ -163,7 +163,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 		HTTPS_PROXY=http://127.0.0.1:9 UNRELATED_SECRET=leak-me start_sfma run manifest.json
 	exec 9>&-
 	wait_for_sleep
-	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal; do
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem; do
 		p=$(stage_pid "$s")
 		tr '\0' '\n' <"/proc/$p/environ" >"env.$s"
 		# Its own process group: a terminal's ^C reaches sfma alone.
@@ -183,14 +183,14 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	grep -qx 'HTTPS_PROXY=http://127.0.0.1:9' env.sfma-model
 	grep -q '^SFMA_MOCK=' env.sfma-model
 	refute_grep SFMA_AUDIT_PRIVATE_KEY env.sfma-model
-	for s in sfma-plan sfma-exec sfma-chain sfma-seal; do
+	for s in sfma-plan sfma-exec sfma-chain sfma-seal sfma-mem; do
 		refute_grep 'OPENAI_API_KEY|ANTHROPIC_API_KEY|ORCH_CLIENT|HTTPS_PROXY|SFMA_MOCK' "env.$s"
 		refute_grep 'sk-orch-test|ak-orch-test|cid-orch|csecret-orch' "env.$s"
 	done
 	# The signing key: sfma-seal only (it wipes the value once loaded, so
 	# only the name is certain to be seen here).
 	grep -q '^SFMA_AUDIT_PRIVATE_KEY=' env.sfma-seal
-	for s in sfma-plan sfma-model sfma-exec sfma-chain; do
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-mem; do
 		refute_grep 'SFMA_AUDIT_PRIVATE_KEY|PRIVATE KEY' "env.$s"
 	done
 	release_sleep
@@ -211,6 +211,24 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[[ "$output" == "FAILED turns="* ]]
 	[[ "$stderr" == *"sfma: stage sfma-exec killed by signal 9"* ]]
 	[[ "$stderr" == *"sfma-exec"*"died"* ]]
+	[ "$(verdict)" = failed ]
+	sfma-verify ws
+}
+
+@test "run: sfma-mem is a stage: started on the workspace, asked to say why it stops, and its death ends the run" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	p=$(stage_pid sfma-mem)
+	[ "$(tr '\0' ' ' <"/proc/$p/cmdline")" = "$SFMA_BINDIR/sfma-mem $PWD/ws " ]
+	tr '\0' '\n' <"/proc/$p/environ" | grep -qx SFMA_ERROR_LINE=1
+	kill -KILL "$p"
+	release_sleep
+	finish_sfma
+	[ "$status" -eq 1 ]
+	[[ "$output" == "FAILED turns="* ]]
+	[[ "$stderr" == *"sfma: stage sfma-mem killed by signal 9"* ]]
+	[[ "$stderr" == *"sfma-plan: failed: stage sfma-mem died"* ]] || { echo "$stderr"; return 1; }
+	[[ "$stderr" == *"memory store: the run was not committed (stage sfma-mem died)"* ]] || { echo "$stderr"; return 1; }
 	[ "$(verdict)" = failed ]
 	sfma-verify ws
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # The orchestrator's half of the planner's handshake (sfma-plan(1),
 # --handshake-fd), without any stage: start `sfma-plan run MANIFEST` on
-# eight pipes whose far ends are closed at once, print the line the planner
+# ten pipes whose far ends are closed at once, print the line the planner
 # announces, then either send the go ("go") or close the socket ("eof").
 # Exits with the planner's status.
 #
@@ -14,7 +14,7 @@ import sys
 plan, manifest, mode = sys.argv[1:4]
 ours, theirs = socket.socketpair()
 args, keep, far = [plan, "run", manifest], [theirs.fileno()], []
-for stage in ("model", "exec", "chain", "seal"):
+for stage in ("model", "exec", "chain", "seal", "mem"):
     to_r, to_w = os.pipe()      # the planner writes to_w
     from_r, from_w = os.pipe()  # the planner reads from_r
     args += ["--to-" + stage, "/dev/fd/%d" % to_w, "--from-" + stage, "/dev/fd/%d" % from_r]

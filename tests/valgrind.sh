@@ -101,19 +101,40 @@ printf '%s\n' '{"id":1,"call":{"tool":"write","path":"out.txt","content":"hi"}}'
 	'{"id":4,"call":{"tool":"run","cmd":"echo hi; id"}}' \
 	'{"id":5,"seq":7,"call":{"tool":"notify","text":"hello"}}' 'garbage' >exec.in
 check sfma-exec sh -c "$vg $bin/sfma-exec --apply m.json <exec.in"
+# The memory stage alone: a first store laid out, a record over
+# fastMaxBytes (hash-object), every recall mode, the commit, then lines it
+# refuses; again on the store the first session left (recall in history).
+mkdir -p memws/.sfma
+printf '%s\n' '{"id":1,"op":"open"}' \
+	'{"id":2,"op":"keep","key":"candidate-3","payload":{"mission":"remember vg-7q"},"fastMaxBytes":8}' \
+	'{"id":3,"op":"recall","call":{"tool":"recall","mode":"referential","id":"candidate-3"}}' \
+	'{"id":4,"op":"recall","call":{"tool":"recall","mode":"semantic","query":"remember"}}' \
+	'{"id":5,"op":"recall","call":{"tool":"recall","mode":"episodic","since":1,"until":3}}' \
+	'{"id":6,"op":"commit","subject":"run vg completed turns=1 calls=1","memory":{"version":1,"runs":[]}}' \
+	'garbage' '{"id":8,"op":"nope"}' '{"id":9,"op":"recall","call":{"tool":"recall","mode":"lexical","query":""}}' \
+	'{"id":10,"op":"keep","key":"../x","payload":{},"fastMaxBytes":1}' '{"id":11,"op":"open"}' >mem.in
+printf '%s\n' '{"id":1,"op":"open"}' \
+	'{"id":2,"op":"recall","call":{"tool":"recall","mode":"lexical","query":"vg-7q"}}' \
+	'{"id":3,"op":"recall","call":{"tool":"recall","mode":"change","query":"vg-7q"}}' \
+	'{"id":4,"op":"recall","call":{"tool":"recall","mode":"referential","id":"candidate-3"}}' >mem-again.in
+check sfma-mem sh -c "$vg $bin/sfma-mem memws <mem.in && $vg $bin/sfma-mem memws <mem-again.in >mem-again.out &&
+	test \$(grep -c '\"found\":true' mem-again.out) -eq 3"
 # The planner, in a whole run wired by hand (PIPELINE.md), under valgrind;
 # plan_run NAME STATUS: one run of it, which must exit with STATUS.
 plan_run() {
 	rm -rf fifo; mkdir fifo
-	for f in tm fm te fe tc fc ts fs; do mkfifo fifo/$f; done
+	for f in tm fm te fe tc fc ts fs tg fg; do mkfifo fifo/$f; done
 	"$bin/sfma-model" m.json <fifo/tm >fifo/fm &
 	"$bin/sfma-exec" --apply m.json <fifo/te >fifo/fe &
 	"$bin/sfma-chain" ws/.sfma/trace.jsonl <fifo/tc >fifo/fc &
 	"$bin/sfma-seal" ws <fifo/ts >fifo/fs &
+	# the memory stage under valgrind too, its status kept for the check after
+	sh -c "$vg $bin/sfma-mem ws <fifo/tg >fifo/fg 2>$tmp/$1-mem.err; echo \$? >$tmp/$1-mem.status" &
 	check "$1" sh -c "$vg $bin/sfma-plan run m.json --apply --to-model fifo/tm --from-model fifo/fm \
 		--to-exec fifo/te --from-exec fifo/fe --to-chain fifo/tc --from-chain fifo/fc --to-seal fifo/ts \
-		--from-seal fifo/fs; test \$? -eq $2"
+		--from-seal fifo/fs --to-mem fifo/tg --from-mem fifo/fg; test \$? -eq $2"
 	wait
+	check "$1-mem" sh -c "cat $tmp/$1-mem.err >&2; test \$(cat $tmp/$1-mem.status) -eq 0"
 }
 rm -rf ws
 plan_run sfma-plan-run 0

@@ -5,8 +5,6 @@
  * facts of the moment (the clock, a halt). It decides nothing the core
  * decides; sfma-replay feeds the same core from the record. */
 #include "plan.h"
-#include "buf.h"
-#include "canon.h"
 #include "cli.h"
 #include "clock.h"
 #include "core.h"
@@ -30,9 +28,9 @@ struct drive {
 	int64_t start_mono, deadline_mono;
 	struct workspace ws;
 	struct memory mem;
-	struct store store;
-	int store_ok;
-	const char *commit_sha;
+	int store_ok;              /* sfma-mem opened the store */
+	json_t *git_store;         /* its git store's `store` entry data, as opened */
+	char commit_sha[65];       /* the run's memory commit, "" if none */
 	struct evidence_store *evidence; /* .sfma/evidence, opened once per run */
 	char evidence_error[SFMA_ERR_MAX]; /* why it could not be opened */
 	int trace_alive;
@@ -205,18 +203,70 @@ static char *recall_evidence(struct drive *d, const char *hex, json_t **entry)
 	return text;
 }
 
+/* A memory request that got no answer (the stage died, or the run's
+ * time ran out while it worked): the run stops, as for any stage. */
+static void mem_failed(struct drive *d, enum wait_why why, const char *text)
+{
+	const struct core_facts f = facts(d);
+	core_stop(d->core, why == WAIT_TIMEOUT ? CORE_STOP_TIMEOUT : CORE_STOP_FAILED, text, &f);
+}
+
+/* The memory stores' answer to a recall: sfma-mem's (sfma-mem(1)). Its
+ * refusal is the call's verdict. */
+static void recall_stores(struct drive *d, json_t *call)
+{
+	enum wait_why why;
+	struct sfma_err e = {""};
+	json_t *reply = mem_ask(json_pack("{s:s, s:O}", "op", "recall", "call", call), d->deadline_mono + EXEC_GRACE_MS,
+	                        &why, &e);
+	if (!reply && why != WAIT_OK) {
+		mem_failed(d, why, e.text);
+		return;
+	}
+	if (!reply) {
+		core_recall_reply(d->core, NULL, e.text, NULL);
+		return;
+	}
+	json_t *text = json_object_get(reply, "text"), *entry = json_object_get(reply, "entry");
+	if (!json_is_string(text) || strlen(json_string_value(text)) != json_string_length(text)) {
+		json_decref(reply);
+		mem_failed(d, WAIT_DIED, "stage sfma-mem sent a malformed reply (recall)");
+		return;
+	}
+	core_recall_reply(d->core, json_string_value(text), NULL, json_is_object(entry) ? json_incref(entry) : NULL);
+	json_decref(reply);
+}
+
 static void serve_recall(struct drive *d, const struct core_fx *fx)
 {
 	json_t *call = json_object_get(fx->v, "call"), *entry = NULL;
 	const char *from = json_string_value(json_object_get(fx->v, "from"));
-	struct sfma_err refusal = {""};
-	char *text;
-	if (from && strcmp(from, "evidence") == 0)
-		text = recall_evidence(d, json_string_value(json_object_get(call, "id")), &entry);
-	else
-		text = store_recall(&d->store, call, &entry, &refusal);
-	core_recall_reply(d->core, text, text ? NULL : refusal.text, entry);
+	if (!from || strcmp(from, "evidence") != 0) {
+		recall_stores(d, call);
+		return;
+	}
+	char *text = recall_evidence(d, json_string_value(json_object_get(call, "id")), &entry);
+	core_recall_reply(d->core, text, NULL, entry);
 	free(text);
+}
+
+/* The adopted candidate, kept in the memory stores by sfma-mem; a store
+ * that refuses it leaves the run without that record, not failed. */
+static void keep(struct drive *d, const struct core_fx *fx)
+{
+	enum wait_why why;
+	struct sfma_err e;
+	json_t *req = json_pack("{s:s, s:O?, s:O?, s:O?}", "op", "keep", "key", json_object_get(fx->v, "id"),
+	                        "payload", json_object_get(fx->v, "payload"), "fastMaxBytes",
+	                        json_object_get(fx->v, "fastMaxBytes"));
+	json_t *reply = mem_ask(req, d->deadline_mono + EXEC_GRACE_MS, &why, &e);
+	if (!reply && why != WAIT_OK) {
+		mem_failed(d, why, e.text);
+		return;
+	}
+	json_t *entry = json_object_get(reply, "entry");
+	core_keep_reply(d->core, json_is_object(entry) ? json_incref(entry) : NULL);
+	json_decref(reply);
 }
 
 static void carry_out_one(struct drive *d, struct core_fx *fx)
@@ -251,9 +301,7 @@ static void carry_out_one(struct drive *d, struct core_fx *fx)
 		break;
 	case CORE_KEEP:
 		if (!d->failed)
-			core_keep_reply(d->core, store_put(&d->store, json_string_value(json_object_get(fx->v, "id")),
-			                                   json_object_get(fx->v, "payload"),
-			                                   (long)json_integer_value(json_object_get(fx->v, "fastMaxBytes"))));
+			keep(d, fx);
 		break;
 	case CORE_OUTPUTS: {
 		if (d->failed)
@@ -290,16 +338,31 @@ static void carry_out(struct drive *d)
 
 /* ---- the start ------------------------------------------------------------ */
 
-/* Long-term memory: the containment guards run before any git command; a
- * failed guard ends the run before anything is committed anywhere. */
-static json_t *open_stores(struct drive *d, struct sfma_err *e)
+/* Long-term memory: sfma-mem runs the containment guards before any git
+ * command and measures the stores; a store it refuses ends the run before
+ * anything is committed anywhere (the core says so). The answer to the
+ * open request open_id (-1: it could not be sent, e says why): the
+ * stores' `store` entries (new), or NULL with e saying why. */
+static json_t *open_stores(struct drive *d, long long open_id, struct sfma_err *e)
 {
-	if (store_open(&d->store, d->ws.sfma_dir, e) < 0)
+	enum wait_why why;
+	json_t *reply = open_id < 0 ? NULL : mem_reply(open_id, d->deadline_mono + EXEC_GRACE_MS, &why, e);
+	if (!reply)
 		return NULL;
-	json_t *git_entry, *placement;
+	json_t *stores = json_object_get(reply, "stores"), *s;
+	size_t i;
+	json_array_foreach(stores, i, s)
+		if (json_is_object(s) && ndjson_string_is(json_object_get(s, "kind"), "git") && !d->git_store)
+			d->git_store = json_incref(s);
+	if (!d->git_store) {
+		json_decref(reply);
+		err_set(e, "stage sfma-mem sent a malformed reply (open)");
+		return NULL;
+	}
 	d->store_ok = 1;
-	store_profile(&d->store, &git_entry, &placement);
-	return json_pack("[o, o]", git_entry, placement);
+	json_incref(stores);
+	json_decref(reply);
+	return stores;
 }
 
 /* The run's first entries: an interrupted run's record, the clock anchor
@@ -310,7 +373,12 @@ static json_t *open_stores(struct drive *d, struct sfma_err *e)
  * in both cases nothing was appended and the run is not sealed. */
 static int begin(struct drive *d)
 {
-	struct sfma_err e;
+	struct sfma_err e, se = {""};
+	/* The store opens while the chain takes the first entries: sfma-mem
+	 * runs its guards and its first git meanwhile, and the answer is read
+	 * when the run begins. A run that does not begin never reads it;
+	 * sfma-mem then closes the store having committed nothing. */
+	long long open_id = mem_post(json_pack("{s:s}", "op", "open"), &se);
 	uint64_t n_interrupted;
 	int torn;
 	json_t *interrupted = interrupted_event(d->ws.sfma_dir, &n_interrupted, &torn, &e);
@@ -340,8 +408,7 @@ static int begin(struct drive *d)
 		warning("TRACEPARENT ignored: %s", why);
 		traceparent = NULL;
 	}
-	struct sfma_err se = {""};
-	json_t *stores = open_stores(d, &se);
+	json_t *stores = open_stores(d, open_id, &se);
 	json_t *inbox = workspace_inbox(&d->ws);
 	const struct core_begin b = {
 		.anchor_seq = json_number_value(json_object_get(anchor, "seq")),
@@ -396,19 +463,32 @@ static void turns(struct drive *d)
 
 /* ---- the end --------------------------------------------------------------- */
 
-/* One commit per run in .sfma/mem: memory.json and the run's records. */
+/* One commit per run in .sfma/mem, made by sfma-mem: memory.json and the
+ * run's records. Returns the commit's `store` entry data (new), or NULL
+ * (no git: nothing to commit to; a stage that could not answer is said).
+ * The run's end waits for it, whatever its budget, like the seal. */
 static json_t *commit_memory(struct drive *d)
 {
-	if (!d->store_ok || !d->store.git_available)
+	if (!d->store_ok)
 		return NULL;
 	char subject[600];
-	struct buf mem = {0};
 	snprintf(subject, sizeof subject, "run %s %s turns=%ld calls=%ld", d->m->name, core_verdict(d->core),
 	         core_turns(d->core), core_model_calls(d->core));
-	canon_dump_pretty(d->mem.doc, &mem, NULL);
-	buf_addc(&mem, '\n');
-	json_t *entry = store_commit(&d->store, mem.p, subject, &d->commit_sha);
-	buf_free(&mem);
+	enum wait_why why;
+	struct sfma_err e;
+	json_t *reply = mem_ask(json_pack("{s:s, s:s, s:O}", "op", "commit", "subject", subject, "memory", d->mem.doc), 0,
+	                        &why, &e);
+	if (!reply) {
+		warning("memory store: the run was not committed (%s)", e.text);
+		return NULL;
+	}
+	json_t *entry = json_object_get(reply, "entry");
+	const char *sha = json_string_value(json_object_get(entry, "sha"));
+	size_t n = sha ? strlen(sha) : 0;
+	if ((n == 40 || n == 64) && strspn(sha, "0123456789abcdef") == n)
+		memcpy(d->commit_sha, sha, n + 1);
+	entry = json_is_object(entry) ? json_incref(entry) : NULL;
+	json_decref(reply);
 	return entry;
 }
 
@@ -478,12 +558,14 @@ static json_t *record_body(struct drive *d)
 {
 	json_t *memory = json_pack("{s:I, s:b}", "runs", (json_int_t)json_array_size(json_object_get(d->mem.doc, "runs")),
 	                           "pinned", memory_pinned(&d->mem) != NULL);
+	/* The git store as sfma-mem opened it, and the run's commit. */
+	const json_t *g = d->git_store;
 	if (d->store_ok)
-		json_object_set_new(memory, "store", d->store.git_available
-		    ? json_pack("{s:s, s:f, s:s?}", "name", "git-long", "latencyMs", d->store.latency_git,
-		                "commit", d->commit_sha)
-		    : json_pack("{s:s, s:b, s:s}", "name", "git-long", "available", 0, "reason",
-		                d->store.git_unavailable_why));
+		json_object_set_new(memory, "store", json_is_true(json_object_get(g, "available"))
+		    ? json_pack("{s:s, s:O?, s:s?}", "name", "git-long", "latencyMs", json_object_get(g, "latencyMs"),
+		                "commit", d->commit_sha[0] ? d->commit_sha : NULL)
+		    : json_pack("{s:s, s:b, s:O?}", "name", "git-long", "available", 0, "reason",
+		                json_object_get(g, "reason")));
 	json_t *outputs = workspace_outputs_record(&d->ws, d->dry_run, core_written(d->core));
 	const struct core_record_host h = {.outputs = outputs, .memory = memory, .runner_version = sfma_version()};
 	json_t *body = core_record(d->core, &h);
@@ -560,6 +642,9 @@ static int end(struct drive *d)
 	stage_close_input(STAGE_CHAIN);
 	stage_close_input(STAGE_MODEL);
 	stage_close_input(STAGE_EXEC);
+	/* sfma-mem closes the store as the seal works (it folds the packs
+	 * past 32). */
+	stage_close_input(STAGE_MEM);
 	json_t *body = record_body(d);
 	int sealed = seal(body, &e);
 	json_decref(body);
@@ -583,7 +668,7 @@ static void drive_free(struct drive *d)
 {
 	core_free(d->core);
 	memory_free(&d->mem);
-	store_close(&d->store);
+	json_decref(d->git_store);
 	evidence_close(d->evidence);
 	workspace_close(&d->ws);
 	stages_free();

@@ -5,6 +5,7 @@
  *   sfma-plan run MANIFEST [--apply] [--task TEXT] [--progress] [--handshake-fd FD]
  *             --to-model P --from-model P --to-exec P --from-exec P
  *             --to-chain P --from-chain P --to-seal P --from-seal P
+ *             --to-mem P --from-mem P
  *
  * `--check` validates a manifest (sfma-manifest(5)) and prints what the
  * orchestrator needs to wire a run. `run` drives one bounded run through the
@@ -36,6 +37,7 @@ static const char usage_text[] =
 	"       sfma-plan run MANIFEST [--apply] [--task TEXT] [-v | --progress] [--handshake-fd FD]\n"
 	"                 --to-model P --from-model P --to-exec P --from-exec P\n"
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
+	"                 --to-mem P --from-mem P\n"
 	"       sfma-plan --version | --help\n";
 
 struct options {
@@ -66,6 +68,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{"to-exec", required_argument, NULL, OPT_PATH + 2}, {"from-exec", required_argument, NULL, OPT_PATH + 3},
 		{"to-chain", required_argument, NULL, OPT_PATH + 4}, {"from-chain", required_argument, NULL, OPT_PATH + 5},
 		{"to-seal", required_argument, NULL, OPT_PATH + 6}, {"from-seal", required_argument, NULL, OPT_PATH + 7},
+		{"to-mem", required_argument, NULL, OPT_PATH + 8}, {"from-mem", required_argument, NULL, OPT_PATH + 9},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
 		{"tools", no_argument, NULL, 'T'}, {"handshake-fd", required_argument, NULL, OPT_HANDSHAKE},
 		{NULL, 0, NULL, 0},
@@ -174,7 +177,7 @@ static int cmd_check(const char *path, int apply)
  * nothing left behind. Returns 0 on the go, -1 otherwise. */
 static int handshake(int fd, const struct manifest *m, int apply)
 {
-	/* Not for the git processes a run starts. */
+	/* The socket is the orchestrator's and ours alone. */
 	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
 		warning("--handshake-fd %d: %s", fd, strerror(errno));
 		return -1;

@@ -8,8 +8,8 @@
  *   tracer.c       the trace, written behind the run
  *   interrupted.c  the record of a run that died before it sealed
  *   stages.c       the planner's end of every pipe
+ *   memstage.c     the requests to the memory stage, sfma-mem
  *   memory.c       memory.json and certification
- *   store.c        the memory stores and recall
  *
  * Errors inside the program follow one convention: a function that can
  * fail returns -1 (or NULL) and fills a struct sfma_err, and its caller
@@ -27,13 +27,12 @@
 #include "errors.h"
 #include "manifest.h"
 #include "ndjson.h"
-#include "store.h"
 
 struct evidence_store;
 
 /* ---- stages.c: the planner's end of every pipe ------------------------ */
 
-enum stage_id { STAGE_MODEL, STAGE_EXEC, STAGE_CHAIN, STAGE_SEAL, STAGE_COUNT };
+enum stage_id { STAGE_MODEL, STAGE_EXEC, STAGE_CHAIN, STAGE_SEAL, STAGE_MEM, STAGE_COUNT };
 
 struct stage {
 	const char *name;          /* "sfma-model", ... */
@@ -49,7 +48,7 @@ extern struct stage stages[STAGE_COUNT];
 /* The halt signal that arrived (SIGTERM, SIGINT, SIGHUP), or 0. */
 extern volatile sig_atomic_t halt_signal;
 
-/* Open the eight paths in the documented order (dies on failure). */
+/* Open the ten paths in the documented order (dies on failure). */
 void stages_open(const char *const paths[2 * STAGE_COUNT]);
 /* Send one JSON value as a line. 0, or -1 if the stage is gone. */
 int stage_send(enum stage_id s, const json_t *msg);
@@ -70,6 +69,21 @@ void stage_death(enum stage_id s, struct sfma_err *e);
 json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e);
 void stage_close_input(enum stage_id s);
 void stages_free(void);
+
+/* ---- memstage.c: the memory stage (sfma-mem(1)) ------------------------- */
+
+/* Ask sfma-mem: req (consumed) gets the next request id and goes; its
+ * reply is waited for until deadline_mono (0: no deadline). Returns the
+ * reply, a new reference, whose "ok" is true; or NULL with e set: the
+ * stage's refusal (*why WAIT_OK: "ok":false, e its error), or no reply
+ * (*why says why: the stage died, the wait timed out). */
+json_t *mem_ask(json_t *req, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e);
+/* mem_ask in two halves, for a request that may work while the planner
+ * does something else: mem_post sends it and returns its id (-1 with e
+ * set: the stage is gone); mem_reply(id, ...) is the rest of mem_ask.
+ * No other request may go in between. */
+long long mem_post(json_t *req, struct sfma_err *e);
+json_t *mem_reply(long long id, int64_t deadline_mono, enum wait_why *why, struct sfma_err *e);
 
 /* ---- tracer.c: the trace, written behind the run ------------------------ */
 

@@ -1,7 +1,7 @@
 /* stages.c - the planner's end of the pipes to every other stage.
  *
  * The planner is the hub of a star: it alone talks to the model, exec,
- * chain and seal stages, one request and one reply at a time. While it
+ * chain, seal and memory stages, one request and one reply at a time. While it
  * waits for one stage it watches all of them, so a stage that dies (its
  * stdout closes) is noticed at once, not at the next time it is used. */
 #include "plan.h"
@@ -23,6 +23,7 @@ struct stage stages[STAGE_COUNT] = {
 	{.name = "sfma-exec", .to = -1, .from = -1},
 	{.name = "sfma-chain", .to = -1, .from = -1},
 	{.name = "sfma-seal", .to = -1, .from = -1},
+	{.name = "sfma-mem", .to = -1, .from = -1},
 };
 
 volatile sig_atomic_t halt_signal;

@@ -34,6 +34,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 mkdir "$tmp/base-src"
 git -C "$src" archive "$base" | tar -x -C "$tmp/base-src"
 progs="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify"
+# the memory stage, in a base that has one (sfma looks for it beside itself)
+if [ -d "$tmp/base-src/src/sfma-mem" ]; then progs="$progs sfma-mem"; fi
 targets=""
 for p in $progs; do targets="$targets $tmp/base-bin/$p"; done
 # shellcheck disable=SC2086 # one word per target

@@ -13,7 +13,7 @@ bin=${SFMA_BINDIR:-$here/bin}
 seed=${1:-$(date +%s)}
 runs=${2:-40}
 RANDOM=$seed
-stages=(sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal)
+stages=(sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem)
 top=$(mktemp -d "${TMPDIR:-/tmp}/sfma-death.XXXXXX")
 trap 'pkill -KILL -f "$top" 2>/dev/null; rm -rf "$top"' EXIT
 CAND='{"mission":"m","successCriteria":["out.txt exists"],"loopRoles":[{"name":"w","duty":"d"}],"firstTasks":[],"schedule":[]}'

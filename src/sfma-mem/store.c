@@ -1,4 +1,4 @@
-/* store.c - the memory stores: in-process, files, git (sfma-plan(1)).
+/* store.c - the memory stores: in-process, files, git (sfma-mem(1)).
  *
  * Git is run only through lib/gitsafe.c, as a plain program with fixed
  * arguments: model text never becomes an option (queries follow -e or are
@@ -11,13 +11,13 @@
  * explicitly with --git-dir/--work-tree, so git never goes looking for a
  * repository of its own choosing. */
 #include "store.h"
-#include "plan.h"
-#include "core.h"
+#include "core.h" /* RECALL_UNKNOWN_MODE: the core's words for the same refusal */
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
 #include "errors.h"
+#include "ndjson.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -39,6 +39,16 @@
  * than PACKS_MAX, so that reading the history never searches more packs
  * than that. */
 #define PACKS_MAX 32
+
+/* dir + "/" + name into out. The workspace is at most
+ * STORE_WORKSPACE_MAX bytes (main.c) and every name joined here is
+ * bounded, so this never cuts a path short; it dies rather than do so. */
+static char *path_join(char out[PATH_MAX], const char *dir, const char *name)
+{
+	if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX)
+		die("%s/%s: path too long", dir, name);
+	return out;
+}
 
 /* Milliseconds since t0 (mono_ms_frac), rounded to the microsecond. */
 static double elapsed_ms(double t0)
@@ -90,7 +100,7 @@ static const char *const repo_files[][2] = {
 };
 
 /* Undo init_repository: git turned out to be absent, and a store without
- * git has no .git (sfma-plan(1)). Only what it made, nothing else. */
+ * git has no .git (sfma-mem(1)). Only what it made, nothing else. */
 static void remove_repository(struct store *st)
 {
 	char path[PATH_MAX + 32];
@@ -330,7 +340,7 @@ void store_profile(struct store *st, json_t **git_entry, json_t **placement)
 
 /* An id that is safe as a file name under records/: recall must never read
  * outside the store. */
-static int safe_id(const char *id)
+int store_safe_id(const char *id)
 {
 	size_t n = id ? strlen(id) : 0;
 	if (n == 0 || n > 128 || id[0] == '.')
@@ -347,11 +357,11 @@ json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_m
 	char path[PATH_MAX], name[200];
 	canon_dump(payload, &b, NULL);
 	size_t bytes = b.len;
-	snprintf(name, sizeof name, "%s.json", safe_id(id) ? id : "");
+	snprintf(name, sizeof name, "%s.json", store_safe_id(id) ? id : "");
 	path_join(path, st->records_dir, name);
 	json_t *entry = json_pack("{s:s, s:s, s:I}", "op", "put", "id", id, "bytes", (json_int_t)bytes);
 	struct sfma_err e;
-	if (!safe_id(id) || atomic_write(path, b.p, b.len, 0644, &e) < 0) {
+	if (!store_safe_id(id) || atomic_write(path, b.p, b.len, 0644, &e) < 0) {
 		json_object_set_new(entry, "ok", json_false());
 		buf_free(&b);
 		return entry;
@@ -411,8 +421,9 @@ static json_t *read_record(const char *path)
 
 static int referential(struct store *st, json_t *call, json_t *ans, struct sfma_err *refusal)
 {
-	const char *id = json_string_value(json_object_get(call, "id"));
-	if (!safe_id(id))
+	json_t *id_v = json_object_get(call, "id");
+	const char *id = json_string_value(id_v);
+	if (!store_safe_id(id) || strlen(id) != json_string_length(id_v))
 		return err_set(refusal, "recall referential: id must be an entry id (letters, digits, . _ -)");
 	char path[PATH_MAX], name[200];
 	snprintf(name, sizeof name, "%s.json", id); /* a safe id is at most 128 bytes */
@@ -642,12 +653,23 @@ static int semantic(struct store *st, json_t *call, json_t *ans, struct sfma_err
 	return 0;
 }
 
+/* The five modes (the core's gate, recall_mode_known, has the same). */
+static int mode_known(const char *mode)
+{
+	static const char *const modes[] = {"referential", "episodic", "lexical", "change", "semantic", NULL};
+	for (int i = 0; mode && modes[i]; i++)
+		if (strcmp(mode, modes[i]) == 0)
+			return 1;
+	return 0;
+}
+
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal)
 {
-	const char *mode = json_string_value(json_object_get(call, "mode"));
+	json_t *mode_v = json_object_get(call, "mode");
+	const char *mode = json_string_value(mode_v);
 	int rc = 0;
 	*entry = NULL;
-	if (!recall_mode_known(mode)) {
+	if (!mode_known(mode) || strlen(mode) != json_string_length(mode_v)) {
 		err_set(refusal, "%s", RECALL_UNKNOWN_MODE);
 		return NULL;
 	}
@@ -770,7 +792,7 @@ static int stream_records(struct store *st, struct buf *s, const char *ref)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t n = strlen(de->d_name);
-		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0 || !safe_id(de->d_name))
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0 || !store_safe_id(de->d_name))
 			continue;
 		char path[PATH_MAX], rel[300], id[200];
 		path_join(path, st->records_dir, de->d_name);

@@ -1,10 +1,12 @@
-/* store.h - tiered memory stores and the recall tool (sfma-plan(1)).
+/* store.h - tiered memory stores and recall, the memory stage's own
+ * (sfma-mem(1)).
  *
- * Three stores: in-process (this run only), files (.sfma/mem/records/) and
- * git (.sfma/mem as its own repository: one commit per run). Each run
- * measures them and places them fast / medium / long by latency. */
-#ifndef SFMA_PLAN_STORE_H
-#define SFMA_PLAN_STORE_H
+ * Three stores: in-process (this run only: the memory stage's process),
+ * files (.sfma/mem/records/) and git (.sfma/mem as its own repository:
+ * one commit per run). Each run measures them and places them fast /
+ * medium / long by latency. */
+#ifndef SFMA_MEM_STORE_H
+#define SFMA_MEM_STORE_H
 
 #include <jansson.h>
 #include <string.h>
@@ -40,13 +42,19 @@ int store_open(struct store *st, const char *sfma_dir, struct sfma_err *e);
  * data: the git store's description and the placement. */
 void store_profile(struct store *st, json_t **git_entry, json_t **placement);
 
-/* Write a record durably; returns the `store` entry data (op "put"). */
+/* An id that is safe as a file name under records/ (letters, digits,
+ * . _ -, at most 128 bytes, no leading dot, no ".."): 1 or 0. */
+int store_safe_id(const char *id);
+
+/* Write a record durably under a safe id (store_safe_id); returns the
+ * `store` entry data (op "put"). */
 json_t *store_put(struct store *st, const char *id, json_t *payload, long fast_max_bytes);
 
-/* Serve a recall call (its mode one of the five: the core's gate,
- * recall_mode_known, came first). Returns the text shown to the model
- * (owned) and fills *entry with the `store` entry data (op "recall"); or
- * NULL when the call cannot be served, the reason in refusal. */
+/* Serve a recall call. A mode that is not one of the five is refused
+ * here too (in a run the core's gate came first; by hand it did not).
+ * Returns the text shown to the model (owned) and fills *entry with the
+ * `store` entry data (op "recall"); or NULL when the call cannot be
+ * served, the reason in refusal. */
 char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_err *refusal);
 
 /* Commit memory.json and the records: one commit per run, made by one
@@ -57,5 +65,9 @@ char *store_recall(struct store *st, json_t *call, json_t **entry, struct sfma_e
 json_t *store_commit(struct store *st, const char *memory_json, const char *subject, const char **sha);
 
 void store_close(struct store *st);
+
+/* The longest workspace path the store takes: its paths under
+ * .sfma/mem/records/ then always fit in PATH_MAX. */
+#define STORE_WORKSPACE_MAX (PATH_MAX - 512)
 
 #endif
