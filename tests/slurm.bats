@@ -84,3 +84,31 @@ batch_dir() {
 	grep -q '^runs/gamma  *-  *NO RECORD: ' summary.txt
 	[ "$(tail -n 1 summary.txt)" = "total 4: verified 3, invalid 0, unsealed 0, no record 1; completed 3" ]
 }
+
+@test "slurm summary.sh: one jq reads every manifest of the list; an empty one is said, the others summarised" {
+	local d
+	d=$(batch_dir summary-only)
+	cd "$d"
+	for i in $(seq 20); do
+		jq --arg ws "runs/m$i" '.workspace = $ws' manifests/alpha.json >"manifests/m$i.json"
+	done
+	find manifests -name 'm*.json' | LC_ALL=C sort >list
+	# jq, counted: every call leaves a line
+	local real
+	real=$(command -v jq)
+	mkdir "$BATS_TEST_TMPDIR/counted"
+	printf '#!/bin/sh\necho call >>"%s"\nexec "%s" "$@"\n' "$BATS_TEST_TMPDIR/jq.calls" "$real" \
+		>"$BATS_TEST_TMPDIR/counted/jq"
+	chmod +x "$BATS_TEST_TMPDIR/counted/jq"
+	# no run yet: every workspace has no record, the summary lists all 20
+	PATH="$BATS_TEST_TMPDIR/counted:$PATH" run "$REPO/examples/slurm/summary.sh" list
+	[ "$status" -eq 1 ]
+	[ "$(tail -n 1 summary.txt)" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/jq.calls")" -eq 1 ]
+	: >manifests/empty.json
+	echo manifests/empty.json >>list
+	run "$REPO/examples/slurm/summary.sh" list
+	[ "$status" -eq 1 ]
+	[ "$(head -n 1 summary.txt)" = "manifests/empty.json: names no workspace, not summarised" ]
+	[ "$(tail -n 1 summary.txt)" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
+}
