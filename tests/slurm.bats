@@ -112,3 +112,28 @@ batch_dir() {
 	[ "$(head -n 1 summary.txt)" = "manifests/empty.json: names no workspace, not summarised" ]
 	[ "$(tail -n 1 summary.txt)" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
 }
+
+@test "slurm: a folder of more manifests than an array may have (MaxArraySize) is refused in one line, nothing submitted" {
+	local d max
+	max=$(scontrol show config | awk '$1 == "MaxArraySize" { print $3 }')
+	[ "$max" -eq 1001 ]
+	d=$(batch_dir too-many)
+	cd "$d"
+	for i in $(seq 5 $((max + 1))); do cp manifests/alpha.json "manifests/m$i.json"; done
+	[ "$(ls manifests/*.json | wc -l)" -eq $((max + 1)) ]
+	local before
+	before=$(squeue -h -o %i | wc -l)
+	run --separate-stderr "$REPO/examples/slurm/submit.sh" --wait manifests
+	[ "$status" -eq 1 ]
+	[ "$output" = "" ]
+	[ "$stderr" = "submit.sh: 1002 manifests in manifests/, more than the 1001 tasks an array may have here (MaxArraySize in slurm.conf): split the folder" ]
+	[ "$(squeue -h -o %i | wc -l)" -eq "$before" ]
+	# one fewer is one array (held: none of it runs; cancelled at once)
+	rm "manifests/m$((max + 1)).json"
+	SBATCH_OPTS=--hold run "$REPO/examples/slurm/submit.sh" manifests
+	local array=${lines[0]#array job }
+	scancel --quiet "${array%%:*}" "${lines[1]#summary job }" || true
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "array job ${array%%:*}: 1001 manifests" ]
+	[[ "${lines[1]}" =~ ^summary\ job\ [0-9]+$ ]]
+}
