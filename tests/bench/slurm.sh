@@ -44,8 +44,6 @@ trap 'sh "$here/../slurm-cluster.sh" stop "$cluster"' EXIT
 trap 'exit 1' INT TERM HUP
 export SLURM_CONF="$cluster/slurm.conf"
 
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-
 # slurm_batch DIR: submit.sh --wait in DIR (N manifests): one array of N
 # tasks, each with a log of its own, and the summary job's summary.txt
 # naming all N verified, or the benchmark fails.
@@ -87,13 +85,9 @@ while [ "$round" -le "$repeat" ]; do
 	round=$((round + 1))
 done
 
-# median LABEL FIELD: the median of FIELD over the rounds, in ms.
-median() {
-	cut -d' ' -f"$2" "$work/$1.times" | sort -n |
-		awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 row() {
-	awk -v label="$1" -v n="$n" -v runs="$(median "$2" 1)" -v summary="$(median "$2" 2)" -v returned="$(median "$2" 3)" 'BEGIN {
+	awk -v label="$1" -v n="$n" -v runs="$(median "$work/$2.times" 1)" \
+		-v summary="$(median "$work/$2.times" 2)" -v returned="$(median "$work/$2.times" 3)" 'BEGIN {
 		printf "  %-24s %9.2f s %8.2f %14.2f s %10.2f s\n", label, runs / 1000, n * 1000 / runs, summary / 1000, returned / 1000
 	}'
 }
@@ -102,7 +96,7 @@ echo "batch of $n mock runs (run + verify each, then the summary), $(nproc) CPUs
 printf '  %-24s %11s %8s %16s %12s\n' "" "runs done" "runs/s" "summary written" "returned"
 row "Slurm, one array" slurm
 row "make -j$jobs" make
-awk -v s="$(median slurm 2)" -v m="$(median make 2)" -v j="$jobs" 'BEGIN {
+awk -v s="$(median "$work/slurm.times" 2)" -v m="$(median "$work/make.times" 2)" -v j="$jobs" 'BEGIN {
 	printf "  to the verified summary Slurm takes %.2fx the time of make -j%d\n", s / m, j
 }'
 echo "  (returned: submit.sh --wait is sbatch --wait, which polls after 2 s, 8 s, then every 32 s)"
