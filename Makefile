@@ -5,7 +5,7 @@
 #   make check-sanitize  the same suite against an ASan+UBSan build
 #   make check-valgrind  every stage under valgrind: no leaks, no errors
 #   make fuzz            libFuzzer harnesses, FUZZ_SECONDS each (fuzz-short: 60 s)
-#   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap)
+#   make bench           benchmarks (verify vs sha256 floor, sandbox vs unshare/bwrap, a batch with make -j2 and as a Slurm array)
 #   make lint-man        mandoc -Tlint over every man page
 #   make deps            install the missing Debian packages building and running need (as root)
 #   make test-deps       make deps, the Debian packages the tests need, and the tests' npm

@@ -378,6 +378,41 @@ trace_lengths() {
 	[ ! -e stamps/broken.verified ]
 }
 
+@test "make summary: one jq reads every manifest, however many there are (not a jq each, a step no -j shares out)" {
+	batch_copy
+	rm manifests/*.json
+	for i in $(seq 20); do mock_manifest "manifests/m$i.json" "m$i" "runs/m$i"; done
+	# jq, counted: every call leaves a line
+	local real
+	real=$(command -v jq)
+	mkdir "$BATS_TEST_TMPDIR/counted"
+	printf '#!/bin/sh\necho call >>"%s"\nexec "%s" "$@"\n' "$BATS_TEST_TMPDIR/jq.calls" "$real" \
+		>"$BATS_TEST_TMPDIR/counted/jq"
+	chmod +x "$BATS_TEST_TMPDIR/counted/jq"
+	# no run yet: every workspace has no record, the summary still lists all 20
+	PATH="$BATS_TEST_TMPDIR/counted:$PATH" run --separate-stderr make summary
+	echo "$output"
+	[ "$status" -eq 2 ]
+	[ "${lines[-1]}" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/jq.calls")" -eq 1 ]
+}
+
+@test "make summary: an empty manifest, or one whose workspace is no string, is said; the others are summarised" {
+	batch_copy
+	make -j2 >/dev/null
+	: >manifests/empty.json
+	echo '{"workspace":7}' >manifests/number.json
+	# two values in one file: with empty.json, as many workspaces as files
+	echo '{"workspace":"runs/alpha"} {"workspace":"runs/beta"}' >manifests/two.json
+	run --separate-stderr make summary
+	[ "$status" -ne 0 ]
+	[[ "$stderr" == *"manifests/empty.json: names no workspace, not summarised"* ]]
+	[[ "$stderr" == *"manifests/number.json: names no workspace, not summarised"* ]]
+	for ws in alpha beta gamma delta; do
+		grep -q "^runs/$ws .* verified " <<<"$output"
+	done
+}
+
 @test "make -j: parallel runs on different workspaces never interfere" {
 	batch_copy
 	rm manifests/*.json

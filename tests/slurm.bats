@@ -1,127 +1,22 @@
 #!/usr/bin/env bats
 # The Slurm example (examples/slurm/) against a real single-node Slurm that
-# this file starts itself: munged on its own socket and key, slurmctld and
-# slurmd on a generated slurm.conf with free ports, everything in one
+# this file starts itself with tests/slurm-cluster.sh (as the benchmark
+# tests/bench/slurm.sh does): munged on its own socket and key, slurmctld
+# and slurmd on a generated slurm.conf with free ports, everything in one
 # temporary directory; all of it stopped by pid at the end. Nothing is
 # skipped: a missing daemon or a cluster that does not come up fails.
 
 bats_require_minimum_version 1.5.0
 load helpers
 
-# A port nobody listens on now (the kernel's choice for port 0).
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Print the daemons' logs: when the cluster fails, they say why.
-show_logs() {
-	for f in "$CLUSTER"/log/*; do echo "--- $f"; tail -n 30 "$f"; done
-}
-
-# Poll (at most ~60 s) until "$@" succeeds.
-await() {
-	local i
-	for i in $(seq 120); do
-		"$@" >/dev/null 2>&1 && return 0
-		sleep 0.5
-	done
-	echo "never came true: $*" >&2
-	show_logs >&2
-	return 1
-}
-
-# Started by pid into $CLUSTER/pids; never a daemon this file did not start.
-start_daemon() {
-	local name=$1
-	shift
-	# fd 3 closed: bats waits for it, and a daemon must not hold it
-	"$@" >"$CLUSTER/log/$name.out" 2>&1 3>&- &
-	echo "$name $!" >>"$CLUSTER/pids"
-}
-
 setup_file() {
-	for tool in munged mungekey slurmctld slurmd sbatch scontrol sinfo squeue jq python3; do
-		command -v "$tool" >/dev/null || { echo "required for the Slurm test, missing: $tool (make test-deps)" >&2; return 1; }
-	done
-	# munged refuses a socket directory that others cannot traverse, so the
-	# cluster lives in a directory of its own, 0755 from / down.
-	CLUSTER=$(mktemp -d /tmp/sfma-slurm.XXXXXX)
+	CLUSTER=$("$REPO/tests/slurm-cluster.sh" start)
 	export CLUSTER
-	chmod 0755 "$CLUSTER"
-	mkdir -p "$CLUSTER"/{state,spool,run,log,munge,batch}
-	chmod 0700 "$CLUSTER/munge"
-	: >"$CLUSTER/pids"
-
-	# munge: a key made here, a daemon on its own socket (never the system's)
-	mungekey --create --keyfile="$CLUSTER/munge/munge.key"
-	start_daemon munged munged --foreground --socket="$CLUSTER/run/munge.socket" \
-		--key-file="$CLUSTER/munge/munge.key" --pid-file="$CLUSTER/run/munged.pid" \
-		--seed-file="$CLUSTER/munge/munged.seed" --log-file="$CLUSTER/log/munged.log"
-	await test -S "$CLUSTER/run/munge.socket"
-
-	local host ctld_port d_port
-	host=$(hostname -s)
-	ctld_port=$(free_port)
-	d_port=$(free_port)
-	while [ "$d_port" = "$ctld_port" ]; do d_port=$(free_port); done
-	# slurm.conf(5) of Slurm 22.05 (Debian 12): no accounting, no cgroups
-	# (proctrack/linuxproc, task/none), root runs everything, every path
-	# in $CLUSTER; AuthInfo socket= points auth/munge and cred/munge at our
-	# munged.
-	cat >"$CLUSTER/slurm.conf" <<CONF
-ClusterName=sfmatest
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$d_port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$CLUSTER/run/munge.socket
-StateSaveLocation=$CLUSTER/state
-SlurmdSpoolDir=$CLUSTER/spool
-SlurmctldPidFile=$CLUSTER/run/slurmctld.pid
-SlurmdPidFile=$CLUSTER/run/slurmd.pid
-SlurmctldLogFile=$CLUSTER/log/slurmctld.log
-SlurmdLogFile=$CLUSTER/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-ReturnToService=2
-MailProg=/bin/true
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
-PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-CONF
-	export SLURM_CONF="$CLUSTER/slurm.conf"
-	start_daemon slurmctld slurmctld -D -i -f "$SLURM_CONF"
-	await scontrol ping
-	start_daemon slurmd slurmd -D -N "$host" -f "$SLURM_CONF"
-	await sh -c 'sinfo -h -N -o %t | grep -qx idle'
 }
 
 teardown_file() {
 	[ -n "${CLUSTER:-}" ] || return 0
-	# jobs first (their slurmstepd ends with them), then the daemons this
-	# file started, by pid, newest first
-	export SLURM_CONF="$CLUSTER/slurm.conf"
-	scancel --quiet --user=root 2>/dev/null || true
-	for _ in $(seq 100); do
-		[ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
-		sleep 0.2
-	done
-	local name pid
-	tac "$CLUSTER/pids" | while read -r name pid; do
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	rm -rf "$CLUSTER"
+	"$REPO/tests/slurm-cluster.sh" stop "$CLUSTER"
 }
 
 setup() {
@@ -188,4 +83,57 @@ batch_dir() {
 	[ "$(head -n 1 summary.txt)" = "manifests/zeta.json: names no workspace, not summarised" ]
 	grep -q '^runs/gamma  *-  *NO RECORD: ' summary.txt
 	[ "$(tail -n 1 summary.txt)" = "total 4: verified 3, invalid 0, unsealed 0, no record 1; completed 3" ]
+}
+
+@test "slurm summary.sh: one jq reads every manifest of the list; an empty one is said, the others summarised" {
+	local d
+	d=$(batch_dir summary-only)
+	cd "$d"
+	for i in $(seq 20); do
+		jq --arg ws "runs/m$i" '.workspace = $ws' manifests/alpha.json >"manifests/m$i.json"
+	done
+	find manifests -name 'm*.json' | LC_ALL=C sort >list
+	# jq, counted: every call leaves a line
+	local real
+	real=$(command -v jq)
+	mkdir "$BATS_TEST_TMPDIR/counted"
+	printf '#!/bin/sh\necho call >>"%s"\nexec "%s" "$@"\n' "$BATS_TEST_TMPDIR/jq.calls" "$real" \
+		>"$BATS_TEST_TMPDIR/counted/jq"
+	chmod +x "$BATS_TEST_TMPDIR/counted/jq"
+	# no run yet: every workspace has no record, the summary lists all 20
+	PATH="$BATS_TEST_TMPDIR/counted:$PATH" run "$REPO/examples/slurm/summary.sh" list
+	[ "$status" -eq 1 ]
+	[ "$(tail -n 1 summary.txt)" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/jq.calls")" -eq 1 ]
+	: >manifests/empty.json
+	echo manifests/empty.json >>list
+	run "$REPO/examples/slurm/summary.sh" list
+	[ "$status" -eq 1 ]
+	[ "$(head -n 1 summary.txt)" = "manifests/empty.json: names no workspace, not summarised" ]
+	[ "$(tail -n 1 summary.txt)" = "total 20: verified 0, invalid 0, unsealed 0, no record 20; completed 0" ]
+}
+
+@test "slurm: a folder of more manifests than an array may have (MaxArraySize) is refused in one line, nothing submitted" {
+	local d max
+	max=$(scontrol show config | awk '$1 == "MaxArraySize" { print $3 }')
+	[ "$max" -eq 1001 ]
+	d=$(batch_dir too-many)
+	cd "$d"
+	for i in $(seq 5 $((max + 1))); do cp manifests/alpha.json "manifests/m$i.json"; done
+	[ "$(ls manifests/*.json | wc -l)" -eq $((max + 1)) ]
+	local before
+	before=$(squeue -h -o %i | wc -l)
+	run --separate-stderr "$REPO/examples/slurm/submit.sh" --wait manifests
+	[ "$status" -eq 1 ]
+	[ "$output" = "" ]
+	[ "$stderr" = "submit.sh: 1002 manifests in manifests/, more than the 1001 tasks an array may have here (MaxArraySize in slurm.conf): split the folder" ]
+	[ "$(squeue -h -o %i | wc -l)" -eq "$before" ]
+	# one fewer is one array (held: none of it runs; cancelled at once)
+	rm "manifests/m$((max + 1)).json"
+	SBATCH_OPTS=--hold run "$REPO/examples/slurm/submit.sh" manifests
+	local array=${lines[0]#array job }
+	scancel --quiet "${array%%:*}" "${lines[1]#summary job }" || true
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "array job ${array%%:*}: 1001 manifests" ]
+	[[ "${lines[1]}" =~ ^summary\ job\ [0-9]+$ ]]
 }
