@@ -130,6 +130,9 @@ FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
 FUZZ_SRC_memory    := src/sfma-plan/memory.c
 FUZZ_SRC_providers := $(filter-out src/sfma-model/http.c src/sfma-model/providers.c,$(wildcard src/sfma-model/*.c))
 fuzz_objs = $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_$(1)))
+# line_reader feeds lr_next a descriptor of its own: every read() of the
+# harness goes to its __wrap_read (ld(1) --wrap), lib/ndjson.o unchanged.
+FUZZ_LIBS_line_reader := -Wl,--wrap=read
 
 $(FUZZ_DIR)/obj/%.o: %.c $(wildcard lib/*.h src/*/*.h) Makefile
 	@mkdir -p $(dir $@)
