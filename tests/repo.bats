@@ -25,6 +25,28 @@ load helpers
 	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
 }
 
+@test "the lint refuses a .c file that includes another; fuzz_chain.c's lib/chain.c alone is let through" {
+	# A tree of its own: lib/, src/ and tests/ beside the lint, as in the repository.
+	t=$BATS_TEST_TMPDIR/tree
+	mkdir -p "$t/lib" "$t/src/sfma-x" "$t/tests/fuzz"
+	cp "$REPO/tests/lint.sh" "$t/tests/"
+	printf '%s\n' '#include "lib/chain.c"' > "$t/tests/fuzz/fuzz_chain.c"
+	printf '%s\n' '/* what lib/ndjson.c reads */' '#include "ndjson.h"' '#include <stdio.h>' > "$t/lib/a.c"
+	run sh "$t/tests/lint.sh"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+
+	printf '%s\n' '#include "http.h"' '#include "providers.c"' > "$t/src/sfma-x/main.c"
+	printf '%s\n' ' #  include "lib/ndjson.c"' > "$t/tests/fuzz/fuzz_lines.c"
+	printf '%s\n' '#include <lib/a.c>' > "$t/lib/b.h"
+	run sh "$t/tests/lint.sh"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"src/sfma-x/main.c:2:"* ]]
+	[[ "$output" == *"tests/fuzz/fuzz_lines.c:1:"* ]]
+	[[ "$output" == *"lib/b.h:1:"* ]]
+	[[ "$output" != *"fuzz_chain.c"* ]]
+	[[ "$output" != *"lib/a.c:"* ]]
+}
+
 @test "the interop fixtures are in the repository with the lines they must print" {
 	for f in legacy multirun signed unicode unsigned; do
 		[ -s "$INTEROP/$f/ws/.sfma/trace.jsonl" ]

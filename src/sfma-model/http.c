@@ -8,7 +8,7 @@
  * verification are set explicitly on (libcurl's default, made
  * unconditional); redirects are not followed, since a redirect would carry
  * the key headers to wherever the server points. */
-#include "model.h"
+#include "http.h"
 #include "ndjson.h"
 
 #include <ctype.h>
@@ -66,39 +66,9 @@ void endpoint_handle_back(struct endpoint *ep, CURL *c)
 
 /* ---- Server-Sent Events -------------------------------------------------- */
 
-/* What an SSE stream has told so far. */
-struct sse {
-	struct buf line;        /* the current, incomplete line */
-	struct buf data;        /* data: lines of the current event */
-	struct buf deltas;      /* response.output_text.delta, concatenated */
-	struct buf completed;   /* output_text parts of response.completed */
-	json_t *calls_done;     /* function_call items of response.output_item.done */
-	json_t *calls_completed;/* function_call items of response.completed */
-	json_t *usage;          /* response.completed's (or .incomplete's) response.usage */
-	int saw_completed, bad_events;
-	char status[STOP_WORD_MAX];     /* response.status of response.completed */
-	char incomplete[STOP_WORD_MAX]; /* incomplete_details.reason of response.incomplete */
-	int saw_incomplete;
-	struct buf refusal;     /* response.refusal.delta, concatenated */
-	struct buf refused;     /* refusal parts of the final response */
-	int failed;             /* a response.failed or error event came */
-	char failure[256];      /* its message */
-	char code[64];          /* its error code, "" when none */
-};
-
-struct sink {
-	struct buf *body;
-	struct sse *sse;
-	size_t total;
-	int too_big;
-};
-
-/* Keep this many leading bytes of a streamed body: enough for an error excerpt. */
-#define STREAM_HEAD_KEEP 4096
-
 static void sse_line(struct sse *s, char *line, size_t n);
 
-static void sse_feed(struct sse *s, const char *p, size_t n)
+void sse_feed(struct sse *s, const char *p, size_t n)
 {
 	while (n > 0) {
 		const char *nl = memchr(p, '\n', n);
@@ -116,7 +86,7 @@ static void sse_feed(struct sse *s, const char *p, size_t n)
 	}
 }
 
-static size_t on_data(char *p, size_t size, size_t nmemb, void *userdata)
+size_t http_on_data(char *p, size_t size, size_t nmemb, void *userdata)
 {
 	struct sink *k = userdata;
 	size_t n = size * nmemb;
@@ -140,7 +110,7 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *userdata)
  * section 10.2.3: delay-seconds or an HTTP-date); and x-should-retry, by
  * which those SDKs let a server say whether an answer is worth retrying. A
  * header block of a new response (after a 1xx) starts over. */
-static void retry_hint(struct http_reply *out, const char *p, size_t n)
+void http_retry_hint(struct http_reply *out, const char *p, size_t n)
 {
 	if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
 		out->retry_after_ms = -1;
@@ -193,7 +163,7 @@ static void retry_hint(struct http_reply *out, const char *p, size_t n)
 static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
 {
 	size_t n = size * nmemb;
-	retry_hint(userdata, p, n);
+	http_retry_hint(userdata, p, n);
 	return n;
 }
 
@@ -239,7 +209,7 @@ int http_post(CURL *c, const char *url, struct curl_slist *headers, const char *
 	SET(CURLOPT_POST, 1L);
 	SET(CURLOPT_POSTFIELDS, body);
 	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-	SET(CURLOPT_WRITEFUNCTION, on_data);
+	SET(CURLOPT_WRITEFUNCTION, http_on_data);
 	SET(CURLOPT_WRITEDATA, &k);
 	SET(CURLOPT_HEADERFUNCTION, on_header);
 	SET(CURLOPT_HEADERDATA, out);

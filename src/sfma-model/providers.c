@@ -3,7 +3,7 @@
  * headers, POST, classify the status, pull the text (and, with native
  * tool use, the calls), how the reply ended and the token usage out of
  * the reply (stop.c reads the last two). */
-#include "model.h"
+#include "providers.h"
 #include "utf8.h"
 #include "canon.h"
 #include "ndjson.h"
@@ -485,7 +485,7 @@ static const char *const openai_path[] = {"choices", "0", "message", "content", 
 static const char *const gemini_path[] = {"candidates", "0", "content", "parts", "0", "text", NULL};
 
 /* The text at the provider's path of a reply that did not offer the tools. */
-static int reply_text_doc(enum provider p, json_t *doc, struct buf *text, struct sfma_err *e)
+int provider_reply_text(enum provider p, json_t *doc, struct buf *text, struct sfma_err *e)
 {
 	static const char *const *paths[] = {
 		[PROV_ANTHROPIC] = anthropic_path, [PROV_OPENAI] = openai_path, [PROV_GEMINI] = gemini_path,
@@ -589,7 +589,7 @@ static json_t *pick_calls(json_t *parts, const char *type, const char *member)
 
 /* A 2xx body of a request that offered the tools: its text (possibly
  * empty when it made calls) and its calls, as received. */
-static int reply_native(enum provider p, json_t *doc, struct buf *text, json_t **native, struct sfma_err *e)
+int provider_reply_native(enum provider p, json_t *doc, struct buf *text, json_t **native, struct sfma_err *e)
 {
 	*native = NULL;
 	switch (p) {
@@ -647,7 +647,7 @@ static enum err_class status_class(long status)
 /* The calls of a native reply checked and mapped (tools_from_native).
  * A server that echoes a key back in its answer must not put it in the
  * trace: the text and the calls lose every known secret value first. */
-static int take_calls(struct endpoint *ep, struct attempt *a)
+int provider_take_calls(struct endpoint *ep, struct attempt *a)
 {
 	secret_redact_text(&a->text);
 	if (!a->native)
@@ -725,7 +725,7 @@ static int settle(struct endpoint *ep, struct attempt *a, enum stop_class st, st
 		               (int)(why->len < 300 ? why->len : 300), why->p ? why->p : "");
 	case STOP_LENGTH:
 		a->stop = STOP_LENGTH;
-		if (take_calls(ep, a) < 0) {
+		if (provider_take_calls(ep, a) < 0) {
 			json_decref(a->native);
 			json_decref(a->tool_calls);
 			a->native = a->tool_calls = NULL;
@@ -736,7 +736,7 @@ static int settle(struct endpoint *ep, struct attempt *a, enum stop_class st, st
 	case STOP_TOOL:
 		break;
 	}
-	if (rc < 0 || take_calls(ep, a) < 0) {
+	if (rc < 0 || provider_take_calls(ep, a) < 0) {
 		a->cls = EC_REPLY;
 		return -1;
 	}
@@ -747,7 +747,7 @@ static int settle(struct endpoint *ep, struct attempt *a, enum stop_class st, st
 /* The 2xx body of a JSON provider: its usage, how it ended, its text (and
  * calls). A reply that was cut off or refused may lack the text or the
  * calls a whole one must have: what is there is taken. */
-static int parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
+int provider_parse_body(struct endpoint *ep, int native, const struct http_reply *r, struct attempt *a)
 {
 	if (r->body.len == 0) {
 		a->cls = EC_REPLY;
@@ -761,8 +761,8 @@ static int parse_body(struct endpoint *ep, int native, const struct http_reply *
 	a->usage = usage_of(ep->prov, doc);
 	struct buf why = {0};
 	enum stop_class st = stop_of_body(ep->prov, doc, a->stop_reason, &why);
-	int rc = native ? reply_native(ep->prov, doc, &a->text, &a->native, &a->e)
-	                : reply_text_doc(ep->prov, doc, &a->text, &a->e);
+	int rc = native ? provider_reply_native(ep->prov, doc, &a->text, &a->native, &a->e)
+	                : provider_reply_text(ep->prov, doc, &a->text, &a->e);
 	json_decref(doc);
 	rc = settle(ep, a, st, &why, rc);
 	buf_free(&why);
@@ -795,8 +795,8 @@ static void stream_failure(struct sse *sse, struct attempt *a)
 			a->cls = EC_CLIENT;
 }
 
-/* A codex stream that came to its end: its usage, then as parse_body. */
-static int parse_stream(struct endpoint *ep, int native, struct sse *sse, struct attempt *a)
+/* A codex stream that came to its end: its usage, then as provider_parse_body. */
+int provider_parse_stream(struct endpoint *ep, int native, struct sse *sse, struct attempt *a)
 {
 	json_t *u = sse_usage(sse);
 	a->usage = usage_of(PROV_CODEX, u);
@@ -936,9 +936,9 @@ static int http_call(struct endpoint *ep, CURL *c, const struct model_request *r
 			oauth_forget(ep);
 		rc = http_status_error(&r, &a->e);
 	} else if (sse) {
-		rc = parse_stream(ep, native, sse, a);
+		rc = provider_parse_stream(ep, native, sse, a);
 	} else {
-		rc = parse_body(ep, native, &r, a);
+		rc = provider_parse_body(ep, native, &r, a);
 	}
 	sse_free(sse);
 	buf_free(&r.body);

@@ -4,9 +4,13 @@
  * Input: byte 0 picks the source (bit 0) and the line maximum (the other
  * bits), bytes 1-2 seed the chunk sizes, the rest is the stream. The
  * source is either a fake descriptor whose reads return chunks of those
- * sizes and fail with EINTR now and then (lib/ndjson.c is compiled in here
- * with read() renamed, so this is deterministic), or a socketpair written
- * in chunks by a thread that also interrupts the reader with a signal.
+ * sizes and fail with EINTR now and then (so this is deterministic), or a
+ * socketpair written in chunks by a thread that also interrupts the reader
+ * with a signal. lib/ndjson.o is linked as it is; the harness alone is
+ * linked with -Wl,--wrap=read (the Makefile's FUZZ_LIBS_line_reader): ld(1)
+ * then sends every call of read() in the program to __wrap_read below,
+ * and __real_read is the libc one. Linked without that flag, __real_read
+ * is undefined and the link fails.
  *
  * Properties: every line comes back whole, in order, with its number and
  * offset; a line over the maximum is reported as such and skipped, and the
@@ -21,12 +25,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ndjson.h"
+
 #define FAKE_FD 1000000
 
-static ssize_t fuzz_read(int fd, void *buf, size_t n);
-#define read fuzz_read
-#include "lib/ndjson.c"
-#undef read
+ssize_t __real_read(int fd, void *buf, size_t n);
+ssize_t __wrap_read(int fd, void *buf, size_t n);
 
 static uint32_t rng_state;
 
@@ -46,10 +50,12 @@ static struct {
 	size_t max_chunk;
 } feed;
 
-static ssize_t fuzz_read(int fd, void *buf, size_t n)
+/* Every read() of the program: the fake descriptor's chunks, any other
+ * descriptor read for real. */
+ssize_t __wrap_read(int fd, void *buf, size_t n)
 {
 	if (fd != FAKE_FD)
-		return read(fd, buf, n);
+		return __real_read(fd, buf, n);
 	if (rng() % 4 == 0) {
 		errno = EINTR;
 		return -1;

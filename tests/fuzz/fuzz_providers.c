@@ -1,14 +1,15 @@
 /* fuzz_providers.c - what sfma-model makes of provider responses:
  * reply_text (src/sfma-model/providers.c: anthropic, openai, gemini
  * bodies), the Server-Sent Events parser the codex provider streams
- * through, and the error excerpt of a failing response (http.c). Both files
- * are compiled in here to reach their static functions; the rest of the
- * program is linked as it is.
+ * through, and the error excerpt of a failing response (http.c). The
+ * program's files are linked as they are (main renamed); what lies below
+ * provider_call and http_post is declared in src/sfma-model/providers.h
+ * and http.h.
  *
  * Input byte 0 picks what the rest is:
- *  0-2: an anthropic / openai / gemini body: reply_text_doc returns the
- *       string at the provider's path (found again here) or a one-line
- *       error;
+ *  0-2: an anthropic / openai / gemini body: provider_reply_text returns
+ *       the string at the provider's path (found again here, by the paths
+ *       sfma-model(1) names) or a one-line error;
  *  3:   a codex event stream, fed whole and fed in chunks (sizes seeded by
  *       byte 1) through the transfer callback: same outcome both ways, and
  *       the kept head of the body is its first bytes;
@@ -18,28 +19,30 @@
  *  5:   a failing response's body: the error is one printable line, short,
  *       and never holds a known secret;
  *  6:   a 2xx body of a request that offered the tools (provider by byte
- *       1): reply_native and tools_from_native either fail with one line
- *       or give exactly one {id,name,input:{}} per call object received,
- *       and the usage, when found, holds counts;
+ *       1): provider_reply_native and tools_from_native either fail with
+ *       one line or give exactly one {id,name,input:{}} per call object
+ *       received, and the usage, when found, holds counts;
  *  7:   a header line: the retry hint is -1 or a wait >= 0, x-should-retry
  *       -1, 0 or 1;
  *  8:   a 2xx body of a JSON provider (by byte 1; bit 2: tools offered),
- *       through parse_body, the whole reading of an answer: a success is
- *       end, tool (exactly when it made calls) or length, and has a text
- *       or a call unless cut off; a failure is a bad reply or a refusal,
- *       and a refusal has a non-empty text free of the secret; a cut-off
- *       word (anthropic max_tokens, openai length, gemini MAX_TOKENS) is
- *       never a failure and a refusal field never anything but a refusal;
- *       the cost of what it counted is finite and >= 0;
- *  9:   a codex event stream through parse_stream: the same properties,
- *       a rate limit's wait is -1 or >= 0, and an incomplete response
- *       never passes for a whole one. */
+ *       through provider_parse_body, the whole reading of an answer: a
+ *       success is end, tool (exactly when it made calls) or length, and
+ *       has a text or a call unless cut off; a failure is a bad reply or
+ *       a refusal, and a refusal has a non-empty text free of the secret;
+ *       a cut-off word (anthropic max_tokens, openai length, gemini
+ *       MAX_TOKENS) is never a failure and a refusal field never anything
+ *       but a refusal; the cost of what it counted is finite and >= 0;
+ *  9:   a codex event stream through provider_parse_stream: the same
+ *       properties, a rate limit's wait is -1 or >= 0, and an incomplete
+ *       response never passes for a whole one. */
 #include "fuzz.h"
 
 #include <math.h>
 
-#include "src/sfma-model/http.c"
-#include "src/sfma-model/providers.c"
+#include "ndjson.h"
+#include "tools.h"
+#include "src/sfma-model/http.h"
+#include "src/sfma-model/providers.h"
 
 #define FUZZ_SECRET "sk-fuzz-0123456789abcdef"
 
@@ -64,6 +67,11 @@ static void check_one_line(const char *s, size_t max, const char *what)
 		FUZZ_CHECK((unsigned char)s[i] >= 0x20 || s[i] == '\t', "%s holds 0x%02x", what, (unsigned char)s[i]);
 }
 
+/* Where sfma-model(1) says each provider's reply text is. */
+static const char *const anthropic_path[] = {"content", "0", "text", NULL};
+static const char *const openai_path[] = {"choices", "0", "message", "content", NULL};
+static const char *const gemini_path[] = {"candidates", "0", "content", "parts", "0", "text", NULL};
+
 static void body_mode(enum provider p, const uint8_t *s, size_t n)
 {
 	json_t *doc = ndjson_parse((const char *)s, n, NULL), *at = doc;
@@ -71,7 +79,7 @@ static void body_mode(enum provider p, const uint8_t *s, size_t n)
 		return;
 	struct buf text = {0};
 	struct sfma_err e = {{0}};
-	int rc = reply_text_doc(p, doc, &text, &e);
+	int rc = provider_reply_text(p, doc, &text, &e);
 	/* The same string found again, by hand. */
 	const char *const *path = p == PROV_ANTHROPIC ? anthropic_path : p == PROV_OPENAI ? openai_path : gemini_path;
 	for (; *path && at; path++)
@@ -115,7 +123,7 @@ static void stream_mode(const uint8_t *data, size_t size)
 		size_t take = 1 + x % 97;
 		if (take > n - pos)
 			take = n - pos;
-		FUZZ_CHECK(on_data((char *)s + pos, 1, take, &k) == take, "on_data refused a chunk");
+		FUZZ_CHECK(http_on_data((char *)s + pos, 1, take, &k) == take, "http_on_data refused a chunk");
 		pos += take;
 	}
 	chunked.rc = sse_result(b, &chunked.text, &chunked.e);
@@ -204,9 +212,9 @@ static void native_mode(const uint8_t *data, size_t size)
 		return;
 	struct endpoint ep = {.prov = p};
 	struct attempt a = {.retry_after_ms = -1};
-	int rc = reply_native(p, doc, &a.text, &a.native, &a.e);
+	int rc = provider_reply_native(p, doc, &a.text, &a.native, &a.e);
 	if (rc == 0)
-		rc = take_calls(&ep, &a);
+		rc = provider_take_calls(&ep, &a);
 	if (rc < 0) {
 		check_one_line(a.e.text, SFMA_ERR_MAX, "native reply error");
 	} else if (a.native) {
@@ -241,7 +249,7 @@ static void native_mode(const uint8_t *data, size_t size)
 static void header_mode(const uint8_t *s, size_t n)
 {
 	struct http_reply r = {.retry_after_ms = -1, .should_retry = -1};
-	retry_hint(&r, (const char *)s, n);
+	http_retry_hint(&r, (const char *)s, n);
 	FUZZ_CHECK(r.retry_after_ms >= -1, "a negative wait %lld", r.retry_after_ms);
 	FUZZ_CHECK(r.should_retry >= -1 && r.should_retry <= 1, "x-should-retry read as %d", r.should_retry);
 }
@@ -285,7 +293,7 @@ static void answer_mode(const uint8_t *data, size_t size)
 	struct http_reply r = {.status = 200, .retry_after_ms = -1};
 	buf_add(&r.body, data + 2, size - 2);
 	struct attempt a = {.retry_after_ms = -1};
-	int rc = parse_body(&ep, native, &r, &a);
+	int rc = provider_parse_body(&ep, native, &r, &a);
 	check_answer(&ep, &a, rc);
 	/* Oracles by hand, on the provider's own members. */
 	json_t *doc = ndjson_parse((const char *)data + 2, size - 2, NULL);
@@ -311,7 +319,7 @@ static void stream_answer_mode(const uint8_t *data, size_t size)
 	struct sse *sse = sse_new();
 	sse_feed(sse, (const char *)data + 2, size - 2);
 	struct attempt a = {.retry_after_ms = -1};
-	int rc = parse_stream(&ep, data[1] & 1, sse, &a);
+	int rc = provider_parse_stream(&ep, data[1] & 1, sse, &a);
 	check_answer(&ep, &a, rc);
 	FUZZ_CHECK(a.retry_after_ms >= -1, "a negative wait %lld", a.retry_after_ms);
 	if (a.cls == EC_RATE)
