@@ -128,17 +128,35 @@ typedef __m512i vec;
  * blk[l] lane l's block. */
 AVX512 static void compress16(vec st[8], const unsigned char *const blk[LANES])
 {
-	/* Transpose: w[j] gets word j of every lane's block, made big-endian. */
-	_Alignas(64) uint32_t stage[LANES][16];
+	/* Transpose: w[j] gets word j of every lane's block, made big-endian.
+	 * Dwords of pairs of rows interleaved, then quadwords, then 128-bit
+	 * chunks twice: 64 shuffles for the 16 x 16 words. */
+	vec r[16], u[16], w[16];
 	for (int l = 0; l < LANES; l++)
-		_mm512_store_si512((void *)stage[l], _mm512_loadu_si512((const void *)blk[l]));
+		r[l] = _mm512_loadu_si512((const void *)blk[l]);
+	for (int p = 0; p < 16; p += 2) {
+		u[p] = _mm512_unpacklo_epi32(r[p], r[p + 1]);
+		u[p + 1] = _mm512_unpackhi_epi32(r[p], r[p + 1]);
+	}
+	/* r[4q + k]: in its chunk c, word 4c + k of rows 4q .. 4q + 3 */
+	for (int q = 0; q < 16; q += 4) {
+		r[q] = _mm512_unpacklo_epi64(u[q], u[q + 2]);
+		r[q + 1] = _mm512_unpackhi_epi64(u[q], u[q + 2]);
+		r[q + 2] = _mm512_unpacklo_epi64(u[q + 1], u[q + 3]);
+		r[q + 3] = _mm512_unpackhi_epi64(u[q + 1], u[q + 3]);
+	}
+	/* chunk c of r[k], r[4 + k], r[8 + k], r[12 + k] makes w[4c + k] */
+	for (int k = 0; k < 4; k++) {
+		vec c0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x44), c1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xEE);
+		vec c2 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x44), c3 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xEE);
+		w[k] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+		w[4 + k] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+		w[8 + k] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+		w[12 + k] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
+	}
 	const vec bswap = _mm512_set4_epi32(0x0c0d0e0f, 0x08090a0b, 0x04050607, 0x00010203);
-	const vec rows = _mm512_set_epi32(15 * 16, 14 * 16, 13 * 16, 12 * 16, 11 * 16, 10 * 16, 9 * 16, 8 * 16,
-	                                  7 * 16, 6 * 16, 5 * 16, 4 * 16, 3 * 16, 2 * 16, 16, 0);
-	vec w[16];
 	for (int j = 0; j < 16; j++)
-		w[j] = _mm512_shuffle_epi8(_mm512_i32gather_epi32(_mm512_add_epi32(rows, _mm512_set1_epi32(j)),
-		                                                  (const void *)stage, 4), bswap);
+		w[j] = _mm512_shuffle_epi8(w[j], bswap);
 	vec a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
 	/* Written out so that every w[] index is a constant and the sixteen
 	 * words and eight working variables stay in registers: the letters
@@ -177,8 +195,8 @@ AVX512 static void compress16(vec st[8], const unsigned char *const blk[LANES])
 	EIGHT(0, 0);
 	EIGHT(0, 8);
 	for (int t = 16; t < 64; t += 16) {
-		for (int i = 0; i < 16; i++) /* constant indices once unrolled */
-			SCHEDULE(i);
+		SCHEDULE(0); SCHEDULE(1); SCHEDULE(2); SCHEDULE(3); SCHEDULE(4); SCHEDULE(5); SCHEDULE(6); SCHEDULE(7);
+		SCHEDULE(8); SCHEDULE(9); SCHEDULE(10); SCHEDULE(11); SCHEDULE(12); SCHEDULE(13); SCHEDULE(14); SCHEDULE(15);
 		EIGHT(t, 0);
 		EIGHT(t, 8);
 	}
