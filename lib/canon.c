@@ -233,15 +233,40 @@ int canon_number(double d, char *out)
 
 /* ---- strings ---------------------------------------------------------- */
 
+/* The first byte at or after i that the canonical form escapes ('"',
+ * '\\', U+0000..U+001F), or n. Sixteen bytes at a time where SSE2 is: a
+ * control is below ' ' and not negative (bytes of 0x80 and above, which
+ * stand for themselves, are negative as signed). */
+static size_t escape_at(const char *s, size_t i, size_t n)
+{
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
+	const __m128i zero = _mm_setzero_si128();
+	while (n - i >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+		__m128i control = _mm_andnot_si128(_mm_cmplt_epi8(v, zero), _mm_cmplt_epi8(v, space));
+		__m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+		unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+		if (mask)
+			return i + (size_t)__builtin_ctz(mask);
+		i += 16;
+	}
+#endif
+	for (; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == '"' || c == '\\')
+			break;
+	}
+	return i;
+}
+
 void canon_string(const char *s, size_t n, struct buf *out)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t run = 0;
 	buf_addc(out, '"');
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; (i = escape_at(s, i, n)) < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
 		buf_add(out, s + run, i - run);
 		run = i + 1;
 		switch (c) {
@@ -410,10 +435,8 @@ int canon_dump_pretty(const json_t *v, struct buf *out, struct sfma_err *e)
 size_t canon_string_size(const char *s, size_t n)
 {
 	size_t size = n + 2; /* the bytes themselves, and the quotes */
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; (i = escape_at(s, i, n)) < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
 		switch (c) {
 		case '"': case '\\': case '\b': case '\f': case '\n': case '\r': case '\t':
 			size += 1; /* a two-byte escape */
