@@ -533,7 +533,7 @@ static void init_plain_bytes(void)
 /* The first byte at or after i that does not stand for itself (n if none).
  * Sixteen bytes at a time where SSE2 is (every x86-64): a signed compare
  * below ' ' catches the controls and every byte of 0x80 and above at once. */
-static size_t skip_plain(const unsigned char *s, size_t i, size_t n)
+static inline size_t skip_plain(const unsigned char *s, size_t i, size_t n)
 {
 #ifdef __SSE2__
 	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
@@ -554,7 +554,7 @@ static size_t skip_plain(const unsigned char *s, size_t i, size_t n)
 
 /* A canonical string: raw UTF-8 (strictly valid), escapes only where the
  * canonical form puts them. Sets *escaped if any escape was seen. */
-static inline int scan_string(struct scanner *sc, int *escaped)
+static int scan_string_rest(struct scanner *sc, int *escaped)
 {
 	const unsigned char *s = sc->s;
 	size_t i = sc->i + 1, n = sc->n;
@@ -618,6 +618,32 @@ static inline int scan_string(struct scanner *sc, int *escaped)
 		i += (size_t)more + 1;
 	}
 	return 0;
+}
+
+/* scan_string_rest, with the common case first and in line: plain bytes
+ * up to the closing quote. */
+static inline int scan_string(struct scanner *sc, int *escaped)
+{
+	size_t i = skip_plain(sc->s, sc->i + 1, sc->n);
+	if (i < sc->n && sc->s[i] == '"') {
+		*escaped = 0;
+		sc->i = i + 1;
+		return 1;
+	}
+	return scan_string_rest(sc, escaped);
+}
+
+/* The JCS key order (utf16_cmp < 0), with ASCII keys decided in line. */
+static inline int key_before(const unsigned char *a, size_t an, const unsigned char *b, size_t bn)
+{
+	size_t m = an < bn ? an : bn, i = 0;
+	while (i < m && a[i] == b[i])
+		i++;
+	if (i == m)
+		return an < bn;
+	if (a[i] < 0x80 && b[i] < 0x80)
+		return a[i] < b[i];
+	return utf16_cmp((const char *)a, an, (const char *)b, bn) < 0;
 }
 
 static int is_digit(unsigned char c)
@@ -740,7 +766,7 @@ static int scan_object(struct scanner *sc, int depth)
 			return 0;
 		const unsigned char *key = sc->s + member_off + 1;
 		size_t klen = sc->i - member_off - 2;
-		if (prev && utf16_cmp((const char *)prev, prev_len, (const char *)key, klen) >= 0)
+		if (prev && !key_before(prev, prev_len, key, klen))
 			return 0;
 		prev = key;
 		prev_len = klen;
