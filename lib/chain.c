@@ -42,7 +42,7 @@
 /* Both can be set at build time: the fuzz harness (tests/fuzz) uses tiny
  * blocks so that small inputs already have lines spanning blocks. */
 #ifndef BLOCK
-#define BLOCK (4u << 20)   /* bytes read per block: large enough to amortize threads */
+#define BLOCK (2u << 20)   /* bytes read per block: many chunks of lines, and two of them in memory */
 #endif
 #ifndef BLOCK_LINES
 #define BLOCK_LINES 32768  /* lines per block: bounds the line table when lines are tiny */
@@ -461,10 +461,12 @@ static void check_canonical_evidence(struct line_info *li, const struct canon_me
 	json_decref(v);
 }
 
-/* Lines a thread takes at a time: their entry hashes and leaves, a few
- * hundred messages, fill the lanes of sha256_many many times over. */
+/* Lines a thread takes at a time: their entry hashes and leaves, some two
+ * thousand messages, fill the lanes of sha256_many many times over, and
+ * so do all but the top few levels of their pieces' inner nodes. (A
+ * chunk's tables, some 270 KB, are on the checking thread's stack.) */
 #ifndef CHUNK_LINES
-#define CHUNK_LINES 256
+#define CHUNK_LINES 1024
 #endif
 
 /* The first size after leaf count g at which the tree must be seen whole
