@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* ---- numbers ---------------------------------------------------------- */
 
@@ -230,15 +233,40 @@ int canon_number(double d, char *out)
 
 /* ---- strings ---------------------------------------------------------- */
 
+/* The first byte at or after i that the canonical form escapes ('"',
+ * '\\', U+0000..U+001F), or n. Sixteen bytes at a time where SSE2 is: a
+ * control is below ' ' and not negative (bytes of 0x80 and above, which
+ * stand for themselves, are negative as signed). */
+static size_t escape_at(const char *s, size_t i, size_t n)
+{
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
+	const __m128i zero = _mm_setzero_si128();
+	while (n - i >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+		__m128i control = _mm_andnot_si128(_mm_cmplt_epi8(v, zero), _mm_cmplt_epi8(v, space));
+		__m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control);
+		unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+		if (mask)
+			return i + (size_t)__builtin_ctz(mask);
+		i += 16;
+	}
+#endif
+	for (; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == '"' || c == '\\')
+			break;
+	}
+	return i;
+}
+
 void canon_string(const char *s, size_t n, struct buf *out)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t run = 0;
 	buf_addc(out, '"');
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; (i = escape_at(s, i, n)) < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
 		buf_add(out, s + run, i - run);
 		run = i + 1;
 		switch (c) {
@@ -407,10 +435,8 @@ int canon_dump_pretty(const json_t *v, struct buf *out, struct sfma_err *e)
 size_t canon_string_size(const char *s, size_t n)
 {
 	size_t size = n + 2; /* the bytes themselves, and the quotes */
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; (i = escape_at(s, i, n)) < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
 		switch (c) {
 		case '"': case '\\': case '\b': case '\f': case '\n': case '\r': case '\t':
 			size += 1; /* a two-byte escape */
@@ -504,16 +530,37 @@ static void init_plain_bytes(void)
 		plain_byte[c] = c != '"' && c != '\\';
 }
 
+/* The first byte at or after i that does not stand for itself (n if none).
+ * Sixteen bytes at a time where SSE2 is (every x86-64): a signed compare
+ * below ' ' catches the controls and every byte of 0x80 and above at once. */
+static inline size_t skip_plain(const unsigned char *s, size_t i, size_t n)
+{
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(' ');
+	while (n - i >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+		__m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+		                            _mm_cmplt_epi8(v, space));
+		unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+		if (mask)
+			return i + (size_t)__builtin_ctz(mask);
+		i += 16;
+	}
+#endif
+	while (i < n && plain_byte[s[i]])
+		i++;
+	return i;
+}
+
 /* A canonical string: raw UTF-8 (strictly valid), escapes only where the
  * canonical form puts them. Sets *escaped if any escape was seen. */
-static int scan_string(struct scanner *sc, int *escaped)
+static int scan_string_rest(struct scanner *sc, int *escaped)
 {
 	const unsigned char *s = sc->s;
 	size_t i = sc->i + 1, n = sc->n;
 	*escaped = 0;
 	while (i < n) {
-		while (i < n && plain_byte[s[i]])
-			i++;
+		i = skip_plain(s, i, n);
 		if (i >= n)
 			break;
 		unsigned char c = s[i];
@@ -571,6 +618,32 @@ static int scan_string(struct scanner *sc, int *escaped)
 		i += (size_t)more + 1;
 	}
 	return 0;
+}
+
+/* scan_string_rest, with the common case first and in line: plain bytes
+ * up to the closing quote. */
+static inline int scan_string(struct scanner *sc, int *escaped)
+{
+	size_t i = skip_plain(sc->s, sc->i + 1, sc->n);
+	if (i < sc->n && sc->s[i] == '"') {
+		*escaped = 0;
+		sc->i = i + 1;
+		return 1;
+	}
+	return scan_string_rest(sc, escaped);
+}
+
+/* The JCS key order (utf16_cmp < 0), with ASCII keys decided in line. */
+static inline int key_before(const unsigned char *a, size_t an, const unsigned char *b, size_t bn)
+{
+	size_t m = an < bn ? an : bn, i = 0;
+	while (i < m && a[i] == b[i])
+		i++;
+	if (i == m)
+		return an < bn;
+	if (a[i] < 0x80 && b[i] < 0x80)
+		return a[i] < b[i];
+	return utf16_cmp((const char *)a, an, (const char *)b, bn) < 0;
 }
 
 static int is_digit(unsigned char c)
@@ -663,6 +736,7 @@ static void note_member(struct scanner *sc, const unsigned char *key, size_t kle
 	else if (klen == 3 && memcmp(key, "seq", 3) == 0) m = &t->seq;
 	else if (klen == 4 && memcmp(key, "kind", 4) == 0) m = &t->kind;
 	else if (klen == 2 && memcmp(key, "id", 2) == 0) m = &t->id;
+	else if (klen == 8 && memcmp(key, "evidence", 8) == 0) m = &t->evidence;
 	if (!m)
 		return;
 	m->present = 1;
@@ -692,7 +766,7 @@ static int scan_object(struct scanner *sc, int depth)
 			return 0;
 		const unsigned char *key = sc->s + member_off + 1;
 		size_t klen = sc->i - member_off - 2;
-		if (prev && utf16_cmp((const char *)prev, prev_len, (const char *)key, klen) >= 0)
+		if (prev && !key_before(prev, prev_len, key, klen))
 			return 0;
 		prev = key;
 		prev_len = klen;

@@ -46,12 +46,12 @@ struct canon_member {
 
 /* What canon_scan learns of a line in one pass. */
 struct canon_scan {
-	struct canon_member hash, prev_hash, seq, kind, id;
+	struct canon_member hash, prev_hash, seq, kind, id, evidence;
 };
 
 /* One-pass check that line[0..n) is a JSON object already in canonical form
  * (so hashing its bytes equals hashing its canonical re-serialization), and
- * where its top-level hash/prevHash/seq/kind/id members are. Returns 1 if
+ * where its top-level hash/prevHash/seq/kind/id/evidence members are. Returns 1 if
  * canonical, 0 if not (the caller falls back to parsing into a tree). */
 int canon_scan(const char *line, size_t n, struct canon_scan *out);
 

@@ -1,12 +1,21 @@
 /* chain.c - streaming, parallel verification of a sha256-chain-v1 trace.
  *
  * The trace is read in blocks of at most BLOCK bytes and BLOCK_LINES lines,
- * with two blocks in flight: while worker threads check the lines of one
- * (each entry's hash depends only on its own bytes), the calling thread
- * reads and splits the next; then the checked block is linked in order
- * (each prevHash must be the previous entry's hash). Memory is bounded by
- * two blocks, their line tables and the longest allowed line, whatever the
- * length of the trace or of its lines. */
+ * with two blocks in flight: while threads check the lines of one, chunk
+ * by chunk (each entry's hash depends only on its own bytes), the calling
+ * thread reads and splits the next and hands it on too; then the checked
+ * block is linked in order (each prevHash must be the previous entry's
+ * hash) while the threads go on with the next. Memory is bounded by two
+ * blocks, their line tables and the longest allowed line, whatever the
+ * length of the trace or of its lines.
+ *
+ * Where the time goes, for a trace of a million canonical lines: hashing
+ * (each line's entry hash and Merkle leaf, and the tree's inner nodes:
+ * about thirteen SHA-256 compressions per line, where reading the file
+ * once is five), then canon_scan's one pass over the bytes, the kernel's
+ * copy of them, and splitting and linking. The hashes of a chunk are
+ * therefore made all at once by sha256_many, which hashes sixteen at a
+ * time where the processor can. */
 #include "chain.h"
 #include "atomic.h"
 #include "buf.h"
@@ -15,6 +24,7 @@
 #include "ndjson.h"
 #include "sha.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -25,11 +35,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Both can be set at build time: the fuzz harness (tests/fuzz) uses tiny
  * blocks so that small inputs already have lines spanning blocks. */
 #ifndef BLOCK
-#define BLOCK (4u << 20)   /* bytes read per block: large enough to amortize threads */
+#define BLOCK (2u << 20)   /* bytes read per block: many chunks of lines, and two of them in memory */
 #endif
 #ifndef BLOCK_LINES
 #define BLOCK_LINES 32768  /* lines per block: bounds the line table when lines are tiny */
@@ -72,9 +85,22 @@ static void fail(struct line_info *li, const char *msg)
 }
 
 /* 64 lowercase hex digits, without the branch per digit that made this
- * check as costly as hashing. */
+ * check as costly as hashing; sixteen at a time where SSE2 is (every
+ * x86-64: bytes of 0x80 and above are negative and fail both ranges). */
 static int is_hex64(const char *s)
 {
+#ifdef __SSE2__
+	const __m128i below_0 = _mm_set1_epi8('0' - 1), above_9 = _mm_set1_epi8('9' + 1);
+	const __m128i below_a = _mm_set1_epi8('a' - 1), above_f = _mm_set1_epi8('f' + 1);
+	unsigned ok = 0xFFFF;
+	for (int i = 0; i < 64; i += 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+		__m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, below_0), _mm_cmplt_epi8(v, above_9));
+		__m128i letter = _mm_and_si128(_mm_cmpgt_epi8(v, below_a), _mm_cmplt_epi8(v, above_f));
+		ok &= (unsigned)_mm_movemask_epi8(_mm_or_si128(digit, letter));
+	}
+	return ok == 0xFFFF;
+#else
 	static const unsigned char ok[256] = {
 		['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
 		['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
@@ -83,30 +109,34 @@ static int is_hex64(const char *s)
 	for (int i = 0; i < 64; i++)
 		bad |= ok[(unsigned char)s[i]] ^ 1u;
 	return bad == 0;
-}
-
-/* Hash of a canonical line with its top-level "hash" member cut out: the
- * canonical form of the entry without `hash`, without building a tree. */
-static void hash_without_member(const char *line, size_t n, const struct canon_member *m, unsigned char out[32])
-{
-	size_t cut_from = m->member_off, cut_to = m->member_off + m->member_len;
-	if (line[cut_from - 1] == ',')
-		cut_from--;             /* ",\"hash\":..." */
-	else if (line[cut_to] == ',')
-		cut_to++;               /* first member: "\"hash\":...," */
-	struct sha256 ctx;
-	sha256_init(&ctx);
-	sha256_update(&ctx, line, cut_from);
-	sha256_update(&ctx, line + cut_to, n - cut_to);
-	sha256_final(&ctx, out);
+#endif
 }
 
 /* 1 if the 64 hex digits at hex spell the 32 bytes of md. */
 static int hex_matches(const char *hex, const unsigned char md[32])
 {
+#ifdef __SSE2__
+	/* Each nibble n becomes '0' + n, plus the gap up to 'a' when n > 9. */
+	const __m128i low = _mm_set1_epi8(0x0F), nine = _mm_set1_epi8(9), zero = _mm_set1_epi8('0');
+	const __m128i gap = _mm_set1_epi8('a' - '0' - 10);
+	unsigned same = 0xFFFF;
+	for (int i = 0; i < 32; i += 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(md + i));
+		__m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), low), lo = _mm_and_si128(v, low);
+		__m128i nibbles[2] = {_mm_unpacklo_epi8(hi, lo), _mm_unpackhi_epi8(hi, lo)};
+		for (int k = 0; k < 2; k++) {
+			__m128i digits = _mm_add_epi8(_mm_add_epi8(nibbles[k], zero),
+			                              _mm_and_si128(_mm_cmpgt_epi8(nibbles[k], nine), gap));
+			__m128i text = _mm_loadu_si128((const __m128i *)(const void *)(hex + 2 * i + 16 * k));
+			same &= (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(digits, text));
+		}
+	}
+	return same == 0xFFFF;
+#else
 	char got[65];
 	hex_encode(md, 32, got);
 	return memcmp(got, hex, 64) == 0;
+#endif
 }
 
 /* seq as JSON.parse reads it: plain digits are the common case. */
@@ -177,19 +207,31 @@ static void check_evidence(struct line_info *li, const json_t *entry, const stru
 		li->ev_error = xstrdup(e.text);
 }
 
-/* Fast path: the line is already canonical. Returns 1 if handled. */
-static int check_canonical(struct line_info *li)
+/* What the fast path left to do for a line. */
+enum scanned {
+	SCAN_TREE, /* not canonical: the tree path checks it */
+	SCAN_DONE, /* checked (or failed) */
+	SCAN_HASH, /* its entry hash is to be compared: the hash of its text
+	              without the top-level "hash" member, [0, cut_from) and
+	              [cut_to, len) - the canonical form of the entry without
+	              `hash`, with no tree built */
+};
+
+/* Fast path: the line is already canonical (*sc: what canon_scan found). */
+static enum scanned check_canonical(struct line_info *li, struct canon_scan *scan, size_t *cut_from,
+                                    size_t *cut_to)
 {
 	struct canon_scan sc;
 	if (!canon_scan(li->text, li->len, &sc))
-		return 0;
+		return SCAN_TREE;
+	*scan = sc;
 	/* An id or kind with escapes would need decoding: leave it to the tree,
 	 * which also refuses a kind holding U+0000 (spelled \u0000 here). Keys
 	 * with escapes never reach this path (canon_scan). */
 	if (sc.id.present && memchr(li->text + sc.id.value_off, '\\', sc.id.value_len))
-		return 0;
+		return SCAN_TREE;
 	if (sc.kind.present && memchr(li->text + sc.kind.value_off, '\\', sc.kind.value_len))
-		return 0;
+		return SCAN_TREE;
 	if (sc.seq.present && li->text[sc.seq.value_off] != '"')
 		li->seq = number_at(li->text + sc.seq.value_off, sc.seq.value_len);
 	/* A canonical number is already spelled as an error message prints it. */
@@ -206,22 +248,24 @@ static int check_canonical(struct line_info *li)
 		li->id_len = sc.id.value_len - 2;
 	}
 	if (!sc.hash.present && !sc.prev_hash.present)
-		return 1;
+		return SCAN_DONE;
 	if (!sc.hash.present || !sc.prev_hash.present)
-		return fail(li, sc.hash.present ? "hash without prevHash" : "prevHash without hash"), 1;
+		return fail(li, sc.hash.present ? "hash without prevHash" : "prevHash without hash"), SCAN_DONE;
 	const char *hash = li->text + sc.hash.value_off + 1, *prev = li->text + sc.prev_hash.value_off + 1;
 	if (sc.hash.value_len != 66 || hash[-1] != '"' || !is_hex64(hash))
-		return fail(li, "hash is not 64 lowercase hex digits"), 1;
+		return fail(li, "hash is not 64 lowercase hex digits"), SCAN_DONE;
 	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !is_hex64(prev))
-		return fail(li, "prevHash is not 64 lowercase hex digits"), 1;
+		return fail(li, "prevHash is not 64 lowercase hex digits"), SCAN_DONE;
 	li->chained = 1;
 	li->hash = hash;
 	li->prev = prev;
-	unsigned char got[32];
-	hash_without_member(li->text, li->len, &sc.hash, got);
-	if (!hex_matches(hash, got))
-		fail(li, "hash mismatch (the entry's content was altered)");
-	return 1;
+	*cut_from = sc.hash.member_off;
+	*cut_to = sc.hash.member_off + sc.hash.member_len;
+	if (li->text[*cut_from - 1] == ',')
+		(*cut_from)--;  /* ",\"hash\":..." */
+	else if (li->text[*cut_to] == ',')
+		(*cut_to)++;    /* first member: "\"hash\":...," */
+	return SCAN_HASH;
 }
 
 /* Why the entry is refused if its kind or one of its own member names
@@ -330,33 +374,6 @@ static const char *skip_string(const char *p, const char *end)
 	return NULL;
 }
 
-static const char *skip_value(const char *p, const char *end)
-{
-	if (p >= end)
-		return NULL;
-	if (*p == '"')
-		return skip_string(p, end);
-	if (*p != '{' && *p != '[') {
-		while (p < end && *p != ',' && *p != '}' && *p != ']')
-			p++;
-		return p;
-	}
-	int depth = 0;
-	while (p < end) {
-		if (*p == '"') {
-			if (!(p = skip_string(p, end)))
-				return NULL;
-			continue;
-		}
-		if (*p == '{' || *p == '[')
-			depth++;
-		else if ((*p == '}' || *p == ']') && --depth == 0)
-			return p + 1;
-		p++;
-	}
-	return NULL;
-}
-
 /* One reference in canonical form at *pp: 1 with ref filled and *pp past it. */
 static int scan_ref(const char **pp, const char *end, struct evidence_ref *ref)
 {
@@ -419,51 +436,21 @@ static int scan_refs(const char *p, const char *end, struct ref_check *rc)
 	}
 }
 
-/* 1 if handled: the line has no top-level evidence member, or its
- * references were all checked. */
-static int scan_canonical_evidence(struct line_info *li, const struct chain_opts *o)
+/* The evidence of a line that took the fast path: ev is its top-level
+ * evidence member as canon_scan found it. References in their exact
+ * canonical form are checked here; any other value is left to the tree,
+ * which gives the same answer and names what is wrong. */
+static void check_canonical_evidence(struct line_info *li, const struct canon_member *ev,
+                                     const struct chain_opts *o)
 {
-	const char *p = li->text + 1, *end = li->text + li->len;
-	if (li->len < 2 || li->text[0] != '{')
-		return 0;
-	if (*p == '}')
-		return 1;
-	for (;;) {
-		if (*p != '"')
-			return 0;
-		const char *key = p + 1;
-		if (!(p = skip_string(p, end)) || p >= end || *p++ != ':')
-			return 0;
-		size_t klen = (size_t)(p - 2 - key);
-		int cmp = memcmp(key, EVIDENCE_MEMBER, klen < 8 ? klen : 8);
-		if (cmp == 0 && klen == 8) {
-			struct ref_check rc = {li, o};
-			if (!scan_refs(p, end, NULL))
-				return 0;
-			scan_refs(p, end, &rc);
-			return 1;
-		}
-		if (cmp > 0 || (cmp == 0 && klen > 8))
-			return 1; /* keys are sorted: past where it would be */
-		if (!(p = skip_value(p, end)) || p >= end)
-			return 0;
-		if (*p != ',')
-			return 1;
-		p++;
-	}
-}
-
-/* The evidence of a line that took the fast path. A canonical line spells
- * a top-level member as "evidence": literally (keys hold no escapes but
- * for '"', '\\' and controls), so a line without those bytes has none and
- * is not looked at; one with them is scanned (the bytes may also be a key
- * inside data, which the scan tells apart). */
-static void check_canonical_evidence(struct line_info *li, const struct chain_opts *o)
-{
-	static const char key[] = "\"" EVIDENCE_MEMBER "\":";
-	if (li->error || !memmem(li->text, li->len, key, sizeof key - 1) ||
-	    scan_canonical_evidence(li, o))
+	if (li->error || !ev->present)
 		return;
+	const char *p = li->text + ev->value_off, *end = li->text + li->len;
+	if (scan_refs(p, end, NULL)) {
+		struct ref_check rc = {li, o};
+		scan_refs(p, end, &rc);
+		return;
+	}
 	struct sfma_err e;
 	json_t *v = ndjson_parse(li->text, li->len, &e);
 	if (!v) { /* canon_scan accepted it: cannot happen, but never skip a check */
@@ -474,12 +461,13 @@ static void check_canonical_evidence(struct line_info *li, const struct chain_op
 	json_decref(v);
 }
 
-struct work {
-	struct line_info *lines;
-	size_t from, to;
-	uint64_t base; /* leaves before lines[0] */
-	const struct chain_opts *opts;
-};
+/* Lines a thread takes at a time: their entry hashes and leaves, some two
+ * thousand messages, fill the lanes of sha256_many many times over, and
+ * so do all but the top few levels of their pieces' inner nodes. (A
+ * chunk's tables, some 270 KB, are on the checking thread's stack.) */
+#ifndef CHUNK_LINES
+#define CHUNK_LINES 1024
+#endif
 
 /* The first size after leaf count g at which the tree must be seen whole
  * (the mark, a point), or UINT64_MAX. */
@@ -501,48 +489,111 @@ static uint64_t next_cut(const struct chain_opts *o, uint64_t g)
 	return cut;
 }
 
-/* Cut the share's leaves into complete subtrees aligned on their size
- * (never across a size the tree must be seen at) and hash each here, in
- * parallel with the other shares: the linking, which must go in order,
- * is then left with O(log n) node hashes per share. */
-static void hash_pieces(struct work *w)
+/* Cut the leaves of lines [from, to) (the first has base + from lines
+ * before it) into complete subtrees aligned on their size, never across a
+ * size the tree must be seen at, and hash each here, in parallel with the
+ * other chunks: the linking, which must go in order, is then left with
+ * O(log n) node hashes per chunk. The inner nodes of all the pieces are
+ * hashed a level at a time, each level one batch of sha256_many. */
+static void hash_pieces(struct line_info *lines, size_t from, size_t to, uint64_t base,
+                        const struct chain_opts *o)
 {
-	uint64_t g = w->base + w->from, end = w->base + w->to;
-	size_t i = w->from;
-	while (g < end) {
-		uint64_t cut = next_cut(w->opts, g);
+	struct piece {
+		size_t first;  /* its first line */
+		uint64_t leaf; /* the index of that line's leaf in the tree */
+		unsigned height;
+	} pieces[CHUNK_LINES];
+	size_t np = 0;
+	unsigned tallest = 0;
+	uint64_t g = base + from, end = base + to;
+	for (size_t i = from; g < end;) {
+		uint64_t cut = next_cut(o, g);
 		unsigned h = merkle_piece_height(g, cut < end ? cut : end);
 		size_t count = (size_t)1 << h;
-		struct line_info *last = &w->lines[i + count - 1];
-		if (h > 0) {
-			struct merkle_frontier f;
-			merkle_frontier_init(&f);
-			for (size_t j = i; j < i + count; j++) {
-				w->lines[j].piece = 0;
-				merkle_frontier_add(&f, w->lines[j].node);
-			}
-			merkle_frontier_root(&f, last->node);
-		}
-		last->piece = (unsigned char)(h + 1);
+		for (size_t j = i; j < i + count; j++)
+			lines[j].piece = 0;
+		lines[i + count - 1].piece = (unsigned char)(h + 1);
+		pieces[np++] = (struct piece){i, g, h};
+		if (h > tallest)
+			tallest = h;
 		i += count;
 		g += count;
 	}
+	/* Level L of a piece: its nodes over 2^L leaves, at (leaf >> L) -
+	 * ((base + from) >> L) in level[L % 2]; each piece's top goes into
+	 * the node of its last line, where linking finds it. */
+	static_assert(CHUNK_LINES >= 2, "a chunk holds a pair of leaves");
+	unsigned char level[2][CHUNK_LINES / 2 + 1][MERKLE_HASH_LEN];
+	struct sha256_job jobs[CHUNK_LINES / 2 + 1];
+	for (unsigned L = 1; L <= tallest; L++) {
+		size_t nj = 0;
+		uint64_t first = (base + from) >> L, below = (base + from) >> (L - 1);
+		for (size_t p = 0; p < np; p++) {
+			const struct piece *pc = &pieces[p];
+			if (pc->height < L)
+				continue;
+			size_t at = (size_t)((pc->leaf >> L) - first), src = (size_t)((pc->leaf >> (L - 1)) - below);
+			for (size_t j = 0; j < (size_t)1 << (pc->height - L); j++) {
+				const unsigned char *left, *right;
+				if (L == 1) {
+					left = lines[pc->first + 2 * j].node;
+					right = lines[pc->first + 2 * j + 1].node;
+				} else {
+					left = level[(L - 1) % 2][src + 2 * j];
+					right = level[(L - 1) % 2][src + 2 * j + 1];
+				}
+				nj += merkle_node_job(&jobs[nj], left, right, level[L % 2][at + j]);
+			}
+		}
+		sha256_many(jobs, nj);
+		for (size_t p = 0; p < np; p++)
+			if (pieces[p].height == L)
+				memcpy(lines[pieces[p].first + ((size_t)1 << L) - 1].node,
+				       level[L % 2][(size_t)((pieces[p].leaf >> L) - first)], MERKLE_HASH_LEN);
+	}
 }
 
-static void *worker(void *arg)
+/* Check lines [from, to) of a block whose first line has base lines
+ * before it: each line on its own, then the entry hashes and leaves of
+ * all of them at once (sha256_many), then the tree's pieces. 1 if a line
+ * holds memory of its own (release_lines frees it), else 0. */
+static int check_chunk(struct line_info *lines, size_t from, size_t to, uint64_t base,
+                        const struct chain_opts *o)
 {
-	struct work *w = arg;
-	for (size_t i = w->from; i < w->to; i++) {
-		if (!check_canonical(&w->lines[i]))
-			check_tree(&w->lines[i], w->opts);
-		else if (w->opts->evidence)
-			check_canonical_evidence(&w->lines[i], w->opts);
-		if (w->opts->tree)
-			merkle_leaf_hash(w->lines[i].text, w->lines[i].len, w->lines[i].node);
+	struct sha256_job jobs[2 * CHUNK_LINES];
+	unsigned char entry_md[CHUNK_LINES][32];
+	struct canon_member evidence[CHUNK_LINES];
+	unsigned char scanned[CHUNK_LINES];
+	size_t nj = 0;
+	for (size_t i = from; i < to; i++) {
+		struct line_info *li = &lines[i];
+		size_t k = i - from, cut_from = 0, cut_to = 0;
+		struct canon_scan sc;
+		scanned[k] = (unsigned char)check_canonical(li, &sc, &cut_from, &cut_to);
+		if (scanned[k] == SCAN_TREE)
+			check_tree(li, o);
+		else
+			evidence[k] = sc.evidence;
+		if (scanned[k] == SCAN_HASH)
+			jobs[nj++] = (struct sha256_job){{li->text, li->text + cut_to, NULL},
+			                                 {cut_from, li->len - cut_to, 0}, entry_md[k]};
+		if (o->tree)
+			nj += merkle_leaf_job(&jobs[nj], li->text, li->len, li->node);
 	}
-	if (w->opts->tree)
-		hash_pieces(w);
-	return NULL;
+	sha256_many(jobs, nj);
+	int owns = 0;
+	for (size_t i = from; i < to; i++) {
+		struct line_info *li = &lines[i];
+		size_t k = i - from;
+		if (scanned[k] == SCAN_HASH && !hex_matches(li->hash, entry_md[k]))
+			fail(li, "hash mismatch (the entry's content was altered)");
+		if (scanned[k] != SCAN_TREE && o->evidence)
+			check_canonical_evidence(li, &evidence[k], o);
+		owns |= li->owned || li->error || li->ev_error;
+	}
+	if (o->tree)
+		hash_pieces(lines, from, to, base, o);
+	return owns;
 }
 
 /* Why a block stopped short of its buffer's end. */
@@ -557,9 +608,9 @@ struct block {
 	uint64_t base;           /* lines of the trace before this block's first */
 	enum pending pending;
 	int read_errno;
-	pthread_t tid[MAX_THREADS];
-	struct work w[MAX_THREADS];
-	int threads, started;
+	/* Its chunks of CHUNK_LINES lines, under the pool's lock: */
+	size_t chunks, claimed, finished;
+	int owns;                /* a line holds memory of its own */
 };
 
 struct reader {
@@ -569,12 +620,13 @@ struct reader {
 
 static void release_lines(struct block *b)
 {
-	for (size_t i = 0; i < b->n; i++) {
+	for (size_t i = 0; b->owns && i < b->n; i++) {
 		free(b->lines[i].owned);
 		free(b->lines[i].error);
 		free(b->lines[i].ev_error);
 	}
 	b->n = 0;
+	b->owns = 0;
 }
 
 /* Read into b, after the bytes it already holds, until it has a block's
@@ -628,39 +680,128 @@ static void load_block(struct reader *rd, struct block *b)
 	}
 }
 
-/* Lines one worker thread must have at least: fewer are checked on the
- * calling thread, in join_workers. A small run's trace (tens to a few
- * hundred lines, well under a millisecond of hashing) would otherwise wait
- * for a thread to be created and scheduled, which on a busy machine costs
- * more than the checking. */
+/* ---- the worker threads ------------------------------------------------------
+ *
+ * Blocks are published in trace order, at most two at a time: while the
+ * threads check the chunks of one, the calling thread reads and splits
+ * the next and publishes it too, so that the threads go on with it while
+ * the first is linked. Each thread takes the oldest chunk nobody has
+ * taken; the calling thread, while it waits for a block, takes chunks
+ * too. With n threads asked for, n - 1 are started: the calling thread
+ * is the n-th. A thread that cannot be started is not needed: the calling
+ * thread checks whatever nobody took. */
+
+/* Lines a block must have for threads to be started for it: a small
+ * run's trace (tens to a few hundred lines, well under a millisecond of
+ * hashing) would otherwise wait for a thread to be created and scheduled,
+ * which on a busy machine costs more than the checking. */
 #define LINES_PER_THREAD 256
 
-/* Hand the lines of b to worker threads; tiny blocks are not worth one. */
-static void start_workers(struct block *b, int threads, const struct chain_opts *opts)
+struct pool {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;    /* a block was published, or stop */
+	pthread_cond_t done;    /* a block's last chunk was checked */
+	struct block *queue[2]; /* published and not yet awaited, oldest first */
+	int queued, stop;
+	const struct chain_opts *opts;
+	int wanted, started, published;
+	pthread_t tid[MAX_THREADS];
+};
+
+/* Under the lock: a chunk of b nobody took, as its index, or -1. */
+static long claim_in(struct block *b)
 {
-	int t = b->n ? threads : 0;
-	if ((size_t)t > b->n / LINES_PER_THREAD + 1)
-		t = (int)(b->n / LINES_PER_THREAD + 1);
-	b->threads = t;
-	b->started = 0;
-	for (int k = 0; k < t; k++)
-		b->w[k] = (struct work){b->lines, b->n * (size_t)k / (size_t)t,
-		                        b->n * (size_t)(k + 1) / (size_t)t, b->base, opts};
-	if (b->n < LINES_PER_THREAD)
-		return; /* one share, checked by join_workers on this thread */
-	for (int k = 0; k < t; k++) {
-		if (pthread_create(&b->tid[k], NULL, worker, &b->w[k]) != 0)
-			break;
-		b->started = k + 1;
-	}
+	return b->claimed < b->chunks ? (long)b->claimed++ : -1;
 }
 
-static void join_workers(struct block *b)
+/* Under the lock: check chunk c of b with the lock released. */
+static void run_chunk(struct pool *p, struct block *b, size_t c)
 {
-	for (int k = 0; k < b->started; k++)
-		pthread_join(b->tid[k], NULL);
-	for (int k = b->started; k < b->threads; k++) /* threads that could not start */
-		worker(&b->w[k]);
+	pthread_mutex_unlock(&p->lock);
+	size_t from = c * CHUNK_LINES, to = from + CHUNK_LINES < b->n ? from + CHUNK_LINES : b->n;
+	int owns = check_chunk(b->lines, from, to, b->base, p->opts);
+	pthread_mutex_lock(&p->lock);
+	b->owns |= owns;
+	if (++b->finished == b->chunks)
+		pthread_cond_broadcast(&p->done);
+}
+
+static void *pool_thread(void *arg)
+{
+	struct pool *p = arg;
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		long c = -1;
+		int q = 0;
+		for (; q < p->queued && c < 0; q++)
+			c = claim_in(p->queue[q]);
+		if (c < 0)
+			pthread_cond_wait(&p->wake, &p->lock);
+		else
+			run_chunk(p, p->queue[q - 1], (size_t)c);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static void pool_init(struct pool *p, int threads, const struct chain_opts *opts)
+{
+	memset(p, 0, sizeof *p);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->wake, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->opts = opts;
+	p->wanted = threads - 1;
+}
+
+/* Hand b's lines to the threads (started with the first block worth it). */
+static void pool_publish(struct pool *p, struct block *b)
+{
+	pthread_mutex_lock(&p->lock);
+	b->chunks = (b->n + CHUNK_LINES - 1) / CHUNK_LINES;
+	b->claimed = b->finished = 0;
+	p->queue[p->queued++] = b;
+	p->published++;
+	if (p->started == 0 && (b->n >= LINES_PER_THREAD || p->published > 1))
+		while (p->started < p->wanted && pthread_create(&p->tid[p->started], NULL, pool_thread, p) == 0)
+			p->started++;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Wait until every chunk of b, the oldest block published, is checked,
+ * checking chunks meanwhile; then b leaves the queue. */
+static void pool_await(struct pool *p, struct block *b)
+{
+	pthread_mutex_lock(&p->lock);
+	assert(p->queued > 0 && p->queue[0] == b);
+	while (b->finished < b->chunks) {
+		long c = -1;
+		int q = 0;
+		for (; q < p->queued && c < 0; q++)
+			c = claim_in(p->queue[q]);
+		if (c >= 0)
+			run_chunk(p, p->queue[q - 1], (size_t)c);
+		else
+			pthread_cond_wait(&p->done, &p->lock);
+	}
+	p->queue[0] = p->queue[1];
+	p->queued--;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Stop the threads: a chunk being checked is finished, no other is taken. */
+static void pool_stop(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+	for (int k = 0; k < p->started; k++)
+		pthread_join(p->tid[k], NULL);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->wake);
+	pthread_cond_destroy(&p->done);
 }
 
 struct verifier {
@@ -869,12 +1010,14 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 		blk[i].lines = xmalloc(BLOCK_LINES * sizeof *blk[i].lines);
 	}
 	struct block *cur = &blk[0], *nxt = &blk[1];
+	struct pool pool;
+	pool_init(&pool, threads, opts);
 	int rc = 0;
 	cur->base = out->entries;
 	load_block(&rd, cur);
+	pool_publish(&pool, cur);
 	for (;;) {
-		start_workers(cur, threads, opts);
-		/* Read ahead while the workers check. */
+		/* Read ahead while the threads check, and hand that on too. */
 		int more = cur->pending == PEND_NONE && !(rd.eof && cur->used == cur->have);
 		if (more) {
 			release_lines(nxt);
@@ -882,8 +1025,9 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 			memcpy(nxt->buf, cur->buf + cur->used, nxt->have);
 			nxt->base = cur->base + cur->n;
 			load_block(&rd, nxt);
+			pool_publish(&pool, nxt);
 		}
-		join_workers(cur);
+		pool_await(&pool, cur);
 		if (link_lines(&v, cur->lines, cur->n, e) < 0) {
 			rc = -1;
 			break;
@@ -898,6 +1042,7 @@ int chain_verify_fd(int fd, const struct chain_opts *opts, struct chain_summary 
 		cur = nxt;
 		nxt = t;
 	}
+	pool_stop(&pool);
 	if (rc == 0 && !v.seen_chained && out->legacy > 0) {
 		unsigned char digest[32];
 		sha256_final(&v.legacy, digest);

@@ -47,12 +47,16 @@ static json_t *stub_message(const json_t *msg, const json_t *ref)
 
 size_t context_bytes(const char *system, const json_t *messages, const json_t *tools)
 {
-	json_t *v = json_pack("{s:s, s:O}", "system", system, "messages", messages);
-	if (tools)
-		json_object_set(v, "tools", (json_t *)tools);
-	size_t n = canon_len(v);
-	json_decref(v);
-	return n;
+	/* The canonical form of {"messages":M,"system":S[,"tools":T]}, its
+	 * members in that (canonical) order, counted member by member rather
+	 * than of an object built with a copy of the system prompt at every
+	 * request. A member canon_dump refuses leaves nothing, as the whole. */
+	static const char messages_key[] = "{\"messages\":", system_key[] = ",\"system\":", tools_key[] = ",\"tools\":";
+	size_t m = 0, t = 0;
+	if (canon_size(messages, &m, NULL) < 0 || (tools && canon_size(tools, &t, NULL) < 0))
+		return 0;
+	return sizeof messages_key - 1 + m + sizeof system_key - 1 + canon_string_size(system, strlen(system)) +
+	       (tools ? sizeof tools_key - 1 + t : 0) + 1;
 }
 
 /* A message may be elided unless it is the first (the start, the

@@ -51,6 +51,7 @@ void core_free(struct core *c)
 	free(c->task);
 	free(c->clarification);
 	free(c->system);
+	json_decref(c->system_json);
 	free(c->inbox);
 	json_decref(c->lifecycle);
 	json_decref(c->prompt_ref);
@@ -252,6 +253,7 @@ void core_open(struct core *c, int64_t wall_ms)
 static void genesis(struct core *c)
 {
 	c->system = genesis_prompt(c->m, c->task, c->dry_run, c->pinned_run);
+	c->system_json = json_string(c->system);
 	struct buf first = {0};
 	if (c->pinned_run) {
 		struct buf cand = {0};

@@ -78,6 +78,7 @@ struct core {
 	json_t *lifecycle;
 	/* the model */
 	char *system;
+	json_t *system_json;       /* system as a JSON string, made once (NULL if it is not UTF-8) */
 	json_t *prompt_ref;        /* the system prompt's reference, until a call reports it */
 	json_t *tool_defs;
 	json_t *candidate;

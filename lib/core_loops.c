@@ -240,7 +240,10 @@ static long send_model(struct core *c, const char *purpose, const char *cls, con
                        const json_t *messages, int tools, const char *task_id, const char *avoid, long allowance)
 {
 	long id = ++c->next_request;
-	json_t *req = json_pack("{s:I, s:s, s:O, s:s, s:I, s:b, s:s}", "id", (json_int_t)id, "system", system,
+	/* The work requests' system prompt, a few kilobytes, is one string
+	 * shared by all of them rather than copied (and checked) into each. */
+	json_t *sys = system == c->system && c->system_json ? json_incref(c->system_json) : json_string(system);
+	json_t *req = json_pack("{s:I, s:o, s:O, s:s, s:I, s:b, s:s}", "id", (json_int_t)id, "system", sys,
 	                        "messages", messages, "class", cls, "callsLeft", (json_int_t)allowance, "tools", tools,
 	                        "purpose", purpose);
 	json_object_set_new(req, "task", task_id ? json_string(task_id) : json_null());

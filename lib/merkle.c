@@ -36,6 +36,31 @@ void merkle_node_hash(const unsigned char left[MERKLE_HASH_LEN], const unsigned 
 	sha256_final(&s, out);
 }
 
+static const unsigned char leaf_prefix = 0x00, node_prefix = 0x01;
+
+size_t merkle_leaf_job(struct sha256_job *job, const void *data, size_t n, unsigned char out[MERKLE_HASH_LEN])
+{
+#ifdef SFMA_BENCH_NO_TREE
+	(void)job;
+	merkle_leaf_hash(data, n, out);
+	return 0;
+#endif
+	*job = (struct sha256_job){{&leaf_prefix, data, NULL}, {1, n, 0}, out};
+	return 1;
+}
+
+size_t merkle_node_job(struct sha256_job *job, const unsigned char left[MERKLE_HASH_LEN],
+                       const unsigned char right[MERKLE_HASH_LEN], unsigned char out[MERKLE_HASH_LEN])
+{
+#ifdef SFMA_BENCH_NO_TREE
+	(void)job;
+	merkle_node_hash(left, right, out);
+	return 0;
+#endif
+	*job = (struct sha256_job){{&node_prefix, left, right}, {1, MERKLE_HASH_LEN, MERKLE_HASH_LEN}, out};
+	return 1;
+}
+
 void merkle_frontier_init(struct merkle_frontier *f)
 {
 	f->size = 0;

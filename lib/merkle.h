@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sha.h"
+
 #define MERKLE_HASH_LEN 32
 /* Sizes are int64 in tlog and in the checkpoint's text: at most 2^63 - 1
  * leaves, so a frontier has at most 63 nodes and a proof at most 63
@@ -37,6 +39,15 @@ struct merkle_frontier {
 void merkle_leaf_hash(const void *data, size_t n, unsigned char out[MERKLE_HASH_LEN]);
 void merkle_node_hash(const unsigned char left[MERKLE_HASH_LEN], const unsigned char right[MERKLE_HASH_LEN],
                       unsigned char out[MERKLE_HASH_LEN]);
+
+/* The same hashes as jobs for sha256_many (sha.h), which hashes many at
+ * once: the job for the leaf of data, or for the node of left and right,
+ * with its digest into out. Returns the number of jobs made in *job: 1,
+ * or 0 when out was filled already (builds without the tree, see
+ * merkle.c). The inputs must stay in place until the job is hashed. */
+size_t merkle_leaf_job(struct sha256_job *job, const void *data, size_t n, unsigned char out[MERKLE_HASH_LEN]);
+size_t merkle_node_job(struct sha256_job *job, const unsigned char left[MERKLE_HASH_LEN],
+                       const unsigned char right[MERKLE_HASH_LEN], unsigned char out[MERKLE_HASH_LEN]);
 
 void merkle_frontier_init(struct merkle_frontier *f);
 /* Add the next leaf (its hash). 0, or -1 when the tree is full. */

@@ -29,6 +29,22 @@ void hex_encode(const unsigned char *in, size_t n, char *out);
 /* 1 if s[0..n) is exactly 64 lowercase hex digits. */
 int is_sha256_hex(const char *s, size_t n);
 
+/* One message for sha256_many: the bytes of part[0], part[1] and part[2]
+ * in that order (a part of length 0 may be NULL), its digest into md. */
+#define SHA256_JOB_PARTS 3
+struct sha256_job {
+	const void *part[SHA256_JOB_PARTS];
+	size_t len[SHA256_JOB_PARTS];
+	unsigned char *md; /* 32 bytes */
+};
+
+/* The SHA-256 of each of the n jobs' messages, as sha256_init, _update
+ * and _final give it; several at once where the processor can
+ * (sha_many.c). Thread-safe; nothing is allocated. */
+void sha256_many(struct sha256_job *jobs, size_t n);
+/* How many messages sha256_many hashes at once here (1: one by one). */
+int sha256_many_lanes(void);
+
 /* SHA-256 of a whole file as hex; 0, or -1 with errno. */
 int sha256_file_hex(int fd, char out[SHA256_HEX_LEN + 1]);
 

@@ -286,7 +286,7 @@ PY
 	run sfma-verify big
 	[ "$status" -eq 0 ]
 	[[ "$output" == "AUDIT_OK signature=none entries=40000 head="*" evidence=20000" ]]
-	# one blob removed past the first block of 32768 lines
+	# one blob removed, many blocks past the first
 	ref=$(sed -n 39000p big/.sfma/trace.jsonl | jq -r '.evidence.output.sha256')
 	rm big/.sfma/evidence/"$ref"
 	verify_invalid big -- "seq 39000: evidence $ref missing"

@@ -316,6 +316,39 @@ PY
 	invalid legacy "trace line 3: prevHash does not match"
 }
 
+@test "a long trace verifies the same whatever the threads, and the first broken line is the one named" {
+	# 60000 lines, some 19 MB: blocks checked while the one before is
+	# linked, each cut into chunks taken by whichever thread is free.
+	mkdir -p long/.sfma
+	python3 "$REPO/tests/bench/gen-trace.py" 60000 > long/.sfma/trace.jsonl
+	sfma-seal long <<<'{"manifest":{"name":"long","workspace":"long"},"verdict":"completed"}' > /dev/null
+	want=$(sfma-verify --threads 1 long)
+	[[ "$want" == "AUDIT_OK signature=none entries=60000 head="*" root="* ]]
+	for t in 2 3 8; do
+		got=$(sfma-verify --threads "$t" long)
+		[ "$got" = "$want" ] || { echo "--threads $t: $got"; return 1; }
+	done
+	cp long/.sfma/trace.jsonl sound
+	# each thread count: AUDIT_INVALID, and the reason names $1
+	names() {
+		local t err status
+		for t in 1 2 3 8; do
+			status=0
+			err=$(sfma-verify --threads "$t" long 2>&1 > verify.out) || status=$?
+			[ "$status" -eq 1 ] && [ ! -s verify.out ] && [[ "$err" == "AUDIT_INVALID: "*"$1"* ]] ||
+				{ echo "--threads $t: status $status: $err (want $1)"; return 1; }
+		done
+	}
+	# two lines broken far apart: the earlier is named, however soon the
+	# later one's block was checked
+	sed -e '41234s/"seq":41234}$/"seq":41230}/' -e '52001s/^{/[/' sound > long/.sfma/trace.jsonl
+	names "line 41234: hash mismatch"
+	sed -e '52001s/^{/[/' sound > long/.sfma/trace.jsonl
+	names "line 52001: "
+	sed -e '30000d' sound > long/.sfma/trace.jsonl
+	names "line 30000: prevHash does not match the previous entry"
+}
+
 @test "--trusted-head accepts a trace only appended to, rejects one rewritten or truncated" {
 	ours
 	T=ours/.sfma/trace.jsonl

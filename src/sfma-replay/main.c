@@ -68,6 +68,10 @@ static struct {
 	size_t evidence_before;     /* entries with evidence before the run */
 	pid_t verify_pid;
 	int verify_fd;
+	/* The mode run_dry found last, and for what prompt, task and pinning. */
+	char dry_prompt[SHA256_HEX_LEN + 1];
+	char *dry_task;
+	int dry_pinned, dry;
 } R = {.sfma_fd = -1, .verify_pid = -1, .verify_fd = -1};
 
 /* ---- sfma-verify, alongside ----------------------------------------------- */
@@ -142,6 +146,8 @@ static void cleanup(void)
 	R.ends = NULL;
 	manifest_free(R.run_m);
 	R.run_m = NULL;
+	free(R.dry_task);
+	R.dry_task = NULL;
 	manifest_free(R.record_m);
 	R.record_m = NULL;
 	json_decref(R.record);
@@ -285,18 +291,35 @@ static const struct manifest *run_manifest(const json_t *call)
 	return R.run_m;
 }
 
-/* The mode the run was in: the one whose genesis prompt it sent. */
+/* The mode the run was in: the one whose genesis prompt it sent. The
+ * prompt is a function of the manifest (the one that prompt states, see
+ * run_manifest), the task and whether the run was pinned: a run that sent
+ * the same prompt as the run before, with the same task and pinning, was
+ * in the same mode (runs of one workspace mostly are), which is not
+ * worked out again. */
 static int run_dry(const json_t *call, const struct manifest *m, const char *task, int pinned)
 {
 	if (!call)
 		return json_is_true(json_object_get(R.record, "dryRun"));
 	const char *has = ndjson_str(json_object_get(json_object_get(call, EVIDENCE_MEMBER), "prompt"), "sha256");
+	if (has && m == R.run_m && strcmp(R.run_prompt, has) == 0 && R.dry_task && strcmp(R.dry_prompt, has) == 0 &&
+	    R.dry_pinned == pinned && task && strcmp(R.dry_task, task) == 0)
+		return R.dry;
+	free(R.dry_task);
+	R.dry_task = NULL;
 	for (int dry = 0; dry <= 1; dry++) {
 		char *g = genesis_prompt(m, task, dry, pinned), hex[SHA256_HEX_LEN + 1];
 		sha256_hex(g, strlen(g), hex);
 		free(g);
-		if (has && strcmp(hex, has) == 0)
+		if (has && strcmp(hex, has) == 0) {
+			if (!task)
+				return dry;
+			snprintf(R.dry_prompt, sizeof R.dry_prompt, "%s", has);
+			R.dry_task = xstrdup(task);
+			R.dry_pinned = pinned;
+			R.dry = dry;
 			return dry;
+		}
 	}
 	diverged(call, "another system prompt", "the genesis prompt of the run's manifest and task");
 }

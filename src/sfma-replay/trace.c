@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,39 @@
 #define AHEAD_MAX_BYTES ((size_t)256 << 20)
 
 void (*replay_cleanup)(void);
-static struct buf cmp_has, cmp_want; /* the two sides of a comparison, kept between them */
+static struct buf cmp_want; /* the derived side of a comparison, kept between them */
 void (*replay_gate)(void);
+
+/* One line as the reader leaves it: the entry, its length and the
+ * canonical bytes of what of it the core derives (derived_part), or why
+ * the replay cannot go on (the text of a REPLAY_INCOMPLETE); neither at
+ * the end of the trace. */
+struct parsed {
+	json_t *entry;
+	size_t len;
+	char *part;
+	size_t part_len;
+	char *error;
+};
+
+/* Lines read and parsed ahead by the reader thread, at most READ_AHEAD
+ * of them: the parsing, a third of the replay's time, goes on beside
+ * the core, on another processor. The replay takes them in order as it
+ * needs them (the lookahead below), so every line is read, and every
+ * broken one reported, exactly as when it read them itself. */
+#define READ_AHEAD 256
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t filled, space;
+	struct parsed ring[READ_AHEAD];
+	size_t at, count;          /* ring[at .. at + count) (mod READ_AHEAD) */
+	int started, stop, done;   /* done: the end or an error is in the ring */
+	pthread_t tid;
+	/* What the replay took from the ring at once, taken one by one. */
+	struct parsed taken[READ_AHEAD];
+	size_t taken_at, taken_n;
+} P;
 
 static struct {
 	int fd;
@@ -35,11 +67,123 @@ static struct {
 	int eof;
 	json_t **q;                /* the lookahead: q[head..n) */
 	size_t *len;               /* each one's line length */
+	char **part;               /* each one's derived part, canonical */
+	size_t *part_len;
 	size_t head, n, cap, bytes;
 	json_t *last;              /* the entry last consumed */
 	size_t consumed;
 	size_t with_evidence;      /* of those, the ones with evidence */
 } T = {.fd = -1};
+
+static void derived_part(const json_t *e, struct buf *out);
+
+/* The next line of the trace, read and parsed (on the reader thread, or
+ * on the replay's own when the thread could not be started). */
+static struct parsed parse_next(void)
+{
+	struct parsed p = {0};
+	char *line;
+	size_t len;
+	struct sfma_err e;
+	int rc = lr_next(&T.lr, &line, &len, &e);
+	if (rc == 0)
+		return p;
+	size_t no = (size_t)T.lr.line_no;
+	char text[SFMA_ERR_MAX + 200];
+	if (rc < 0) {
+		snprintf(text, sizeof text, "trace line %zu: %s", no, e.text);
+		p.error = xstrdup(text);
+		return p;
+	}
+	json_t *entry = ndjson_parse(line, len, &e);
+	if (!entry || !json_is_object(entry)) {
+		json_decref(entry);
+		snprintf(text, sizeof text, "trace line %zu: %s", no, entry ? "not an object" : e.text);
+		p.error = xstrdup(text);
+		return p;
+	}
+	if (!json_object_get(entry, "hash")) {
+		json_decref(entry);
+		snprintf(text, sizeof text, "trace line %zu is a legacy line of the earlier runner: it has no evidence", no);
+		p.error = xstrdup(text);
+		return p;
+	}
+	struct buf part = {0};
+	derived_part(entry, &part);
+	p.entry = entry;
+	p.len = len;
+	p.part = part.p;
+	p.part_len = part.len;
+	return p;
+}
+
+static void parsed_free(struct parsed *p)
+{
+	json_decref(p->entry);
+	free(p->part);
+	free(p->error);
+	*p = (struct parsed){0};
+}
+
+static void *reader(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&P.lock);
+	while (!P.stop && !P.done) {
+		if (P.count == READ_AHEAD) {
+			pthread_cond_wait(&P.space, &P.lock);
+			continue;
+		}
+		pthread_mutex_unlock(&P.lock);
+		struct parsed p = parse_next();
+		pthread_mutex_lock(&P.lock);
+		P.ring[(P.at + P.count) % READ_AHEAD] = p;
+		P.count++;
+		P.done = !p.entry;
+		pthread_cond_signal(&P.filled);
+	}
+	pthread_mutex_unlock(&P.lock);
+	return NULL;
+}
+
+/* The next parsed line, in order. */
+static struct parsed take_parsed(void)
+{
+	if (!P.started)
+		return parse_next();
+	if (P.taken_at == P.taken_n) {
+		pthread_mutex_lock(&P.lock);
+		while (P.count == 0)
+			pthread_cond_wait(&P.filled, &P.lock);
+		/* All the reader has, under one lock. */
+		for (P.taken_at = P.taken_n = 0; P.count > 0; P.count--, P.at = (P.at + 1) % READ_AHEAD)
+			P.taken[P.taken_n++] = P.ring[P.at];
+		pthread_cond_signal(&P.space);
+		pthread_mutex_unlock(&P.lock);
+	}
+	struct parsed p = P.taken[P.taken_at];
+	P.taken[P.taken_at++] = (struct parsed){0};
+	return p;
+}
+
+static void reader_stop(void)
+{
+	if (P.started) {
+		pthread_mutex_lock(&P.lock);
+		P.stop = 1;
+		pthread_cond_signal(&P.space);
+		pthread_mutex_unlock(&P.lock);
+		pthread_join(P.tid, NULL);
+		for (; P.count > 0; P.count--, P.at = (P.at + 1) % READ_AHEAD)
+			parsed_free(&P.ring[P.at]);
+		for (; P.taken_at < P.taken_n; P.taken_at++)
+			parsed_free(&P.taken[P.taken_at]);
+		pthread_mutex_destroy(&P.lock);
+		pthread_cond_destroy(&P.filled);
+		pthread_cond_destroy(&P.space);
+	}
+	memset(&P, 0, sizeof P);
+}
 
 void trace_open(int sfma_fd)
 {
@@ -52,22 +196,38 @@ void trace_open(int sfma_fd)
 	/* A regular file: reads never block, the flag is no longer needed. */
 	fcntl(T.fd, F_SETFL, fcntl(T.fd, F_GETFL) & ~O_NONBLOCK);
 	lr_init(&T.lr, T.fd, LINE_MAX_BYTES);
+	memset(&P, 0, sizeof P);
+	pthread_mutex_init(&P.lock, NULL);
+	pthread_cond_init(&P.filled, NULL);
+	pthread_cond_init(&P.space, NULL);
+	P.started = pthread_create(&P.tid, NULL, reader, NULL) == 0;
+	if (!P.started) {
+		pthread_mutex_destroy(&P.lock);
+		pthread_cond_destroy(&P.filled);
+		pthread_cond_destroy(&P.space);
+	}
 }
 
 void trace_close(void)
 {
-	for (size_t i = T.head; i < T.n; i++)
+	reader_stop();
+	for (size_t i = T.head; i < T.n; i++) {
 		json_decref(T.q[i]);
+		free(T.part[i]);
+	}
 	free(T.q);
 	free(T.len);
+	free(T.part);
+	free(T.part_len);
 	json_decref(T.last);
-	buf_free(&cmp_has);
 	buf_free(&cmp_want);
 	lr_free(&T.lr);
 	if (T.fd >= 0)
 		close(T.fd);
 	T.q = NULL;
 	T.len = NULL;
+	T.part = NULL;
+	T.part_len = NULL;
 	T.last = NULL;
 	T.head = T.n = T.cap = T.bytes = T.consumed = T.with_evidence = 0;
 	T.eof = 0;
@@ -79,30 +239,23 @@ static int read_one(void)
 {
 	if (T.eof)
 		return 0;
-	char *line;
-	size_t len;
-	struct sfma_err e;
-	int rc = lr_next(&T.lr, &line, &len, &e);
-	if (rc == 0) {
+	struct parsed p = take_parsed();
+	if (p.error) {
+		char text[SFMA_ERR_MAX + 200];
+		snprintf(text, sizeof text, "%s", p.error);
+		parsed_free(&p);
+		incomplete("%s", text);
+	}
+	if (!p.entry) {
 		T.eof = 1;
 		return 0;
-	}
-	size_t no = (size_t)T.lr.line_no;
-	if (rc < 0)
-		incomplete("trace line %zu: %s", no, e.text);
-	json_t *entry = ndjson_parse(line, len, &e);
-	if (!entry || !json_is_object(entry)) {
-		json_decref(entry);
-		incomplete("trace line %zu: %s", no, entry ? "not an object" : e.text);
-	}
-	if (!json_object_get(entry, "hash")) {
-		json_decref(entry);
-		incomplete("trace line %zu is a legacy line of the earlier runner: it has no evidence", no);
 	}
 	if (T.n == T.cap) {
 		if (T.head > 0) {
 			memmove(T.q, T.q + T.head, (T.n - T.head) * sizeof *T.q);
 			memmove(T.len, T.len + T.head, (T.n - T.head) * sizeof *T.len);
+			memmove(T.part, T.part + T.head, (T.n - T.head) * sizeof *T.part);
+			memmove(T.part_len, T.part_len + T.head, (T.n - T.head) * sizeof *T.part_len);
 			T.n -= T.head;
 			T.head = 0;
 		}
@@ -110,11 +263,15 @@ static int read_one(void)
 			T.cap = T.cap ? 2 * T.cap : 256;
 			T.q = xrealloc(T.q, T.cap * sizeof *T.q);
 			T.len = xrealloc(T.len, T.cap * sizeof *T.len);
+			T.part = xrealloc(T.part, T.cap * sizeof *T.part);
+			T.part_len = xrealloc(T.part_len, T.cap * sizeof *T.part_len);
 		}
 	}
-	T.q[T.n] = entry;
-	T.len[T.n++] = len;
-	T.bytes += len;
+	T.q[T.n] = p.entry;
+	T.len[T.n] = p.len;
+	T.part[T.n] = p.part;
+	T.part_len[T.n++] = p.part_len;
+	T.bytes += p.len;
 	return 1;
 }
 
@@ -143,6 +300,8 @@ json_t *next(void)
 	json_decref(T.last);
 	T.last = e;
 	T.bytes -= T.len[T.head];
+	free(T.part[T.head]);
+	T.part[T.head] = NULL;
 	T.head++;
 	T.consumed++;
 	T.with_evidence += json_object_get(e, EVIDENCE_MEMBER) != NULL;
@@ -343,20 +502,31 @@ static int evidence_differs(const json_t *has, const json_t *want, char *a, char
 }
 
 /* What of an entry the core derives (all but seq, anchor and the chain),
- * canonical: equal bytes, equal entries. */
+ * canonical: equal bytes, equal entries. Written member by member, in
+ * the canonical order of these keys, as canon_dump writes the object of
+ * them (no object is built). */
 static void derived_part(const json_t *e, struct buf *out)
 {
-	static const char *const keys[] = {"kind", "data", "loop", "refs", "class", EVIDENCE_MEMBER, NULL};
-	json_t *part = json_object();
+	static const char *const keys[] = {"class", "data", EVIDENCE_MEMBER, "kind", "loop", "refs", NULL};
+	out->len = 0;
+	buf_addc(out, '{');
+	int first = 1;
 	for (size_t i = 0; keys[i]; i++) {
 		json_t *v = json_object_get(e, keys[i]);
-		if (v && !(strcmp(keys[i], "refs") == 0 && json_is_array(v) && json_array_size(v) == 0))
-			json_object_set(part, keys[i], v);
+		if (!v || (strcmp(keys[i], "refs") == 0 && json_is_array(v) && json_array_size(v) == 0))
+			continue;
+		if (!first)
+			buf_addc(out, ',');
+		first = 0;
+		canon_string(keys[i], strlen(keys[i]), out);
+		buf_addc(out, ':');
+		if (canon_dump(v, out, NULL) < 0) {
+			out->len = 0;
+			buf_adds(out, "?");
+			return;
+		}
 	}
-	out->len = 0;
-	if (canon_dump(part, out, NULL) < 0)
-		buf_adds(out, "?");
-	json_decref(part);
+	buf_addc(out, '}');
 }
 
 void expect_event(const json_t *ev, const char *id)
@@ -368,9 +538,11 @@ void expect_event(const json_t *ev, const char *id)
 	/* The common case first: the entry is the derived one. */
 	const char *hid = ndjson_str(e, "id");
 	if (e && (!*id || (hid && strcmp(hid, id) == 0))) {
-		derived_part(e, &cmp_has);
+		/* The entry's side was made by the reader (parse_next). */
+		const char *has = T.part[T.head];
+		size_t has_len = T.part_len[T.head];
 		derived_part(ev, &cmp_want);
-		if (cmp_has.len == cmp_want.len && memcmp(cmp_has.p, cmp_want.p, cmp_has.len) == 0) {
+		if (has_len == cmp_want.len && memcmp(has, cmp_want.p, has_len) == 0) {
 			next();
 			return;
 		}

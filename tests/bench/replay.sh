@@ -4,11 +4,13 @@
 # hello example's run repeated (tests/bench/replay-record.py: each copy an
 # honest run, re-chained, the record re-sealed), then, with a warm page
 # cache, `sfma-verify` (the chain, every digest and blob) and `sfma replay`
-# (which verifies alongside and derives every entry again). Prints wall
-# seconds and peak RSS of both and their ratio; the targets are a replay
-# within 2x of verify's time and under 64 MB.
+# (which verifies alongside and derives every entry again), RUNS times
+# each (default 3), interleaved so that both see the same machine. Prints
+# the median wall seconds and the largest peak RSS of both, their ratio
+# and the machine's load average before and after; the targets are a
+# replay within 2x of verify's time and under 64 MB.
 #
-#   ENTRIES=N  BENCH_DIR=DIR (default: a new directory under /tmp, removed)
+#   ENTRIES=N  RUNS=N  BENCH_DIR=DIR (default: a new directory under /tmp, removed)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bindir=${SFMA_BINDIR:-$here/../../bin}
@@ -26,15 +28,26 @@ jq -c --argjson f "$1" --argjson l "$2" --argjson by "$3" 'del(.integrity) | .cl
 	ws/.sfma/result.json | "$bindir/sfma-seal" ws >/dev/null
 size=$(wc -c <ws/.sfma/trace.jsonl)
 n=$(wc -l <ws/.sfma/trace.jsonl)
-timed() { # timed CMD...: "SECONDS KIB" of the second of two runs
-	"$@" >/dev/null 2>&1 || true
-	/usr/bin/time -f '%e %M' "$@" 2>&1 >/dev/null | tail -n 1
-}
-v=$(timed "$bindir/sfma-verify" ws)
 out=$("$bindir/sfma-replay" ws)
 case $out in REPLAY_OK*) ;; *) echo "replay bench: the record does not replay: $out" >&2; exit 1 ;; esac
-r=$(timed "$bindir/sfma-replay" ws)
-vs=${v% *} vk=${v#* } rs=${r% *} rk=${r#* }
-echo "replay: $n entries, $size bytes ($(echo "$info" | head -n 1)); load $(cut -d' ' -f1-3 /proc/loadavg)"
+# warm: the page cache holds the trace and the blobs
+"$bindir/sfma-verify" ws >/dev/null
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+: >times
+i=0
+while [ $i -lt "${RUNS:-3}" ]; do
+	/usr/bin/time -f 'verify %e %M' "$bindir/sfma-verify" ws 2>>times >/dev/null
+	/usr/bin/time -f 'replay %e %M' "$bindir/sfma-replay" ws 2>>times >/dev/null
+	i=$((i + 1))
+done
+# median wall seconds and largest peak RSS (KiB) of NAME
+stat_of() {
+	awk -v k="$1" '$1 == k { print $2 }' times | sort -n |
+		awk '{ t[++n] = $1 } END { printf "%s", n % 2 ? t[(n + 1) / 2] : (t[n / 2] + t[n / 2 + 1]) / 2 }'
+	awk -v k="$1" '$1 == k && $3 > m { m = $3 } END { printf " %d", m }' times
+}
+set -- $(stat_of verify) $(stat_of replay)
+vs=$1 vk=$2 rs=$3 rk=$4
+echo "replay: $n entries, $size bytes ($(echo "$info" | head -n 1)); medians of ${RUNS:-3} runs; load $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
 echo "  sfma-verify  ${vs} s, peak RSS $((vk / 1024)) MB"
 echo "  sfma-replay  ${rs} s, peak RSS $((rk / 1024)) MB  ($(echo "$rs $vs" | awk '{printf "%.2f", $1 / ($2 > 0 ? $2 : 0.001)}')x verify; targets: 2x, 64 MB)"

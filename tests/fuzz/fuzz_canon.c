@@ -416,6 +416,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_member(text, v, "seq", &sc.seq);
 		check_member(text, v, "kind", &sc.kind);
 		check_member(text, v, "id", &sc.id);
+		check_member(text, v, "evidence", &sc.evidence);
 	}
 
 	buf_free(&c1);

@@ -1,6 +1,7 @@
 /* fuzz_chain.c - chain verification (lib/chain.c chain_verify_fd), compiled
- * in here with blocks of 512 bytes and 64 lines so that small inputs cross
- * block boundaries, split lines between blocks and use the worker threads.
+ * in here with blocks of 512 bytes and 64 lines, and chunks of 8 lines, so
+ * that small inputs cross block boundaries, split lines between blocks,
+ * cut blocks into chunks and use the worker threads.
  *
  * Input byte 0: bit 0 picks the mode, bit 1 two real worker threads
  * instead of checking on the calling thread, the other bits the line
@@ -44,6 +45,7 @@ static int fuzz_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn
 #define pthread_create fuzz_pthread_create
 #define BLOCK 512u
 #define BLOCK_LINES 64
+#define CHUNK_LINES 8
 #include "lib/chain.c"
 #undef pthread_create
 
