@@ -38,7 +38,7 @@ LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
 LIBA     := $(BUILD)/libsfma.a
 
-BASE_LIBS := -ljansson -lcrypto -lpthread -lm
+BASE_LIBS := -ljansson -lcrypto -lpthread -lm -lseccomp
 # sfma-model is not linked with libcurl: it dlopen()s it when a request
 # first needs HTTP (src/sfma-model/curl-load.c; dlopen is in glibc's libc
 # since 2.34), by the SONAME the linker records for -lcurl, read here from

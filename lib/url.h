@@ -13,4 +13,9 @@
  * (no URL text in it: the caller names the field). */
 int url_transport_ok(const char *url, struct sfma_err *e);
 
+/* The TCP port url names: its own, or its scheme's (https 443, http 80;
+ * a proxy written without a scheme, 1080 as libcurl takes it); -1 when
+ * it names none that can be read. */
+int url_port(const char *url);
+
 #endif
