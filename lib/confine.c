@@ -48,10 +48,12 @@
  * Refusals thus read EACCES from Landlock (a path, a port) and EPERM from
  * seccomp (exec, a socket family). */
 #include "confine.h"
+#include "ndjson.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <linux/landlock.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -121,39 +123,55 @@ struct ll_net_port {
 #define WALL (W | LL_FS_REMOVE_DIR)
 #define RW_DEV (LL_FS_READ_FILE | LL_FS_WRITE_FILE)
 
-/* While the long-term memory store lives in the planner, the planner runs
- * git and writes memory.json: the rows marked "memory" go once the memory
- * stage owns .sfma/mem and memory.json, and the planner's may_exec with
- * them. */
+/* ==== PLANNER_KEEPS_MEMORY: the one place that says whether the planner
+ * still runs git. ====
+ * While the long-term memory store lives in the planner (src/sfma-plan/
+ * store.c), the planner runs git and writes memory.json, and its row
+ * grants what that needs: exec, git and its libraries, all of .sfma.
+ * Once the memory stage (sfma-mem, the row below) owns .sfma/mem and
+ * memory.json, this is 0 and the planner starts no process at all:
+ * tests/confine.bats expects that as soon as a sfma-mem is built. */
 #define PLANNER_KEEPS_MEMORY 1
+
+/* HTTPS through libcurl: its libraries (loaded after confinement by
+ * dlopen, and libcurl's own through the name service), certificates and
+ * OpenSSL's configuration, the name service; the CA settings a caller
+ * may point elsewhere. */
+#define HTTPS_GRANTS {"@runtime", R}, {"@tls", R}, {"@env:SSL_CERT_FILE", R}, {"@env:SSL_CERT_DIR", R}, \
+                     {"@env:CURL_CA_BUNDLE", R}
 
 const struct confine_policy confine_table[] = {
 	/* The orchestrator, once every stage of its run has started: it only
 	 * waits, forwards signals and reaps. No signal scope: the stages it
 	 * signals were started before it confined, outside its domain. */
 	{ .program = "sfma", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX },
+	/* sfma relay's own process, which forks one orchestrator per run:
+	 * what each run's processes inherit, so nothing any of them needs -
+	 * no file rules (sfma-exec mounts), no TCP rules (sfma-model
+	 * connects), exec allowed (the stages), every socket family. What is
+	 * left: no_new_privs, abstract sockets scoped (ABI 6), no io_uring. */
+	{ .program = "sfma/relay", .filesystem = 0, .may_exec = 1, .sockets = CONFINE_SOCKETS_ANY,
+	  .no_tcp_rules = 1 },
 	/* The planner reads the workspace (declared outputs, .sfma/inbox,
-	 * HALT), writes the evidence store and removes the inbox files it
-	 * has read. The trace, the record and the checkpoint are other
-	 * stages'. */
-	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .may_exec = PLANNER_KEEPS_MEMORY,
-	  .grants = { {"@ws", R}, {"@ws/.sfma/evidence", W},
-	              {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE},
+	 * HALT, an interrupted run's record), writes the evidence store and
+	 * removes the inbox files it has read. The trace, the record and the
+	 * checkpoint are other stages'. */
 #if PLANNER_KEEPS_MEMORY
-	              {"@ws/.sfma", W},            /* memory: memory.json */
-	              {"@ws/.sfma/mem", WALL},     /* memory: the git store */
-	              {"@git", X}, {"@runtime", R}, /* memory: git and its libraries */
-	              {"/dev/null", RW_DEV},       /* memory: git's hooksPath */
+	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
+	  .may_exec = 1, /* git */
+	  .grants = { {"@ws", R}, {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE},
+	              {"@ws/.sfma", WALL},                        /* evidence; memory.json, .sfma/mem */
+	              {"@git", X}, {"@interp", X}, {"@runtime", R}, /* git and its libraries */
+	              {"/dev/null", RW_DEV} } },                  /* git's stdin, hooksPath */
+#else
+	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
+	  .grants = { {"@ws", R}, {"@ws/.sfma/evidence", W}, {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE} } },
 #endif
-	            } },
-	/* The model stage: HTTPS through libcurl, loaded on first need
-	 * (dlopen), its certificates and name service; its keys come from the
-	 * environment. TCP connect to the endpoints' ports only. */
+	/* The model stage: HTTPS through libcurl, loaded on first need; its
+	 * keys come from the environment. TCP connect to the endpoints' and
+	 * proxies' ports only (and 53, DNS over TCP). */
 	{ .program = "sfma-model", .filesystem = 1, .sockets = CONFINE_SOCKETS_ANY, .may_connect = 1,
-	  .scope_signal = 1,
-	  .grants = { {"@runtime", R}, {"@tls", R}, {"@env:SSL_CERT_FILE", R}, {"@env:SSL_CERT_DIR", R},
-	              {"@env:CURL_CA_BUNDLE", R} } },
+	  .scope_signal = 1, .grants = { HTTPS_GRANTS } },
 	/* sfma-exec's own process makes the command sandboxes: their init
 	 * mounts and pivots, and a thread with Landlock file rules can do
 	 * neither, nor could a rule named in advance reach a staging tmpfs
@@ -164,6 +182,9 @@ const struct confine_policy confine_table[] = {
 	 * the workspace exists: the next row. */
 	{ .program = "sfma-exec", .filesystem = 0, .may_exec = 1, .sockets = CONFINE_SOCKETS_NO_INET,
 	  .scope_signal = 1 },
+	/* Landlock grants by hierarchy: the workspace's, .sfma included,
+	 * which only the hard tier keeps it out of (by name and where a link
+	 * leads: sfma-exec(1)). */
 	{ .program = "sfma-exec/tools", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@ws", W} } },
 	/* The trace and its head note, each replaced atomically in .sfma: a
@@ -174,40 +195,55 @@ const struct confine_policy confine_table[] = {
 	 * from the environment. */
 	{ .program = "sfma-seal", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@ws/.sfma", W} } },
+	/* The memory stage: the only one that runs git, in .sfma/mem, and
+	 * the writer of memory.json (replaced atomically in .sfma). */
+	{ .program = "sfma-mem", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
+	  .may_exec = 1,
+	  .grants = { {"@ws/.sfma", W}, {"@ws/.sfma/mem", WALL}, {"@git", X}, {"@interp", X}, {"@runtime", R},
+	              {"/dev/null", RW_DEV} } },
+	/* The observer: it opens (or creates) .sfma/observed.jsonl before it
+	 * confines, and keeps the right to read and write that one file. */
+	{ .program = "sfma-tap", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
+	  .grants = { {"@ws/.sfma/observed.jsonl", LL_FS_READ_FILE | LL_FS_WRITE_FILE} } },
+	/* The mailbox bridges: the outbox they read, the inbox they fill and
+	 * the state they keep in .sfma (replaced atomically there). */
 	{ .program = "sfma-telegram", .filesystem = 1, .sockets = CONFINE_SOCKETS_ANY, .may_connect = 1,
-	  .scope_signal = 1,
-	  .grants = { {"@ws/.sfma/outbox", W}, {"@ws/.sfma/inbox", W}, {"@ws/.sfma", R}, {"@runtime", R},
-	              {"@tls", R}, {"@env:SSL_CERT_FILE", R}, {"@env:SSL_CERT_DIR", R},
-	              {"@env:CURL_CA_BUNDLE", R} } },
+	  .scope_signal = 1, .grants = { {"@ws/.sfma", W}, HTTPS_GRANTS } },
 	{ .program = "sfma-chat", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@ws/.sfma/outbox", R}, {"@ws/.sfma/inbox", W}, {"@ws/.sfma", R} } },
-	/* The read-only tools: what their operands name, nothing else. */
+	  .grants = { {"@ws/.sfma", W} } },
+	/* The readers: what their operands name, nothing else. */
 	{ .program = "sfma-verify", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
-	/* sfma-replay starts its sfma-verify before it confines itself. */
+	/* sfma-replay, sfma-report and sfma-attest start their sfma-verify
+	 * before they confine themselves (outside their domain). */
 	{ .program = "sfma-replay", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	{ .program = "sfma-log", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
+	/* -o FILE is replaced atomically: write beneath its directory. */
 	{ .program = "sfma-report", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@arg", R} } },
-	{ .program = "sfma-summary", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@arg", R} } },
+	  .grants = { {"@arg", R}, {"@out", W} } },
+	/* sfma-summary starts one sfma-verify per workspace as it goes: it
+	 * may execute that one program (and the loader it names), which
+	 * inherits this domain and narrows it again. */
+	{ .program = "sfma-summary", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .may_exec = 1, .scope_signal = 1,
+	  .grants = { {"@arg", R}, {"@beside:sfma-verify", X}, {"@interp", X}, {"@runtime", R} } },
 	{ .program = "sfma-check", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	{ .program = "sfma-export", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
-	/* sfma-export --endpoint URL: the collector's port, and what HTTPS needs. */
+	/* sfma-export --endpoint URL: the collector's port, and HTTPS. */
 	{ .program = "sfma-export/endpoint", .filesystem = 1, .sockets = CONFINE_SOCKETS_ANY, .may_connect = 1,
-	  .scope_signal = 1,
-	  .grants = { {"@arg", R}, {"@runtime", R}, {"@tls", R}, {"@env:SSL_CERT_FILE", R},
-	              {"@env:SSL_CERT_DIR", R}, {"@env:CURL_CA_BUNDLE", R} } },
+	  .scope_signal = 1, .grants = { {"@arg", R}, HTTPS_GRANTS } },
 	{ .program = "sfma-prove", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	{ .program = "sfma-attest", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	{ .program = "sfma-endpoints", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
+	/* --reset: memory.json, replaced atomically in .sfma. */
+	{ .program = "sfma-endpoints/reset", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
+	  .grants = { {"@ws/.sfma", W} } },
 	{ .program = NULL },
 };
 
@@ -316,6 +352,94 @@ static const char *dir_of(const char *path, char *buf, size_t cap)
 	return buf;
 }
 
+/* The ELF interpreter the running program names (PT_INTERP of the first
+ * object dl_iterate_phdr(3) reports: the program itself), into buf. */
+struct interp_find {
+	char *buf;
+	size_t cap;
+	int found;
+};
+
+static int find_interp(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	struct interp_find *f = arg;
+	for (size_t i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_INTERP) {
+			const char *path = (const char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+			f->found = snprintf(f->buf, f->cap, "%s", path) < (int)f->cap;
+		}
+	return 1; /* the first object only */
+}
+
+static const char *interp_path(char *buf, size_t cap)
+{
+	struct interp_find f = {.buf = buf, .cap = cap};
+	dl_iterate_phdr(find_interp, &f);
+	return f.found ? buf : NULL;
+}
+
+/* The program name in this program's directory, into buf. */
+static const char *beside(const char *name, char *buf, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		return NULL;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return NULL;
+	*slash = '\0';
+	return snprintf(buf, cap, "%s/%s", self, name) < (int)cap ? buf : NULL;
+}
+
+/* The program name as execvp(3) finds it on PATH, and when it is a
+ * script its interpreter (#!), which execve(2) opens for execution too:
+ * the one the operator's PATH would run, wherever it is installed. */
+static int add_on_path(int ruleset, const char *name, uint64_t rights, uint64_t handled)
+{
+	const char *path = getenv("PATH");
+	char cand[PATH_MAX];
+	for (const char *p = path ? path : ""; *p;) {
+		size_t len = strcspn(p, ":");
+		struct stat st;
+		if (len > 0 && snprintf(cand, sizeof cand, "%.*s/%s", (int)len, p, name) < (int)sizeof cand &&
+		    stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+			break;
+		cand[0] = '\0';
+		p += len + (p[len] == ':');
+	}
+	if (!cand[0] || add_path(ruleset, cand, rights, handled) < 0)
+		return cand[0] ? -1 : 0;
+	char head[256];
+	int fd = open(cand, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, head, sizeof head - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n < 2 || head[0] != '#' || head[1] != '!')
+		return 0;
+	head[n] = '\0';
+	char *interp = head + 2 + strspn(head + 2, " \t");
+	interp[strcspn(interp, " \t\n")] = '\0';
+	return interp[0] == '/' ? add_path(ruleset, interp, rights, handled) : 0;
+}
+
+static int add_each(int ruleset, const char *const *paths, int dirs, uint64_t access, uint64_t handled)
+{
+	char buf[PATH_MAX];
+	for (const char *const *a = paths; a && *a; a++) {
+		const char *path = dirs ? dir_of(*a, buf, sizeof buf) : *a;
+		if (!path) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		if (add_path(ruleset, path, access, handled) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* One grant of the table, its placeholder expanded. */
 static int add_grant(int ruleset, const struct confine_grant *g, const struct confine_places *pl, uint64_t handled)
 {
@@ -330,28 +454,30 @@ static int add_grant(int ruleset, const struct confine_grant *g, const struct co
 		}
 		return add_path(ruleset, buf, g->access, handled);
 	}
-	if (strcmp(p, "@arg") == 0 || strcmp(p, "@argdir") == 0) {
-		for (const char *const *a = pl->args; a && *a; a++) {
-			const char *path = p[4] ? dir_of(*a, buf, sizeof buf) : *a;
-			if (!path) {
-				errno = ENAMETOOLONG;
-				return -1;
-			}
-			if (add_path(ruleset, path, g->access, handled) < 0)
-				return -1;
-		}
-		return 0;
-	}
+	if (strcmp(p, "@arg") == 0)
+		return add_each(ruleset, pl->args, 0, g->access, handled);
+	if (strcmp(p, "@argdir") == 0)
+		return add_each(ruleset, pl->args, 1, g->access, handled);
+	if (strcmp(p, "@out") == 0)
+		return add_each(ruleset, pl->outs, 1, g->access, handled);
 	if (strncmp(p, "@env:", 5) == 0) {
 		const char *v = getenv(p + 5);
 		return v && *v ? add_path(ruleset, v, g->access, handled) : 0;
+	}
+	if (strncmp(p, "@beside:", 8) == 0) {
+		const char *path = beside(p + 8, buf, sizeof buf);
+		return path ? add_path(ruleset, path, g->access, handled) : 0;
+	}
+	if (strcmp(p, "@interp") == 0) {
+		const char *path = interp_path(buf, sizeof buf);
+		return path ? add_path(ruleset, path, g->access, handled) : 0; /* static: none */
 	}
 	if (strcmp(p, "@runtime") == 0)
 		return add_set(ruleset, runtime_paths, g->access, handled);
 	if (strcmp(p, "@tls") == 0)
 		return add_set(ruleset, tls_paths, g->access, handled);
 	if (strcmp(p, "@git") == 0)
-		return add_set(ruleset, git_paths, g->access, handled);
+		return add_set(ruleset, git_paths, g->access, handled) < 0 ? -1 : add_on_path(ruleset, "git", g->access, handled);
 	return add_path(ruleset, p, g->access, handled);
 }
 
@@ -372,20 +498,19 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 		snprintf(r->why, sizeof r->why, "ABI %d cannot allow renames across directories", abi);
 		return 0;
 	}
-	/* Without file rules, only TCP (ABI 4) and scoping (ABI 6) are left
-	 * to handle; an empty ruleset is refused (ENOMSG). */
-	if (!p->filesystem && abi < 4) {
-		snprintf(r->why, sizeof r->why, "ABI %d has no rules but file rules, which this process cannot take",
-		         abi);
-		return 0;
-	}
 	struct ll_ruleset_attr attr = {0};
 	uint64_t handled = p->filesystem ? fs_rights(abi) : 0;
 	attr.handled_access_fs = handled;
-	if (abi >= 4)
+	if (abi >= 4 && !p->no_tcp_rules)
 		attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
 	if (abi >= 6)
 		attr.scoped = LL_SCOPE_ABSTRACT_UNIX | (p->scope_signal ? LL_SCOPE_SIGNAL : 0);
+	/* Without file rules only TCP (ABI 4) and scoping (ABI 6) are left
+	 * to handle; a ruleset that handles nothing is refused (ENOMSG). */
+	if (!attr.handled_access_fs && !attr.handled_access_net && !attr.scoped) {
+		snprintf(r->why, sizeof r->why, "ABI %d has no rule this process can take", abi);
+		return 0;
+	}
 	int ruleset = (int)syscall(__NR_landlock_create_ruleset, &attr, sizeof attr, 0);
 	if (ruleset < 0) {
 		snprintf(r->why, sizeof r->why, "landlock_create_ruleset: %s", strerror(errno));
@@ -424,7 +549,9 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	}
 	close(ruleset);
 	/* What the ABI in force leaves out of this row. */
-	if (!p->filesystem)
+	if (!p->filesystem && !attr.handled_access_net)
+		snprintf(r->why, sizeof r->why, "no file or TCP rules (what it starts needs them)");
+	else if (!p->filesystem)
 		snprintf(r->why, sizeof r->why, "no file rules (it makes the command sandboxes)");
 	else if (abi < 4 && p->may_connect)
 		snprintf(r->why, sizeof r->why, "ABI %d has no TCP rules", abi);
@@ -509,13 +636,12 @@ json_t *confine_unreported_json(const char *stage)
 int confine_lacks(const json_t *data, const char **what)
 {
 	json_t *ll = json_object_get(data, "landlock");
-	const char *stage = json_string_value(json_object_get(data, "stage"));
-	const struct confine_policy *p = stage ? confine_policy(stage) : NULL;
 	if (json_is_false(json_object_get(data, "reported")) || !ll) {
 		*what = "did not report its confinement";
 		return 1;
 	}
-	if (!json_is_integer(ll) || json_integer_value(ll) < 1) {
+	long long abi;
+	if (!ndjson_integer(ll, &abi) || abi < 1) {
 		const char *why = json_string_value(json_object_get(data, "why"));
 		*what = why ? why : "has no Landlock";
 		return 1;
@@ -528,11 +654,51 @@ int confine_lacks(const json_t *data, const char **what)
 		*what = "has no no_new_privs";
 		return 1;
 	}
-	if (p && p->may_connect && json_integer_value(ll) < 4) {
-		*what = "connects without Landlock's TCP rules (ABI < 4)";
-		return 1;
-	}
 	return 0;
+}
+
+/* A stage name as a report may give it: lower-case letters, digits, '-'
+ * and '/', at most 47 bytes. */
+static int plain_stage(const char *s, size_t n)
+{
+	if (n == 0 || n >= sizeof ((struct confine_report *)0)->stage)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '/'))
+			return 0;
+	return 1;
+}
+
+json_t *confine_report_read(const char *msg, size_t n, const char *stage)
+{
+	struct sfma_err e;
+	json_t *in = msg ? ndjson_parse(msg, n, &e) : NULL;
+	json_t *name = json_object_get(in, "stage"), *ll = json_object_get(in, "landlock"),
+	       *sc = json_object_get(in, "seccomp"), *nnp = json_object_get(in, "noNewPrivs"),
+	       *why = json_object_get(in, "why");
+	size_t len = strlen(stage);
+	const char *claimed = json_string_value(name);
+	size_t claimed_len = json_string_length(name);
+	/* Its own name, or a process of its own ("sfma-exec/tools"). */
+	int named = claimed && plain_stage(claimed, claimed_len) && strncmp(claimed, stage, len) == 0 &&
+	            (claimed[len] == '\0' || (claimed[len] == '/' && claimed[len + 1]));
+	long long abi = 0;
+	int abi_ok = (ndjson_integer(ll, &abi) && abi >= 1 && abi <= 255) || ndjson_string_is(ll, "unavailable");
+	int why_ok = !why || (json_is_string(why) && json_string_length(why) < sizeof ((struct confine_report *)0)->why &&
+	                      strlen(json_string_value(why)) == json_string_length(why));
+	json_t *out;
+	if (!json_is_object(in) || !named || !abi_ok || !json_is_boolean(sc) || !json_is_boolean(nnp) || !why_ok) {
+		out = confine_unreported_json(stage);
+		json_object_set_new(out, "why", json_string(in ? "its report is not one" : "no report came"));
+	} else {
+		out = json_pack("{s:O, s:o, s:O, s:O}", "stage", name, "landlock",
+		                abi ? json_integer((json_int_t)abi) : json_string("unavailable"), "seccomp", sc,
+		                "noNewPrivs", nnp);
+		if (why && json_string_length(why))
+			json_object_set(out, "why", why);
+	}
+	json_decref(in);
+	return out;
 }
 
 /* ---- the channel -------------------------------------------------------- */

@@ -26,10 +26,15 @@ enum confine_sockets {
 
 /* A path and the Landlock access rights granted beneath it. A path is
  * absolute, or begins with a place the program names at run time:
- * "@ws" (the workspace, e.g. "@ws/.sfma/evidence"), "@arg" (each of its
- * operands), "@argdir" (the directory of each operand), "@env:NAME" (the
- * path in the variable NAME, when set), or "@runtime", "@tls", "@git" (the
- * fixed sets named in lib/confine.c). */
+ * "@ws" (the workspace, e.g. "@ws/.sfma/evidence"), "@arg" (each of the
+ * paths it reads), "@argdir" (the directory of each), "@out" (the
+ * directory of each file it replaces), "@env:NAME" (the path in the
+ * variable NAME, when set), "@beside:NAME" (the program NAME in this
+ * program's directory), "@interp" (the ELF interpreter this program
+ * names, which execve(2) opens for execution too), or "@runtime", "@tls",
+ * "@git" (the fixed sets named in lib/confine.c; @git also the git PATH
+ * finds, and its interpreter when it is a script). A path that does not
+ * exist when the program confines itself grants nothing. */
 struct confine_grant {
 	const char *path;
 	uint64_t access;
@@ -42,6 +47,7 @@ struct confine_policy {
 	int needs_refer;         /* renames across directories (none on ABI 1) */
 	int may_exec;            /* execve/execveat allowed (seccomp) */
 	int may_connect;         /* TCP connect, to the ports the program names */
+	int no_tcp_rules;        /* Landlock handles no TCP (what it starts connects) */
 	enum confine_sockets sockets;
 	int scope_signal;        /* ABI 6: no signal to a process outside its domain */
 };
@@ -55,6 +61,7 @@ extern const struct confine_policy confine_table[];
 struct confine_places {
 	const char *workspace;          /* @ws, or NULL */
 	const char *const *args;        /* @arg, @argdir: NULL-terminated, or NULL */
+	const char *const *outs;        /* @out: NULL-terminated, or NULL */
 	const uint16_t *ports;          /* TCP ports it may connect to */
 	size_t n_ports;
 };
@@ -85,10 +92,18 @@ json_t *confine_report_json(const struct confine_report *r);
 json_t *confine_unreported_json(const char *stage);
 
 /* 1 if an entry's data says that confinement is not whole: not reported,
- * Landlock unavailable, seccomp or no_new_privs not in force, or a stage
- * that may connect without the TCP rules (ABI < 4). *what: a short reason
- * (static or inside data). 0 otherwise. */
+ * Landlock unavailable, seccomp or no_new_privs not in force. *what: a
+ * short reason (static or inside data). 0 otherwise. Pure: the decision
+ * core's rule for requireConfinement. */
 int confine_lacks(const json_t *data, const char **what);
+
+/* The entry's data for one message (n bytes; msg NULL: none came) read
+ * from stage's channel: the report's own members when it is one -
+ * "stage" the stage's name or "<stage>/<process>", "landlock" 1..255 or
+ * "unavailable", "seccomp" and "noNewPrivs" booleans, "why" a string -
+ * else {"stage","reported":false,"why"}. Never anything else the message
+ * holds. Caller owns. */
+json_t *confine_report_read(const char *msg, size_t n, const char *stage);
 
 /* ---- the report channel (PIPELINE.md, Confinement) ----
  * The orchestrator hands each stage one end of a SOCK_SEQPACKET socket pair

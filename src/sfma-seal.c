@@ -22,7 +22,6 @@
 #include "atomic.h"
 #include "buf.h"
 #include "canon.h"
-#include "confine.h"
 #include "chain.h"
 #include "confine.h"
 #include "cli.h"
