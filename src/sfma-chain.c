@@ -44,7 +44,7 @@
 
 static const char *const kinds[] = {
 	"task", "result", "verdict", "mutation", "weight", "lifecycle", "clarification",
-	"candidate", "clock-anchor", "call", "message", "store", "compaction", NULL,
+	"candidate", "clock-anchor", "call", "message", "store", "compaction", "confinement", NULL,
 };
 
 /* The members an event may have. */
