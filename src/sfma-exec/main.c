@@ -636,10 +636,13 @@ int main(int argc, char **argv)
 		confine_channel_send(channel, &confined);
 	/* The first sandbox is prepared while the planner starts up. */
 	sandbox_prepare(&c, !input_pending(&lr));
-	if (channel >= 0) {
-		confine_channel_await(channel);
+	/* A planner gone before its go (it could not make the workspace, say)
+	 * runs nothing: end of input follows. */
+	if (channel >= 0 && confine_channel_await(channel) == 0)
 		tools_start(&c, &channel);
-	}
+	if (channel >= 0)
+		close(channel);
+	channel = -1;
 	for (;;) {
 		char *line;
 		size_t len;
