@@ -83,6 +83,8 @@
 #define LL_FS_REMOVE_FILE (1ULL << 5)
 #define LL_FS_MAKE_DIR    (1ULL << 7)
 #define LL_FS_MAKE_REG    (1ULL << 8)
+#define LL_FS_MAKE_FIFO   (1ULL << 10)
+#define LL_FS_MAKE_SYM    (1ULL << 12)
 #define LL_FS_REFER       (1ULL << 13)
 #define LL_FS_TRUNCATE    (1ULL << 14)
 #define LL_FS_IOCTL_DEV   (1ULL << 15)
@@ -206,18 +208,24 @@ const struct confine_policy confine_table[] = {
 	{ .program = "sfma-tap", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@ws/.sfma/observed.jsonl", LL_FS_READ_FILE | LL_FS_WRITE_FILE} } },
 	/* The mailbox bridges: the outbox they read, the inbox they fill and
-	 * the state they keep in .sfma (replaced atomically there). */
+	 * the state they keep in .sfma (replaced atomically there); the
+	 * workspace's directories listed (the mailbox is opened through it),
+	 * none of its files read. */
 	{ .program = "sfma-telegram", .filesystem = 1, .sockets = CONFINE_SOCKETS_ANY, .may_connect = 1,
-	  .scope_signal = 1, .grants = { {"@ws/.sfma", W}, HTTPS_GRANTS } },
+	  .scope_signal = 1, .grants = { {"@ws", LL_FS_READ_DIR}, {"@ws/.sfma", W}, HTTPS_GRANTS } },
 	{ .program = "sfma-chat", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@ws/.sfma", W} } },
+	  .grants = { {"@ws", LL_FS_READ_DIR}, {"@ws/.sfma", W} } },
 	/* The readers: what their operands name, nothing else. */
 	{ .program = "sfma-verify", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	/* sfma-replay, sfma-report and sfma-attest start their sfma-verify
-	 * before they confine themselves (outside their domain). */
+	 * before they confine themselves (outside their domain). The replay
+	 * rebuilds a call's path facts (directories, files, links, FIFOs) in
+	 * an empty workspace of its own, made in TMPDIR, which it removes at
+	 * the end: that one right in TMPDIR, to remove an empty directory. */
 	{ .program = "sfma-replay", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@arg", R} } },
+	  .grants = { {"@arg", R}, {"@scratch", W | LL_FS_MAKE_SYM | LL_FS_MAKE_FIFO | LL_FS_REMOVE_DIR},
+	              {"@scratch/..", LL_FS_REMOVE_DIR} } },
 	{ .program = "sfma-log", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	/* -o FILE is replaced atomically: write beneath its directory. */
@@ -227,7 +235,8 @@ const struct confine_policy confine_table[] = {
 	 * may execute that one program (and the loader it names), which
 	 * inherits this domain and narrows it again. */
 	{ .program = "sfma-summary", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .may_exec = 1, .scope_signal = 1,
-	  .grants = { {"@arg", R}, {"@beside:sfma-verify", X}, {"@interp", X}, {"@runtime", R} } },
+	  .grants = { {"@arg", R}, {"@beside:sfma-verify", X}, {"@interp", X}, {"@runtime", R},
+	              {"/dev/null", LL_FS_READ_FILE} } },
 	{ .program = "sfma-check", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@arg", R} } },
 	{ .program = "sfma-export", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
@@ -460,6 +469,10 @@ static int add_grant(int ruleset, const struct confine_grant *g, const struct co
 		return add_each(ruleset, pl->args, 1, g->access, handled);
 	if (strcmp(p, "@out") == 0)
 		return add_each(ruleset, pl->outs, 1, g->access, handled);
+	if (strcmp(p, "@scratch") == 0 || strcmp(p, "@scratch/..") == 0) {
+		const char *const scratch[] = { pl->scratch, NULL };
+		return add_each(ruleset, pl->scratch ? scratch : NULL, p[8] != '\0', g->access, handled);
+	}
 	if (strncmp(p, "@env:", 5) == 0) {
 		const char *v = getenv(p + 5);
 		return v && *v ? add_path(ruleset, v, g->access, handled) : 0;
@@ -518,15 +531,20 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	}
 	int failed = 0;
 	const char *step = "";
-	/* In a sanitized build the sanitizer reads /proc/self/maps at exit
-	 * (LeakSanitizer) and on a report; it is granted there only. */
+	/* In a sanitized build the sanitizer reads /proc/self/maps at start
+	 * and exit (LeakSanitizer) and on a report: /proc is granted there
+	 * only - /proc, not /proc/self, which a rule would pin to this
+	 * process's directory, and a program this one starts is sanitized
+	 * too. Another process's maps stay out of reach all the same: the
+	 * kernel asks for ptrace access, which Landlock refuses outside the
+	 * domain. */
 #if defined(__SANITIZE_ADDRESS__)
-	if (p->filesystem && add_path(ruleset, "/proc/self", R, handled) < 0)
-		failed = 1, step = "/proc/self";
+	if (p->filesystem && add_path(ruleset, "/proc", R, handled) < 0)
+		failed = 1, step = "/proc";
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-	if (p->filesystem && add_path(ruleset, "/proc/self", R, handled) < 0)
-		failed = 1, step = "/proc/self";
+	if (p->filesystem && add_path(ruleset, "/proc", R, handled) < 0)
+		failed = 1, step = "/proc";
 #endif
 #endif
 	for (size_t i = 0; !failed && p->filesystem && i < CONFINE_MAX_GRANTS && p->grants[i].path; i++)
@@ -550,9 +568,9 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	close(ruleset);
 	/* What the ABI in force leaves out of this row. */
 	if (!p->filesystem && !attr.handled_access_net)
-		snprintf(r->why, sizeof r->why, "no file or TCP rules (what it starts needs them)");
+		snprintf(r->why, sizeof r->why, "no file or TCP rules: what it starts needs them");
 	else if (!p->filesystem)
-		snprintf(r->why, sizeof r->why, "no file rules (it makes the command sandboxes)");
+		snprintf(r->why, sizeof r->why, "no file rules: it makes the command sandboxes");
 	else if (abi < 4 && p->may_connect)
 		snprintf(r->why, sizeof r->why, "ABI %d has no TCP rules", abi);
 	return abi;
@@ -769,4 +787,19 @@ int confine_stage(int *channel, const char *program, const struct confine_places
 		*channel = -1;
 	}
 	return rc;
+}
+
+int confine_self(const char *program, const char *const *reads, const struct confine_places *pl)
+{
+	const char *args[16];
+	size_t n = 0;
+	for (; reads && *reads && n < 15; reads++)
+		if (strcmp(*reads, "-") != 0)
+			args[n++] = *reads;
+	args[n] = NULL;
+	struct confine_places places = pl ? *pl : (struct confine_places){0};
+	places.args = args;
+	int channel = -1;
+	struct confine_report r;
+	return confine_stage(&channel, program, &places, &r);
 }

@@ -28,7 +28,8 @@ enum confine_sockets {
  * absolute, or begins with a place the program names at run time:
  * "@ws" (the workspace, e.g. "@ws/.sfma/evidence"), "@arg" (each of the
  * paths it reads), "@argdir" (the directory of each), "@out" (the
- * directory of each file it replaces), "@env:NAME" (the path in the
+ * directory of each file it replaces), "@scratch" (a directory it made
+ * for itself; "@scratch/..", the one that holds it), "@env:NAME" (the path in the
  * variable NAME, when set), "@beside:NAME" (the program NAME in this
  * program's directory), "@interp" (the ELF interpreter this program
  * names, which execve(2) opens for execution too), or "@runtime", "@tls",
@@ -62,6 +63,7 @@ struct confine_places {
 	const char *workspace;          /* @ws, or NULL */
 	const char *const *args;        /* @arg, @argdir: NULL-terminated, or NULL */
 	const char *const *outs;        /* @out: NULL-terminated, or NULL */
+	const char *scratch;            /* @scratch, a directory of its own ("@scratch/..": where it is) */
 	const uint16_t *ports;          /* TCP ports it may connect to */
 	size_t n_ports;
 };
@@ -128,5 +130,12 @@ int confine_channel_send(int fd, const struct confine_report *r);
  * stage). */
 int confine_stage(int *channel, const char *program, const struct confine_places *pl,
                   struct confine_report *r);
+
+/* A program that is no stage (no channel): confine it at once to the
+ * row of program, with the paths it reads (NULL-terminated; a NULL
+ * element ends the list early, "-" is standard input and grants
+ * nothing, at most 15 are taken) as @arg and pl's other places. Returns
+ * what confine_apply returns. */
+int confine_self(const char *program, const char *const *reads, const struct confine_places *pl);
 
 #endif

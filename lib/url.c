@@ -99,3 +99,15 @@ int url_port(const char *url)
 	}
 	return v > 0 ? (int)v : -1;
 }
+
+void url_proxy_ports(uint16_t *ports, size_t *n, size_t cap)
+{
+	static const char *const proxies[] = { "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", NULL };
+	if (*n < cap)
+		ports[(*n)++] = 53;
+	for (const char *const *v = proxies; *v && *n < cap; v++) {
+		int port = url_port(getenv(*v));
+		if (port > 0)
+			ports[(*n)++] = (uint16_t)port;
+	}
+}

@@ -352,25 +352,18 @@ static void serve_stdin(struct grid *g)
 	free(srv);
 }
 
-/* The ports this stage may connect to: each endpoint's, each proxy's,
- * and 53 (a DNS answer too long for UDP is asked again over TCP,
- * RFC 7766). */
+/* The ports this stage may connect to: each endpoint's, and the name
+ * service's and proxies' (url_proxy_ports). */
 static size_t connect_ports(const struct manifest *m, uint16_t *ports, size_t cap)
 {
-	static const char *const proxies[] = { "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", NULL };
 	size_t n = 0;
-	ports[n++] = 53;
 	for (size_t i = 0; i < m->n_endpoints && n < cap; i++) {
 		const char *url = m->endpoints[i].base_url;
 		int port = url_port(url ? url : "https://");
 		if (strcmp(m->endpoints[i].provider, "mock") != 0 && port > 0)
 			ports[n++] = (uint16_t)port;
 	}
-	for (const char *const *v = proxies; *v && n < cap; v++) {
-		int port = url_port(getenv(*v));
-		if (port > 0)
-			ports[n++] = (uint16_t)port;
-	}
+	url_proxy_ports(ports, &n, cap);
 	return n;
 }
 

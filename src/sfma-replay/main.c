@@ -35,6 +35,7 @@
 #include "canon.h"
 #include "chain.h"
 #include "cli.h"
+#include "confine.h"
 #include "evidence.h"
 #include "ndjson.h"
 #include "protocol.h"
@@ -57,6 +58,7 @@ static struct {
 	struct manifest *record_m, *run_m;
 	char run_prompt[SHA256_HEX_LEN + 1]; /* the prompt run_m was read from */
 	int sfma_fd;
+	char ws[PATH_MAX];          /* the record's workspace */
 	char empty_dir[64];
 	char *empty_real;
 	struct core *core;
@@ -787,6 +789,7 @@ static void load(const char *target)
 	}
 	reasons_free(&why);
 	char sfma_dir[PATH_MAX + 8];
+	snprintf(R.ws, sizeof R.ws, "%s", ws);
 	snprintf(sfma_dir, sizeof sfma_dir, "%s/.sfma", ws);
 	R.sfma_fd = open(sfma_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (R.sfma_fd < 0)
@@ -845,6 +848,12 @@ int main(int argc, char **argv)
 	verify_start(argv[optind]);
 	load(argv[optind]);
 	open_empty_workspace();
+	/* sfma-verify is running, the record is open: from here on the
+	 * replay reads the record and fills its empty workspace, nothing
+	 * else (sfma(1), CONFINEMENT). */
+	const char *const reads[] = { argv[optind], R.ws, NULL };
+	const struct confine_places places = {.scratch = R.empty_dir};
+	confine_self("sfma-replay", reads, &places);
 	if (!peek())
 		incomplete("the trace is empty");
 	long chosen = want;
