@@ -21,9 +21,12 @@
 #include <unistd.h>
 
 /* A stage sends one report (sfma-exec two: its own process's and its
- * tools process's); more is not read. */
+ * tools process's); more is not read. Each confines itself in a few
+ * milliseconds of the go; one that keeps its channel open without a word
+ * (a program that does not know it) is not waited for longer than this. */
 #define REPORTS_MAX 4
 #define REPORT_BYTES 1024
+#define REPORT_WAIT_MS 10000
 
 /* The planner's own confinement, once the workspace, the evidence store
  * and memory.json are open. */
@@ -47,6 +50,8 @@ json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const s
 		json_array_append(out, orchestrator);
 	json_array_append_new(out, confine_planner(ws));
 
+	if (deadline_mono > mono_ms() + REPORT_WAIT_MS)
+		deadline_mono = mono_ms() + REPORT_WAIT_MS;
 	json_t *got[STAGE_COUNT];
 	int open_channels = 0;
 	for (int s = 0; s < STAGE_COUNT; s++) {

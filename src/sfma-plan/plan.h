@@ -172,7 +172,7 @@ void workspace_close(struct workspace *w);
 
 /* Send the go on every stage's report channel (channel[s]: the planner's
  * end, -1 when none), confine the planner, and read every channel to its
- * end, until deadline_mono or a halt signal. Returns the `confinement`
+ * end, until deadline_mono (10 s at most) or a halt signal. Returns the `confinement`
  * entries' data in order: orchestrator's (sfma's report, borrowed; NULL:
  * none), the planner's, then each stage's reports ({"stage",
  * "reported":false} for one that sent none). Closes every channel. */
