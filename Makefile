@@ -121,7 +121,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp proof
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp proof confine
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))
