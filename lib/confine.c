@@ -55,6 +55,7 @@
 #include <limits.h>
 #include <link.h>
 #include <linux/landlock.h>
+#include <linux/openat2.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,16 +126,6 @@ struct ll_net_port {
 #define WALL (W | LL_FS_REMOVE_DIR)
 #define RW_DEV (LL_FS_READ_FILE | LL_FS_WRITE_FILE)
 
-/* ==== PLANNER_KEEPS_MEMORY: the one place that says whether the planner
- * still runs git. ====
- * While the long-term memory store lives in the planner (src/sfma-plan/
- * store.c), the planner runs git and writes memory.json, and its row
- * grants what that needs: exec, git and its libraries, all of .sfma.
- * Once the memory stage (sfma-mem, the row below) owns .sfma/mem and
- * memory.json, this is 0 and the planner starts no process at all:
- * tests/confine.bats expects that as soon as a sfma-mem is built. */
-#define PLANNER_KEEPS_MEMORY 1
-
 /* HTTPS through libcurl: its libraries (loaded after confinement by
  * dlopen, and libcurl's own through the name service), certificates and
  * OpenSSL's configuration, the name service; the CA settings a caller
@@ -155,20 +146,12 @@ const struct confine_policy confine_table[] = {
 	{ .program = "sfma/relay", .filesystem = 0, .may_exec = 1, .sockets = CONFINE_SOCKETS_ANY,
 	  .no_tcp_rules = 1 },
 	/* The planner reads the workspace (declared outputs, .sfma/inbox,
-	 * HALT, an interrupted run's record), writes the evidence store and
-	 * removes the inbox files it has read. The trace, the record and the
-	 * checkpoint are other stages'. */
-#if PLANNER_KEEPS_MEMORY
+	 * HALT, an interrupted run's record), writes the evidence store,
+	 * removes the inbox files it has read and replaces memory.json - in
+	 * .sfma, which Landlock cannot narrow to one file. It starts no
+	 * process: the memory store's git is sfma-mem's. */
 	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .may_exec = 1, /* git */
-	  .grants = { {"@ws", R}, {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE},
-	              {"@ws/.sfma", WALL},                        /* evidence; memory.json, .sfma/mem */
-	              {"@git", X}, {"@interp", X}, {"@runtime", R}, /* git and its libraries */
-	              {"/dev/null", RW_DEV} } },                  /* git's stdin, hooksPath */
-#else
-	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@ws", R}, {"@ws/.sfma/evidence", W}, {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE} } },
-#endif
+	  .grants = { {"@ws", R}, {"@ws/.sfma", W} } },
 	/* The model stage: HTTPS through libcurl, loaded on first need; its
 	 * keys come from the environment. TCP connect to the endpoints' and
 	 * proxies' ports only (and 53, DNS over TCP). */
@@ -197,12 +180,13 @@ const struct confine_policy confine_table[] = {
 	 * from the environment. */
 	{ .program = "sfma-seal", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .grants = { {"@ws/.sfma", W} } },
-	/* The memory stage: the only one that runs git, in .sfma/mem, and
-	 * the writer of memory.json (replaced atomically in .sfma). */
+	/* The memory stage: the only one that runs git, in .sfma/mem (made
+	 * before it confines), which it owns whole; it reads the trace for
+	 * an episodic recall. */
 	{ .program = "sfma-mem", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
 	  .may_exec = 1,
-	  .grants = { {"@ws/.sfma", W}, {"@ws/.sfma/mem", WALL}, {"@git", X}, {"@interp", X}, {"@runtime", R},
-	              {"/dev/null", RW_DEV} } },
+	  .grants = { {"@ws/.sfma/mem", WALL}, {"@ws/.sfma/trace.jsonl", LL_FS_READ_FILE}, {"@git", X},
+	              {"@interp", X}, {"@runtime", R}, {"/dev/null", RW_DEV} } },
 	/* The observer: it opens (or creates) .sfma/observed.jsonl before it
 	 * confines, and keeps the right to read and write that one file. */
 	{ .program = "sfma-tap", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
@@ -257,7 +241,9 @@ const struct confine_policy confine_table[] = {
 };
 
 /* The fixed sets. */
-static const char *const everyone_paths[] = { "/dev/urandom", "/sys/devices/system/cpu/online", NULL };
+static const char *const everyone_paths[] = {
+	"/dev/urandom", "/sys/devices/system/cpu/online", "/etc/localtime", "/usr/share/zoneinfo", NULL,
+};
 static const char *const runtime_paths[] = {
 	/* the dynamic loader's: libraries loaded after confinement (dlopen) */
 	"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
@@ -314,30 +300,63 @@ static uint64_t fs_rights(int abi)
 	return r;
 }
 
-/* Add one path's rule. A path that does not exist is no rule: there is
- * nothing to reach (and what is made there later stays out of reach).
- * Returns 0, or -1 with errno. */
-static int add_path(int ruleset, const char *path, uint64_t access, uint64_t handled)
+/* Add the rule of the file or directory fd is (consumed). Returns 0, or
+ * -1 with errno. */
+static int add_fd(int ruleset, int fd, uint64_t access, uint64_t handled)
 {
-	int fd = open(path, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : -1;
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int saved = errno;
-		close(fd);
-		errno = saved;
-		return -1;
+	int rc = -1;
+	if (fstat(fd, &st) == 0) {
+		struct ll_path_beneath rule = {.allowed_access = access & handled, .parent_fd = fd};
+		if (!S_ISDIR(st.st_mode))
+			rule.allowed_access &= LL_FS_FILE_RIGHTS;
+		rc = rule.allowed_access == 0 ? 0
+		     : (int)syscall(__NR_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0);
 	}
-	struct ll_path_beneath rule = {.allowed_access = access & handled, .parent_fd = fd};
-	if (!S_ISDIR(st.st_mode))
-		rule.allowed_access &= LL_FS_FILE_RIGHTS;
-	int rc = rule.allowed_access == 0 ? 0
-	         : (int)syscall(__NR_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0);
 	int saved = errno;
 	close(fd);
 	errno = saved;
 	return rc;
+}
+
+/* Whether an open that found nothing to grant is no rule: a path that
+ * does not exist has nothing to reach (and what is made there later
+ * stays out of reach). */
+static int nothing_there(int err)
+{
+	return err == ENOENT || err == ENOTDIR || err == EACCES || err == ELOOP || err == EXDEV;
+}
+
+/* Add one path's rule (a system path: its links are followed). Returns
+ * 0, or -1 with errno. */
+static int add_path(int ruleset, const char *path, uint64_t access, uint64_t handled)
+{
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return nothing_there(errno) ? 0 : -1;
+	return add_fd(ruleset, fd, access, handled);
+}
+
+/* A path beneath the workspace (rel, e.g. ".sfma/mem"): reached without
+ * following a link on the way or at its end (openat2 RESOLVE_NO_SYMLINKS,
+ * Linux 5.6, older than any Landlock), so that a link planted in the
+ * workspace cannot turn a grant into one on whatever it points at; the
+ * program's own checks then meet the link. The workspace itself is
+ * followed. */
+static int add_beneath(int ruleset, const char *workspace, const char *rel, uint64_t access, uint64_t handled)
+{
+	int ws = open(workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (ws < 0)
+		return nothing_there(errno) ? 0 : -1;
+	if (!*rel)
+		return add_fd(ruleset, ws, access, handled);
+	struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+	int fd = (int)syscall(SYS_openat2, ws, rel, &how, sizeof how);
+	int saved = errno;
+	close(ws);
+	if (fd < 0)
+		return nothing_there(saved) ? 0 : (errno = saved, -1);
+	return add_fd(ruleset, fd, access, handled);
 }
 
 static int add_set(int ruleset, const char *const *set, uint64_t access, uint64_t handled)
@@ -455,15 +474,8 @@ static int add_grant(int ruleset, const struct confine_grant *g, const struct co
 {
 	char buf[PATH_MAX];
 	const char *p = g->path;
-	if (strncmp(p, "@ws", 3) == 0 && (p[3] == '\0' || p[3] == '/')) {
-		if (!pl->workspace)
-			return 0;
-		if (snprintf(buf, sizeof buf, "%s%s", pl->workspace, p + 3) >= (int)sizeof buf) {
-			errno = ENAMETOOLONG;
-			return -1;
-		}
-		return add_path(ruleset, buf, g->access, handled);
-	}
+	if (strncmp(p, "@ws", 3) == 0 && (p[3] == '\0' || p[3] == '/'))
+		return pl->workspace ? add_beneath(ruleset, pl->workspace, p[3] ? p + 4 : "", g->access, handled) : 0;
 	if (strcmp(p, "@arg") == 0)
 		return add_each(ruleset, pl->args, 0, g->access, handled);
 	if (strcmp(p, "@argdir") == 0)
@@ -551,7 +563,8 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	/* What every program may read: /dev/urandom, from which jansson seeds
 	 * its hash tables (else it falls back to the time and the pid, a seed
 	 * hostile JSON could aim its keys at) when the first object is made
-	 * after confinement, and the online CPUs glibc's sysconf counts. */
+	 * after confinement, the online CPUs glibc's sysconf counts, and the
+	 * time zone. */
 	if (!failed && p->filesystem && add_set(ruleset, everyone_paths, LL_FS_READ_FILE, handled) < 0)
 		failed = 1, step = "/dev/urandom";
 	for (size_t i = 0; !failed && p->filesystem && i < CONFINE_MAX_GRANTS && p->grants[i].path; i++)
