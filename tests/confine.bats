@@ -19,7 +19,7 @@ CANDIDATE='{"mission":"m","successCriteria":["out.txt written"],"loopRoles":[],"
 QUICK="[$CANDIDATE,{\"tool\":\"run\",\"cmd\":\"echo hi\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"read\",\"path\":\"out.txt\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
 HOLD="[$CANDIDATE,{\"tool\":\"run\",\"cmd\":\"sleep 40\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
 # The processes of a run, in the order their entries come.
-PROCESSES="sfma sfma-plan sfma-model sfma-exec sfma-exec/tools sfma-chain sfma-seal"
+PROCESSES="sfma sfma-plan sfma-model sfma-exec sfma-exec/tools sfma-chain sfma-seal sfma-mem"
 
 setup_file() {
 	# Built with the system compiler, unsanitized: a library preloaded
@@ -125,7 +125,7 @@ release_sleep() {
 # "STAGE LANDLOCK SECCOMP NO_NEW_PRIVS".
 entries() {
 	jq -r 'select(.kind == "confinement") | .data | "\(.stage) \(.landlock // "none") \(.seccomp // "none") \(.noNewPrivs // "none")"' \
-		ws/.sfma/trace.jsonl | tail -n "${1:-7}"
+		ws/.sfma/trace.jsonl | tail -n "${1:-8}"
 }
 
 # The Landlock ABI the kernel offers (landlock_create_ruleset(2) with
@@ -146,7 +146,7 @@ print(abi)'
 	sfma_pid=$!
 	for _ in $(seq 200); do grep -q '"cmd":"sleep' ws/.sfma/trace.jsonl 2>/dev/null && break; sleep 0.05; done
 	# Each stage, as /proc sees it: a seccomp filter, no_new_privs.
-	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal; do
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem; do
 		p=$(pgrep -P "$sfma_pid" -x "$s" | head -1)
 		[ -n "$p" ] || { echo "no $s"; return 1; }
 		grep -qx 'Seccomp:[[:space:]]*2' "/proc/$p/status"
@@ -157,7 +157,7 @@ print(abi)'
 	wait "$sfma_pid"
 	sfma_pid=
 	# The run's entries, right after its first lifecycle, in order.
-	[ "$(jq -r 'select(.kind != "clock-anchor") | .kind' ws/.sfma/trace.jsonl | sed -n '2,8p' | sort -u)" = confinement ]
+	[ "$(jq -r 'select(.kind != "clock-anchor") | .kind' ws/.sfma/trace.jsonl | sed -n '2,9p' | sort -u)" = confinement ]
 	expected=""
 	for s in $PROCESSES; do expected+="$s $abi true true"$'\n'; done
 	[ "$(entries)" = "${expected%$'\n'}" ] || { entries; return 1; }
@@ -182,28 +182,39 @@ print(abi)'
 	sfma-verify ws
 }
 
-@test "sfma-plan: its workspace read-only but for the evidence and the inbox, no internet socket, nothing it may execute" {
+@test "sfma-plan: the workspace read, .sfma written, no internet socket, no process started" {
 	listen
 	wrapped sfma-plan SFMA_SHIM_READ="$SECRET" SFMA_SHIM_CREATE="$PWD/ws/planted" \
-		SFMA_SHIM_WRITE="$PWD/ws/.sfma/observed.jsonl" SFMA_SHIM_CONNECT="$PORT" SFMA_SHIM_EXEC=/bin/true \
-		SFMA_SHIM_SIGNAL=parent
+		SFMA_SHIM_CONNECT="$PORT" SFMA_SHIM_EXEC=/bin/true SFMA_SHIM_SIGNAL=parent
 	SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
 	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
 	said sfma-plan read "$SECRET" EACCES
 	said sfma-plan create "$PWD/ws/planted" EACCES
 	said sfma-plan connect "127.0.0.1:$PORT" EPERM
-	said sfma-plan signal "$(grep -o 'signal [0-9]*' <<<"$stderr" | head -1 | cut -d' ' -f2)" EPERM
-	if [ -x "$SFMA_BINDIR/sfma-mem" ]; then
-		# The memory stage runs git: the planner starts no process at all,
-		# and writes nothing in .sfma but its evidence.
-		said sfma-plan exec /bin/true EPERM
-		said sfma-plan write "$PWD/ws/.sfma/observed.jsonl" EACCES
-	else
-		# It still runs git itself (lib/confine.c, PLANNER_KEEPS_MEMORY):
-		# exec is allowed, of git alone.
-		said sfma-plan exec /bin/true EACCES
-	fi
+	# The memory stage runs git: the planner starts no process at all.
+	said sfma-plan exec /bin/true EPERM
+	grep -q '^confine-shim: sfma-plan: signal [0-9]*: EPERM$' <<<"$stderr"
 	[ ! -e ws/planted ]
+	sfma-verify ws
+}
+
+@test "sfma-mem: the store alone (and the trace, read), git and nothing else, no internet socket" {
+	listen
+	wrapped sfma-mem SFMA_SHIM_READ="$SECRET" SFMA_SHIM_WRITE="$PWD/ws/.sfma/observed.jsonl" \
+		SFMA_SHIM_CREATE="$PWD/ws/planted" SFMA_SHIM_CONNECT="$PORT" SFMA_SHIM_EXEC=/bin/true \
+		SFMA_SHIM_SIGNAL=parent
+	SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
+	said sfma-mem read "$SECRET" EACCES
+	said sfma-mem write "$PWD/ws/.sfma/observed.jsonl" EACCES
+	said sfma-mem create "$PWD/ws/planted" EACCES
+	said sfma-mem connect "127.0.0.1:$PORT" EPERM
+	# it may exec, and Landlock lets it execute git alone
+	said sfma-mem exec /bin/true EACCES
+	grep -q '^confine-shim: sfma-mem: signal [0-9]*: EPERM$' <<<"$stderr"
+	[ ! -s ws/.sfma/observed.jsonl ]
+	# and the store works: the run is committed
+	jq -e '.memory.store.commit | test("^[0-9a-f]{40}$")' ws/.sfma/result.json
 	sfma-verify ws
 }
 
@@ -339,7 +350,7 @@ reader() {
 	replays_ok 1
 	# Without the filter the same workspace's next run has Landlock again.
 	SFMA_MOCK=$QUICK sfma run m.json >/dev/null
-	[ "$(entries 1)" = "sfma-seal $(kernel_abi) true true" ]
+	[ "$(entries 1)" = "sfma-mem $(kernel_abi) true true" ]
 }
 
 @test "requireConfinement: a kernel without Landlock refuses the run with one line, sealed, before any model call" {
@@ -376,25 +387,27 @@ reader() {
 # wire: a run wired by hand (PIPELINE.md), without sfma and so without
 # report channels.
 wire() {
-	mkfifo to-model from-model to-exec from-exec to-chain from-chain to-seal from-seal
+	mkfifo to-model from-model to-exec from-exec to-chain from-chain to-seal from-seal to-mem from-mem
 	sfma-model m.json <to-model >from-model &
 	sfma-exec --apply m.json <to-exec >from-exec &
 	sfma-chain ws/.sfma/trace.jsonl <to-chain >from-chain &
 	sfma-seal --allow-empty ws <to-seal >from-seal &
+	sfma-mem ws <to-mem >from-mem &
 	run --separate-stderr sfma-plan run m.json --apply --to-model to-model --from-model from-model \
 		--to-exec to-exec --from-exec from-exec --to-chain to-chain --from-chain from-chain \
-		--to-seal to-seal --from-seal from-seal
+		--to-seal to-seal --from-seal from-seal --to-mem to-mem --from-mem from-mem
 	wait
 }
 
 @test "a run wired by hand: the stages without a channel confine at once, and the run says none reported" {
 	SFMA_MOCK=$QUICK wire
 	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
-	[ "$(entries 5)" = "sfma-plan $(kernel_abi) true true
+	[ "$(entries 6)" = "sfma-plan $(kernel_abi) true true
 sfma-model none none none
 sfma-exec none none none
 sfma-chain none none none
-sfma-seal none none none" ] || { entries 5; return 1; }
+sfma-seal none none none
+sfma-mem none none none" ] || { entries 6; return 1; }
 	jq -e -s '[.[] | select(.kind == "confinement") | .data | select(.stage != "sfma-plan")] |
 		all(.reported == false)' ws/.sfma/trace.jsonl
 	sfma-verify ws
@@ -430,7 +443,7 @@ sfma-seal none none none" ] || { entries 5; return 1; }
 		chmod +x wrapped/sfma-model
 		SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
 		[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
-		jq -e -s --arg lie "$lie" '[.[] | select(.kind == "confinement")][-5].data |
+		jq -e -s --arg lie "$lie" '[.[] | select(.kind == "confinement")][-6].data |
 			if ($lie | test("ports")) then . == {"stage":"sfma-model","landlock":7,"seccomp":true,"noNewPrivs":true}
 			else .stage == "sfma-model" and .reported == false and .why == "its report is not one" end' \
 			ws/.sfma/trace.jsonl || { jq -c 'select(.kind == "confinement") | .data' ws/.sfma/trace.jsonl; return 1; }

@@ -217,19 +217,19 @@ refused_in_outer() {
 	mkdir -p wrap
 	real=$(command -v git)
 	# The log is kept where the process that runs git may write (it is
-	# confined: sfma(1), CONFINEMENT).
-	printf '#!/bin/sh\necho "$*" >> %s/ws/.sfma/git.log\nexec %s "$@"\n' "$PWD" "$real" > wrap/git
+	# confined to the store: sfma(1), CONFINEMENT).
+	printf '#!/bin/sh\necho "$*" >> %s/ws/.sfma/mem/git.log\nexec %s "$@"\n' "$PWD" "$real" > wrap/git
 	chmod +x wrap/git
 	run_a
 	PATH="$PWD/wrap:$PATH" run_a
 	# The second run: the guard's rev-parse, the hash-object of the record
 	# over fastTierMaxBytes, one fast-import, which keeps its pack (no
 	# unpack-objects after it).
-	[ "$(grep -c . ws/.sfma/git.log)" -le 3 ] || { cat ws/.sfma/git.log; return 1; }
-	grep -q ' rev-parse --absolute-git-dir' ws/.sfma/git.log
-	grep -q ' fast-import' ws/.sfma/git.log
-	run grep -E ' (add|commit|config|maintenance|--version)( |$)' ws/.sfma/git.log
-	[ "$status" -eq 1 ] || { cat ws/.sfma/git.log; return 1; }
+	[ "$(grep -c . ws/.sfma/mem/git.log)" -le 3 ] || { cat ws/.sfma/mem/git.log; return 1; }
+	grep -q ' rev-parse --absolute-git-dir' ws/.sfma/mem/git.log
+	grep -q ' fast-import' ws/.sfma/mem/git.log
+	run grep -E ' (add|commit|config|maintenance|--version)( |$)' ws/.sfma/mem/git.log
+	[ "$status" -eq 1 ] || { cat ws/.sfma/mem/git.log; return 1; }
 	verified
 }
 
