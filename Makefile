@@ -38,7 +38,7 @@ LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC))
 LIBA     := $(BUILD)/libsfma.a
 
-BASE_LIBS := -ljansson -lcrypto -lpthread -lm
+BASE_LIBS := -ljansson -lcrypto -lpthread -lm -lseccomp
 # sfma-model is not linked with libcurl: it dlopen()s it when a request
 # first needs HTTP (src/sfma-model/curl-load.c; dlopen is in glibc's libc
 # since 2.34), by the SONAME the linker records for -lcurl, read here from
@@ -121,7 +121,7 @@ FUZZ_DIR     ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp proof sha
+FUZZ_NAMES   := canon line_reader manifest chain record reply providers hardtier gitconfig gitref memory journal runview otlp proof sha confine
 FUZZ_BINS    := $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
 FUZZ_LIBA    := $(FUZZ_DIR)/libsfma.a
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC))

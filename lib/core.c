@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
+#include "confine.h"
 #include "errors.h"
 #include "evidence.h"
 #include "protocol.h"
@@ -292,6 +293,19 @@ void core_begin(struct core *c, const struct core_begin *b)
 	 * (sfma export parents the run there). */
 	lifecycle_with(c, c->pinned_run ? "pinned-replay" : "probation",
 	               b->traceparent ? json_pack("{s:s}", "traceparent", b->traceparent) : NULL);
+	/* What each process of the run has in force, as it reported it; a
+	 * manifest that requires confinement refuses the run at the first
+	 * that lacks any of it (sfma-manifest(5), requireConfinement). */
+	size_t k;
+	json_t *confined;
+	json_array_foreach(b->confinement, k, confined) {
+		const char *what;
+		emit_at(c, 0, "confinement", json_deep_copy(confined), NULL, NULL, NULL);
+		if (c->m->require_confinement && confine_lacks(confined, &what)) {
+			const char *stage = json_string_value(json_object_get(confined, "stage"));
+			end_with(c, "failed", "requireConfinement: %s: %s", stage ? stage : "a stage", what);
+		}
+	}
 	/* An operator's `sfma endpoints --reset` since the last run: recorded
 	 * once (sfma-model keeps no reset mark in the state it hands back). */
 	json_t *resets = json_object();

@@ -15,7 +15,7 @@
  * The drive, as sfma-plan does it (sfma-plan(1), sfma-replay(1)):
  *
  *   core_open            -> the run's clock anchor
- *   core_begin           -> lifecycle, stores, inbox, genesis
+ *   core_begin           -> lifecycle, confinement, stores, inbox, genesis
  *   loop: core_dispatch (fresh facts) -> requests or the end of the work;
  *         a model reply  -> core_model_reply;
  *         a wait that ended without one -> core_stop
@@ -82,6 +82,8 @@ struct core_begin {
 	const json_t *inbox;       /* [{"file","text"}...], sorted by name; NULL: none */
 	const json_t *endpoints;   /* the endpoint state memory.json keeps, or NULL */
 	const char *traceparent;   /* the caller's W3C trace context (checked), or NULL */
+	const json_t *confinement; /* what each process reported of its confinement: an array of
+	                              `confinement` entry data (confine_report_read), in order; NULL: none */
 };
 
 /* How a wait for a reply ended without one. */

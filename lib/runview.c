@@ -426,7 +426,7 @@ static int terminal_state(const char *to)
  * and the record readers compare them (lib/chain.c, lib/record.c). */
 enum kind {
 	K_NONE, K_OTHER, K_CLOCK_ANCHOR, K_LIFECYCLE, K_MESSAGE, K_CLARIFICATION, K_CALL, K_CANDIDATE,
-	K_TASK, K_VERDICT, K_MUTATION, K_RESULT, K_WEIGHT, K_STORE, K_COMPACTION,
+	K_TASK, K_VERDICT, K_MUTATION, K_RESULT, K_WEIGHT, K_STORE, K_COMPACTION, K_CONFINEMENT,
 };
 
 static enum kind kind_of(const json_t *kind)
@@ -436,6 +436,7 @@ static enum kind kind_of(const json_t *kind)
 		[K_CLARIFICATION] = "clarification", [K_CALL] = "call", [K_CANDIDATE] = "candidate",
 		[K_TASK] = "task", [K_VERDICT] = "verdict", [K_MUTATION] = "mutation", [K_RESULT] = "result",
 		[K_WEIGHT] = "weight", [K_STORE] = "store", [K_COMPACTION] = "compaction",
+		[K_CONFINEMENT] = "confinement",
 	};
 	const char *s = json_string_value(kind);
 	if (!s)
@@ -810,6 +811,35 @@ json_t *rv_row_invalid(struct rv_view *v, uint64_t line_no, const char *why)
 	return row;
 }
 
+/* What one process had in force (sfma-formats(5), confinement):
+ * "sfma-model: Landlock 7, seccomp", "... Landlock unavailable (why)",
+ * "sfma-chain: not reported". */
+static void row_confinement(json_t *row, json_t *data, struct buf *d)
+{
+	static const char *const keys[] = {"stage", "landlock", "seccomp", "noNewPrivs", "reported", "why", NULL};
+	for (const char *const *k = keys; *k; k++)
+		copy_if(row, *k, data, *k);
+	add_str(d, json_object_get(data, "stage"));
+	json_t *ll = json_object_get(data, "landlock");
+	double abi;
+	if (json_is_false(json_object_get(data, "reported")) || !ll)
+		buf_adds(d, ": not reported");
+	else if (num_in(ll, 1, 255, &abi))
+		buf_printf(d, ": Landlock %.0f", abi);
+	else
+		buf_adds(d, ": Landlock unavailable");
+	if (ll) {
+		buf_adds(d, json_is_true(json_object_get(data, "seccomp")) ? ", seccomp" : ", no seccomp");
+		if (!json_is_true(json_object_get(data, "noNewPrivs")))
+			buf_adds(d, ", no no_new_privs");
+	}
+	if (json_is_string(json_object_get(data, "why"))) {
+		buf_adds(d, " (");
+		add_str(d, json_object_get(data, "why"));
+		buf_addc(d, ')');
+	}
+}
+
 /* What each kind of entry shows: its row's own members and its text d. */
 static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind kind, json_t *data, uint64_t line_no,
                      struct buf *d)
@@ -921,6 +951,8 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		num_in(json_object_get(data, "afterBytes"), 0, 1e15, &a);
 		buf_printf(d, "context %.0f -> %.0f bytes, %zu elided", b, a,
 		           json_array_size(json_object_get(data, "elided")));
+	} else if (kind == K_CONFINEMENT) {
+		row_confinement(row, data, d);
 	} else {
 		char *text = data ? json_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 		if (text)

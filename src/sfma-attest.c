@@ -29,6 +29,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "merkle.h"
 #include "ndjson.h"
@@ -294,6 +295,10 @@ int main(int argc, char **argv)
 	if (!key && !statement_only)
 		die("SFMA_AUDIT_PRIVATE_KEY is not set: an attestation is signed (--statement prints it unsigned)");
 	must_verify(ws);
+	/* sfma-verify has accepted it: from here on the workspace is only
+	 * read (sfma(1), CONFINEMENT). */
+	const char *const reads[] = { ws, NULL };
+	confine_self("sfma-attest", reads, NULL);
 
 	struct sfma_err e;
 	json_t *st = statement(ws);

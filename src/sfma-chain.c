@@ -23,6 +23,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
+#include "confine.h"
 #include "cli.h"
 #include "errors.h"
 #include "evidence.h"
@@ -43,7 +44,7 @@
 
 static const char *const kinds[] = {
 	"task", "result", "verdict", "mutation", "weight", "lifecycle", "clarification",
-	"candidate", "clock-anchor", "call", "message", "store", "compaction", NULL,
+	"candidate", "clock-anchor", "call", "message", "store", "compaction", "confinement", NULL,
 };
 
 /* The members an event may have. */
@@ -380,6 +381,17 @@ int main(int argc, char **argv)
 	if (optind != argc - 1)
 		cli_usage_error(usage_text, "one TRACE only (unexpected %s)", argv[optind + 1]);
 	struct trace t = {.path = argv[optind], .head_cache = head_cache, .fd = -1};
+	/* Confined to the directories of the trace and of its note (sfma(1),
+	 * CONFINEMENT): at the planner's go when it passed a channel, else
+	 * at the first event, when the trace's directory exists. */
+	const char *const places_args[] = { t.path, head_cache, NULL };
+	const struct confine_places places = {.args = places_args};
+	struct confine_report confined;
+	int channel = confine_channel_take(), is_confined = 0;
+	if (channel >= 0 || recover) {
+		confine_stage(&channel, "sfma-chain", &places, &confined);
+		is_confined = 1;
+	}
 	if (recover)
 		return recover_torn(&t);
 
@@ -395,6 +407,10 @@ int main(int argc, char **argv)
 	struct buf reports = {0};
 	size_t grouped = 0;
 	while ((rc = lr_next(&r, &text, &len, &e)) == 1) {
+		if (!is_confined) {
+			confine_stage(&channel, "sfma-chain", &places, &confined);
+			is_confined = 1;
+		}
 		long long no = (long long)r.line_no;
 		json_t *ev = ndjson_parse(text, len, &e);
 		if (!ev) {

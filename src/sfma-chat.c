@@ -21,6 +21,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "clock.h"
 #include "errors.h"
 #include "mailbox.h"
@@ -305,6 +306,9 @@ int main(int argc, char **argv)
 	    (c.inbox_fd = mailbox_dir(c.workspace, "inbox", 1, &e)) < 0)
 		die("%s", e.text);
 	pick_user(&c);
+	/* The mailbox and its state only, from here on (sfma(1), CONFINEMENT). */
+	const struct confine_places places = {.workspace = c.workspace};
+	confine_self("sfma-chat", NULL, &places);
 	c.interactive = isatty(STDIN_FILENO);
 	if (all)
 		c.shown = json_object();

@@ -13,6 +13,7 @@
  * nothing on disk is created or changed. */
 #include "beneath.h"
 #include "cli.h"
+#include "confine.h"
 #include "credentials.h"
 #include "errors.h"
 #include "manifest.h"
@@ -150,6 +151,10 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < why.n; i++)
 		say("error", "%s", why.items[i]);
 	reasons_free(&why);
+	/* Read-only, on the workspace only, from here on (sfma(1),
+	 * CONFINEMENT). */
+	const char *const reads[] = { m ? m->workspace_path : NULL, NULL };
+	confine_self("sfma-check", reads, NULL);
 	if (m) {
 		check_inputs(m);
 		check_credentials(m);

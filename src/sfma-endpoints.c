@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "clock.h"
 #include "errors.h"
 #include "ndjson.h"
@@ -362,6 +363,10 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &o);
 	int sfma_fd = open_sfma(o.workspace);
 	int resetting = o.all || o.n_reset;
+	/* memory.json read, and replaced by a reset (sfma(1), CONFINEMENT). */
+	const char *const reads[] = { o.workspace, NULL };
+	const struct confine_places places = {.workspace = o.workspace};
+	confine_self(resetting ? "sfma-endpoints/reset" : "sfma-endpoints", reads, &places);
 	/* A run holds this lock from start to seal (sfma-plan's workspace_open):
 	 * a reset must not race the memory the run will write at its end. */
 	if (resetting && flock(sfma_fd, LOCK_EX | LOCK_NB) < 0) {

@@ -17,6 +17,7 @@
 #include "chain.h"
 #include "clock.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
@@ -488,6 +489,19 @@ int main(int argc, char **argv)
 		curl_slist_free_all(otel_headers());
 		(void)timeout_ms();
 	}
+	/* Read-only on the workspaces; the network only with --endpoint, to
+	 * the collector's port (sfma(1), CONFINEMENT). */
+	uint16_t ports[16];
+	size_t n_ports = 0;
+	if (url && url_port(url) > 0)
+		ports[n_ports++] = (uint16_t)url_port(url);
+	if (url)
+		url_proxy_ports(ports, &n_ports, sizeof ports / sizeof *ports);
+	const struct confine_places places = {.args = (const char *const *)argv + optind, .ports = ports,
+	                                      .n_ports = n_ports};
+	struct confine_report confined;
+	int channel = -1;
+	confine_stage(&channel, url ? "sfma-export/endpoint" : "sfma-export", &places, &confined);
 
 	/* Every workspace first: one request, all of it or nothing. */
 	json_t *all = json_array();

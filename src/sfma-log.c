@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "logtext.h"
 #include "ndjson.h"
@@ -299,6 +300,10 @@ int main(int argc, char **argv)
 	struct out o = {.o = &opts};
 	int sfma_dirfd = -1;
 	int fd = open_trace(ws, opts.follow, &sfma_dirfd);
+	/* Read-only on the workspace, once it exists (--follow may wait for
+	 * it): sfma(1), CONFINEMENT. */
+	const char *const reads[] = { ws, NULL };
+	confine_self("sfma-log", reads, NULL);
 	/* a result.json that is not a regular file is refused before any row */
 	json_decref(load_record(ws, sfma_dirfd));
 	struct rv_splitter split;

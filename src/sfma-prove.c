@@ -21,6 +21,7 @@
  * on usage errors. */
 #include "buf.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "merkle.h"
 #include "ndjson.h"
@@ -159,6 +160,8 @@ int main(int argc, char **argv)
 	if (vkey) {
 		if (optind != argc || checkpoint || has_since)
 			cli_usage_error(usage_text, "--verifier-key takes no other argument");
+		const char *const reads[] = { vkey, NULL };
+		confine_self("sfma-prove", reads, NULL);
 		return print_verifier_key(vkey);
 	}
 	int want = has_since ? 1 : 2;
@@ -167,6 +170,10 @@ int main(int argc, char **argv)
 	const char *ws = argv[optind];
 	if (!has_since && cli_parse_ulong(argv[optind + 1], 1, (unsigned long)MERKLE_MAX_SIZE, &line) < 0)
 		cli_usage_error(usage_text, "LINE: a line number of the trace, from 1");
+	/* Read-only on the workspace and --checkpoint's file (sfma(1),
+	 * CONFINEMENT). */
+	const char *const reads[] = { ws, checkpoint, NULL };
+	confine_self("sfma-prove", reads, NULL);
 
 	char *path = xmalloc(strlen(ws) + 64), *trace = xmalloc(strlen(ws) + 64);
 	sprintf(path, "%s/.sfma/checkpoint", ws);

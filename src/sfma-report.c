@@ -13,6 +13,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "ndjson.h"
 #include "reportpage.h"
@@ -226,12 +227,17 @@ int main(int argc, char **argv)
 
 	int fd;
 	int sfma_dirfd = open_sfma(ws, &fd);
+	struct report_verify vr;
+	run_verify(ws, &vr);
+	/* sfma-verify has run (in a process of its own): from here on only
+	 * the workspace is read and -o's file written (sfma(1), CONFINEMENT). */
+	const char *const reads[] = { ws, NULL }, *const outs[] = { out_path, NULL };
+	const struct confine_places places = {.outs = outs};
+	confine_self("sfma-report", reads, &places);
 	struct report rep = {0};
 	load_run(ws, pick, &rep, sfma_dirfd, fd);
 	close(fd);
 	close(sfma_dirfd);
-	struct report_verify vr;
-	run_verify(ws, &vr);
 
 	struct buf html = {0};
 	const struct report_run shown = {rep.rows, rep.header, rep.footer, rep.run, rep.runs};

@@ -23,6 +23,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
+#include "confine.h"
 #include "cli.h"
 #include "errors.h"
 #include "ndjson.h"
@@ -236,12 +237,23 @@ int main(int argc, char **argv)
 	/* Whoever waits for the integrity line learns why none comes. */
 	set_error_echo_if_asked(1);
 
+	/* Confined to WORKSPACE/.sfma (sfma(1), CONFINEMENT): at the
+	 * planner's go when it passed a channel, else once the body is here
+	 * (the run has made .sfma by then), before it is parsed. */
+	const struct confine_places places = {.workspace = ws};
+	struct confine_report confined = {.stage = ""};
+	int channel = confine_channel_take();
+	if (channel >= 0)
+		confine_stage(&channel, "sfma-seal", &places, &confined);
+
 	/* 1. The body. */
 	struct sfma_err e;
 	size_t len;
 	char *text = read_all_fd(0, RECORD_MAX_BYTES, &len, &e);
 	if (!text)
 		die("stdin: %s", e.text);
+	if (!confined.stage[0])
+		confine_stage(&channel, "sfma-seal", &places, &confined);
 	if (len == 0 && o.allow_empty) {
 		/* The planner stopped before it could seal, and has said why. */
 		free(text);

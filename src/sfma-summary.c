@@ -12,6 +12,7 @@
  * record at all), 2 on usage errors. */
 #include "buf.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "ndjson.h"
 #include "record.h"
@@ -586,6 +587,13 @@ int main(int argc, char **argv)
 	const char *no_color = getenv("NO_COLOR");
 	opts.colour = !opts.json && isatty(STDOUT_FILENO) && !(no_color && *no_color);
 	find_verify(&opts);
+	/* Read-only on the workspaces; what it executes is the sfma-verify
+	 * beside it, one per workspace, which inherits this and narrows it
+	 * again (sfma(1), CONFINEMENT). */
+	const struct confine_places places = {.args = (const char *const *)argv + optind};
+	struct confine_report confined;
+	int channel = -1;
+	confine_stage(&channel, "sfma-summary", &places, &confined);
 
 	size_t n = (size_t)(argc - optind);
 	struct row *rows = xcalloc(n, sizeof *rows);

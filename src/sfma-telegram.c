@@ -30,6 +30,7 @@
 #include "atomic.h"
 #include "buf.h"
 #include "cli.h"
+#include "confine.h"
 #include "clock.h"
 #include "errors.h"
 #include "mailbox.h"
@@ -750,6 +751,15 @@ int main(int argc, char **argv)
 	b.seen_chats = json_object();
 	if (!(b.curl = curl_easy_init()))
 		die("cannot initialise libcurl");
+	/* The mailbox, its state and the Bot API's port only, from here on
+	 * (sfma(1), CONFINEMENT). */
+	uint16_t ports[16];
+	size_t n_ports = 0;
+	if (url_port(b.base) > 0)
+		ports[n_ports++] = (uint16_t)url_port(b.base);
+	url_proxy_ports(ports, &n_ports, sizeof ports / sizeof *ports);
+	const struct confine_places places = {.workspace = b.workspace, .ports = ports, .n_ports = n_ports};
+	confine_self("sfma-telegram", NULL, &places);
 	catch_signals();
 
 	int status = 0, failures = 0;

@@ -27,6 +27,7 @@
  * followed), every string compared as the whole JSON string it is. */
 #include "chain.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
@@ -678,6 +679,7 @@ int main(int argc, char **argv)
 	if (canonicalize) {
 		if (optind != argc)
 			cli_usage_error(usage_text, "--canonicalize reads standard input only (unexpected %s)", argv[optind]);
+		confine_self("sfma-verify", NULL, NULL);
 		return canonicalize_stdin();
 	}
 	if (line && !proof)
@@ -692,6 +694,9 @@ int main(int argc, char **argv)
 			cli_usage_error(usage_text, "the proof and the line cannot both be standard input");
 		if (!line && strcmp(proof, "-") == 0 && !since)
 			cli_usage_error(usage_text, "--proof -: the line is then --line FILE");
+		/* Read-only on what it names (sfma(1), CONFINEMENT). */
+		const char *const reads[] = { proof, line ? line : "-", since, NULL };
+		confine_self("sfma-verify", reads, NULL);
 		return verify_proof(proof, line, since);
 	}
 	if (optind == argc)
@@ -701,6 +706,8 @@ int main(int argc, char **argv)
 
 	char *record_path, *workspace;
 	int given_workspace = locate(argv[optind], &record_path, &workspace);
+	const char *const reads[] = { workspace, record_path, since, NULL };
+	confine_self("sfma-verify", reads, NULL);
 
 	/* A workspace whose first run was interrupted has a trace and no
 	 * record yet: its whole trace is the unsealed tail. */

@@ -13,9 +13,11 @@
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
+#include "buf.h"
 #include "chain.h"
 #include "cli.h"
 #include "clock.h"
+#include "confine.h"
 #include "errors.h"
 #include "ndjson.h"
 
@@ -256,8 +258,9 @@ static void env_add(char **env, size_t *n, const char *name)
 }
 
 /* A fresh environment for stage s: the common minimum plus that stage's own
- * secrets. Free it with env_free() once the stage has started. */
-static char **stage_env(enum stage s, const struct checked *c)
+ * secrets, and its confinement report channel (>= 0: the descriptor).
+ * Free it with env_free() once the stage has started. */
+static char **stage_env(enum stage s, const struct checked *c, int channel)
 {
 	size_t cap = 64 + json_array_size(c->model_env), n = 0;
 	char **env = xcalloc(cap + 1, sizeof *env);
@@ -291,6 +294,10 @@ static char **stage_env(enum stage s, const struct checked *c)
 	 * output too, so that the planner can tell why it went (PIPELINE.md). */
 	if (s == MODEL || s == CHAIN || s == SEAL || s == MEM)
 		env[n++] = xstrdup("SFMA_ERROR_LINE=1");
+	if (channel >= 0) {
+		env[n] = xmalloc(sizeof CONFINE_FD_ENV + 16);
+		sprintf(env[n++], "%s=%d", CONFINE_FD_ENV, channel);
+	}
 	return env;
 }
 
@@ -569,15 +576,17 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
  * and says on its --key-ready-fd that it loaded the key (it exits with its
  * message when it cannot), so no process is started only to check it.
  * Returns 0 with the seal started (pid in *seal), or -1. */
-static int start_seal_first(const char *manifest, const struct checked *c, int in, int out, pid_t *seal)
+static int start_seal_first(const char *manifest, const struct checked *c, int in, int out, int channel,
+                            pid_t *seal)
 {
 	int ready[2];
 	char *argv[6];
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
 	stage_args(SEAL, manifest, c, ready[1], argv);
-	char **env = stage_env(SEAL, c);
-	*seal = spawn(stage_path[SEAL], argv, env, in, out, &ready[1], 1, false);
+	char **env = stage_env(SEAL, c, channel);
+	const int keep[2] = { ready[1], channel };
+	*seal = spawn(stage_path[SEAL], argv, env, in, out, keep, channel >= 0 ? 2 : 1, false);
 	env_free(env);
 	close(ready[1]);
 	if (*seal < 0) {
@@ -617,6 +626,7 @@ static void close_fd(int *fd)
  * on that reply, start while it waits. */
 struct wiring {
 	int to[PLAN][2], from[PLAN][2];   /* named from the planner's side; -1 once closed */
+	int confine[PLAN];                /* each stage's end of its report channel; -1 once closed */
 	pid_t planner;
 	int handshake;                    /* sfma's end of the socket pair; -1 once closed */
 	struct checked c;                 /* what the planner announced */
@@ -630,9 +640,11 @@ static void checked_free(struct checked *c)
 
 static void close_pipes(struct wiring *w)
 {
-	for (int s = 0; s < PLAN; s++)
+	for (int s = 0; s < PLAN; s++) {
 		for (int end = 0; end < 2; end++)
 			close_fd(&w->to[s][end]), close_fd(&w->from[s][end]);
+		close_fd(&w->confine[s]);
+	}
 }
 
 static int reap(pid_t pid)
@@ -727,15 +739,21 @@ static int read_announcement(struct wiring *w)
  * left running. */
 static int start_planner(const struct opts *o, struct wiring *w)
 {
-	int sv[2], keep[2 * PLAN + 1];
-	char fdpath[2 * PLAN][32], flag[2 * PLAN][16], handshake_fd[16];
-	char *argv[10 + 4 * PLAN];
+	int sv[2], keep[3 * PLAN + 1], channel[PLAN][2];
+	char fdpath[2 * PLAN][32], flag[2 * PLAN][16], handshake_fd[16], confine_flag[PLAN][24], confine_fd[PLAN][16];
+	char *argv[10 + 6 * PLAN];
 	size_t n = 0;
 
 	*w = (struct wiring){.planner = -1, .handshake = -1};
-	for (int s = 0; s < PLAN; s++)
+	for (int s = 0; s < PLAN; s++) {
 		if (pipe2(w->to[s], O_CLOEXEC) < 0 || pipe2(w->from[s], O_CLOEXEC) < 0)
 			die("pipe: %s", strerror(errno));
+		/* The stage's confinement report channel (PIPELINE.md,
+		 * Confinement): one message each way, never run data. */
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel[s]) < 0)
+			die("socketpair: %s", strerror(errno));
+		w->confine[s] = channel[s][1];
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		die("socketpair: %s", strerror(errno));
 
@@ -758,6 +776,11 @@ static int start_planner(const struct opts *o, struct wiring *w)
 			argv[n++] = flag[k];
 			argv[n++] = fdpath[k];
 		}
+		snprintf(confine_flag[s], sizeof confine_flag[s], "--confine-%s", stage_flag[s]);
+		snprintf(confine_fd[s], sizeof confine_fd[s], "%d", channel[s][0]);
+		keep[2 * PLAN + 1 + s] = channel[s][0];
+		argv[n++] = confine_flag[s];
+		argv[n++] = confine_fd[s];
 	}
 	snprintf(handshake_fd, sizeof handshake_fd, "%d", sv[1]);
 	keep[2 * PLAN] = sv[1];
@@ -767,14 +790,14 @@ static int start_planner(const struct opts *o, struct wiring *w)
 
 	/* The planner's environment does not depend on the manifest. */
 	struct checked none = {0};
-	char **env = stage_env(PLAN, &none);
-	w->planner = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 2 * PLAN + 1, true);
+	char **env = stage_env(PLAN, &none, -1);
+	w->planner = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 3 * PLAN + 1, true);
 	int err = errno;
 	env_free(env);
 	/* Its ends are the planner's alone now: EOF travels as it exits. */
 	close(sv[1]);
 	for (int s = 0; s < PLAN; s++)
-		close_fd(&w->to[s][1]), close_fd(&w->from[s][0]);
+		close_fd(&w->to[s][1]), close_fd(&w->from[s][0]), close(channel[s][0]);
 	if (w->planner < 0) {
 		warning("%s: %s", stage_path[PLAN], strerror(err));
 		close(sv[0]);
@@ -802,7 +825,8 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 	 * other stages then start only with a usable key. */
 	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
 	bool seal_first = key && *key;
-	if (seal_first && start_seal_first(o->manifest, c, w->to[SEAL][0], w->from[SEAL][1], &pid[SEAL]) < 0) {
+	if (seal_first &&
+	    start_seal_first(o->manifest, c, w->to[SEAL][0], w->from[SEAL][1], w->confine[SEAL], &pid[SEAL]) < 0) {
 		release_planner(w);
 		return -1;
 	}
@@ -819,9 +843,9 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 		if (s == SEAL && seal_first)
 			continue;
 		stage_args(s, o->manifest, c, -1, stage_argv);
-		char **env = stage_env(s, c);
-		int rc = spawn_start(stage_path[s], stage_argv, env, w->to[s][0], w->from[s][1], NULL, 0, false,
-		                     &st[s]);
+		char **env = stage_env(s, c, w->confine[s]);
+		int rc = spawn_start(stage_path[s], stage_argv, env, w->to[s][0], w->from[s][1], &w->confine[s], 1,
+		                     false, &st[s]);
 		env_free(env);
 		if (rc < 0) {
 			failed = s;
@@ -851,12 +875,29 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 	}
 	/* Only the stages hold pipe ends now: EOF travels as each one exits. */
 	close_pipes(w);
-	/* A planner that has gone meanwhile is supervise()'s to report; its
-	 * closed socket must not kill sfma (MSG_NOSIGNAL: no SIGPIPE). */
-	ssize_t sent;
-	while ((sent = send(w->handshake, "g", 1, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	(void)sent;
+	/* Every program of the run has started: from here on sfma only
+	 * waits, forwards signals and reaps, and confines itself to that
+	 * (sfma(1), CONFINEMENT). Its report goes to the planner with the go,
+	 * for the run's first entries. A planner that has gone meanwhile is
+	 * supervise()'s to report; its closed socket must not kill sfma
+	 * (MSG_NOSIGNAL: no SIGPIPE). */
+	struct confine_report confined;
+	confine_apply(confine_policy("sfma"), NULL, &confined);
+	json_t *report = confine_report_json(&confined);
+	char *text = json_dumps(report, JSON_COMPACT);
+	json_decref(report);
+	struct buf go = {0};
+	buf_printf(&go, "g%s\n", text ? text : "");
+	free(text);
+	for (size_t off = 0; off < go.len;) {
+		ssize_t sent = send(w->handshake, go.p + off, go.len - off, MSG_NOSIGNAL);
+		if (sent < 0 && errno == EINTR)
+			continue;
+		if (sent <= 0)
+			break;
+		off += (size_t)sent;
+	}
+	buf_free(&go);
 	close_fd(&w->handshake);
 	w->planner = -1;
 	return supervise(pid);
@@ -886,38 +927,102 @@ static bool halt_requested(const char *workspace)
 	return lstat(path, &st) == 0;
 }
 
+/* How a relay's run ended, as its orchestrator process exits: the run's
+ * status (0, 1, 2), or one of these. */
+enum {
+	RELAY_CHECKED = 10,  /* + the status: the manifest refused (the relay ends with it) */
+	RELAY_HALTED = 20,   /* .sfma/HALT before the run: the relay ends */
+	RELAY_STOPPED = 21,  /* an operator's signal before the run started: the relay ends */
+	RELAY_BAD_KEY = 22,  /* the signing key cannot sign: every run would fail alike */
+};
+
+/* One run of a relay, in a process of its own: exactly `sfma run`, whose
+ * orchestrator confines itself once its stages have started, as every
+ * run's does; so the relay's own process never does, and can start the
+ * next. Returns what the process exits with. */
+static int relay_run(const struct opts *o, long i, const char *bound)
+{
+	struct wiring w;
+	int checked = start_planner(o, &w);
+	if (checked != 0)
+		return RELAY_CHECKED + checked;
+	if (halt_requested(w.c.workspace)) {
+		warning("relay: halted by .sfma/HALT");
+		release_planner(&w);
+		return RELAY_HALTED;
+	}
+	if (operator_stopped()) {
+		release_planner(&w);
+		return RELAY_STOPPED;
+	}
+	char announce[80];
+	snprintf(announce, sizeof announce, "relay: run %ld/%s", i, bound);
+	int status = start_stages(o, &w, announce);
+	checked_free(&w.c);
+	return status < 0 ? RELAY_BAD_KEY : status;
+}
+
+/* Fork the run's orchestrator and wait for it, forwarding the operator's
+ * signals: it is in a process group of its own, as the stages are, so a
+ * terminal's ^C reaches the relay only, which passes it on once. Returns
+ * what relay_run returned, or 1 when the process died. */
+static int relay_fork(const struct opts *o, long i, const char *bound)
+{
+	fflush(NULL);
+	pid_t parent = getpid(), pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		setpgid(0, 0);
+		/* A relay that dies takes its run with it, halted and sealed. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(1);
+		_exit(relay_run(o, i, bound));
+	}
+	for (;;) {
+		int st;
+		pid_t got = waitpid(pid, &st, WNOHANG);
+		if (got == pid) {
+			if (WIFSIGNALED(st)) {
+				warning("sfma (run %ld) killed by signal %d", i, WTERMSIG(st));
+				return 1;
+			}
+			return WEXITSTATUS(st);
+		}
+		if (got < 0 && errno != EINTR)
+			die("waitpid: %s", strerror(errno));
+		int sig = next_signal(-1);
+		if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+			interrupted = true;
+			kill(pid, sig);
+		}
+	}
+}
+
 /* Bounded runs one after another, each exactly `sfma run`. Each run's
  * planner validates the manifest again, so that an operator may edit it
  * between runs; a signal lets the current run halt and seal, then ends the
  * relay. */
 static int cmd_relay(const struct opts *o)
 {
+	/* What every run's processes inherit (sfma(1), CONFINEMENT). */
+	struct confine_report confined;
+	confine_apply(confine_policy("sfma/relay"), NULL, &confined);
 	char bound[32] = "inf";
 	if (o->max_runs > 0)
 		snprintf(bound, sizeof bound, "%ld", o->max_runs);
 	int status = 0;
 	for (long i = 1; !interrupted && (o->max_runs == 0 || i <= o->max_runs); i++) {
 		double started = now_seconds();
-		struct wiring w;
-		int checked = start_planner(o, &w);
-		if (checked != 0)
-			return checked;
-		if (halt_requested(w.c.workspace)) {
-			warning("relay: halted by .sfma/HALT");
-			release_planner(&w);
+		int ended = relay_fork(o, i, bound);
+		if (ended >= RELAY_CHECKED && ended < RELAY_HALTED)
+			return ended - RELAY_CHECKED;
+		if (ended == RELAY_HALTED || ended == RELAY_STOPPED)
 			break;
-		}
-		if (operator_stopped()) {
-			release_planner(&w);
-			break;
-		}
-		char announce[80];
-		snprintf(announce, sizeof announce, "relay: run %ld/%s", i, bound);
-		status = start_stages(o, &w, announce);
-		checked_free(&w.c);
-		/* A bad key fails every run alike: the relay ends here. */
-		if (status < 0)
+		if (ended == RELAY_BAD_KEY)
 			return 1;
+		status = ended;
 		if (interrupted || (o->max_runs > 0 && i == o->max_runs))
 			break;
 		double until = started + o->every;

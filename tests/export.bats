@@ -475,7 +475,7 @@ collector() {
 	[ "$status" -eq 1 ] && [ "$output" = "sfma-export: ws/.sfma/result.json: not a regular file" ]
 	rm ws/.sfma/result.json && mv r ws/.sfma/result.json
 	# one byte changed in the chain: nothing of it goes out
-	sed -i '5s/"endpoint":"offline"/"endpoint":"offlinX"/' ws/.sfma/trace.jsonl
+	sed -i '0,/"endpoint":"offline"/s//"endpoint":"offlinX"/' ws/.sfma/trace.jsonl
 	run --separate-stderr sfma export --otlp ws
 	[ "$status" -eq 1 ] && [ -z "$output" ]
 	[[ "$stderr" == "sfma-export: ws: the trace does not verify: "*"(nothing exported; sfma-verify tells more)" ]]
@@ -494,20 +494,22 @@ collector() {
 
 @test "hostile entries (wrong types, huge or negative numbers, U+0000, clocks set back, unknown kinds) still export what decodes" {
 	hello
+	# (c: the confinement entries after the first lifecycle)
 	rewrite '
+c = sum(1 for e in es if e["kind"] == "confinement")
 es[0]["data"]["wallMs"] = 1e300
-es[4]["data"]["latencyMs"] = -5
-es[4]["data"]["usage"] = {"inputTokens": 1e30, "outputTokens": "many", "cachedInputTokens": -1}
-es[4]["data"]["endpoint"] = "off\u0000line"
-es[4]["loop"] = 1e300
-es[7]["data"]["latencyMs"] = 86400001
-es[8]["data"]["call"] = {"tool": "wr\u0000ite\u202e", "path": ["not", "a", "string"]}
-es[9]["refs"] = [{"not": "an id"}]
-es[12]["loop"] = -3
-es[13]["data"]["run"] = {"durationMs": "long", "exit": 1e20}
+es[4 + c]["data"]["latencyMs"] = -5
+es[4 + c]["data"]["usage"] = {"inputTokens": 1e30, "outputTokens": "many", "cachedInputTokens": -1}
+es[4 + c]["data"]["endpoint"] = "off\u0000line"
+es[4 + c]["loop"] = 1e300
+es[7 + c]["data"]["latencyMs"] = 86400001
+es[8 + c]["data"]["call"] = {"tool": "wr\u0000ite\u202e", "path": ["not", "a", "string"]}
+es[9 + c]["refs"] = [{"not": "an id"}]
+es[12 + c]["loop"] = -3
+es[13 + c]["data"]["run"] = {"durationMs": "long", "exit": 1e20}
 es[-1]["data"]["wallMs"] = 1000
-es.insert(6, {"anchor": "x", "data": [1, 2], "id": 7, "kind": "no-such-kind", "loop": 0, "refs": [], "seq": 1})
-es.insert(7, {"kind": "lifecycle", "data": {"from": None, "to": "probation", "traceparent": "00-" + "0" * 32 + "-b7ad6b7169203331-01"}, "seq": 3})
+es.insert(6 + c, {"anchor": "x", "data": [1, 2], "id": 7, "kind": "no-such-kind", "loop": 0, "refs": [], "seq": 1})
+es.insert(7 + c, {"kind": "lifecycle", "data": {"from": None, "to": "probation", "traceparent": "00-" + "0" * 32 + "-b7ad6b7169203331-01"}, "seq": 3})
 '
 	# the run marker inserted makes two runs; the first has no anchor with a time
 	run --separate-stderr sfma export --otlp --content ws

@@ -216,18 +216,20 @@ refused_in_outer() {
 @test "a run starts three git processes or fewer, and none runs a hook, a pager or maintenance" {
 	mkdir -p wrap
 	real=$(command -v git)
-	printf '#!/bin/sh\necho "$*" >> %s/git.log\nexec %s "$@"\n' "$PWD" "$real" > wrap/git
+	# The log is kept where the process that runs git may write (it is
+	# confined to the store: sfma(1), CONFINEMENT).
+	printf '#!/bin/sh\necho "$*" >> %s/ws/.sfma/mem/git.log\nexec %s "$@"\n' "$PWD" "$real" > wrap/git
 	chmod +x wrap/git
 	run_a
 	PATH="$PWD/wrap:$PATH" run_a
 	# The second run: the guard's rev-parse, the hash-object of the record
 	# over fastTierMaxBytes, one fast-import, which keeps its pack (no
 	# unpack-objects after it).
-	[ "$(grep -c . git.log)" -le 3 ] || { cat git.log; return 1; }
-	grep -q ' rev-parse --absolute-git-dir' git.log
-	grep -q ' fast-import' git.log
-	run grep -E ' (add|commit|config|maintenance|--version)( |$)' git.log
-	[ "$status" -eq 1 ] || { cat git.log; return 1; }
+	[ "$(grep -c . ws/.sfma/mem/git.log)" -le 3 ] || { cat ws/.sfma/mem/git.log; return 1; }
+	grep -q ' rev-parse --absolute-git-dir' ws/.sfma/mem/git.log
+	grep -q ' fast-import' ws/.sfma/mem/git.log
+	run grep -E ' (add|commit|config|maintenance|--version)( |$)' ws/.sfma/mem/git.log
+	[ "$status" -eq 1 ] || { cat ws/.sfma/mem/git.log; return 1; }
 	verified
 }
 

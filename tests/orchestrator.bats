@@ -86,10 +86,14 @@ release_sleep() {
 }
 
 # pid of the stage NAME among sfma's children.
+# (A relay's stages are its run's: the children of the sfma it forked
+# for that run.)
 stage_pid() {
-	for p in $(pgrep -P "$sfma_child"); do
-		read -r -d '' argv0 <"/proc/$p/cmdline" || true
-		[ "$(basename "$argv0")" = "$1" ] && { echo "$p"; return 0; }
+	for q in "$sfma_child" $(pgrep -P "$sfma_child" -x sfma); do
+		for p in $(pgrep -P "$q"); do
+			read -r -d '' argv0 <"/proc/$p/cmdline" || true
+			[ "$(basename "$argv0")" = "$1" ] && { echo "$p"; return 0; }
+		done
 	done
 	echo "stage $1 not found" >&2
 	return 1

@@ -162,6 +162,9 @@ void run_outcome_free(struct run_outcome *o);
 void sandbox_prepare(const struct exec_ctx *c, int ahead);
 /* Release what the sandbox keeps between commands (at exit). */
 void sandbox_shutdown(void);
+/* In a process forked from the stage: forget its sandboxes (never ended
+ * from there). */
+void sandbox_disown(void);
 void sandbox_shutdown_signal(void); /* async-signal-safe */
 
 /* /proc/self/mountinfo writes blanks, tabs, newlines and backslashes in

@@ -17,12 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "atomic.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "clock.h"
 #include "errors.h"
 #include "ndjson.h"
@@ -58,7 +61,7 @@ static json_t *refuse(json_t *r, const char *reason)
 	return r;
 }
 
-static json_t *accept(json_t *r, const char *reason, json_t *result)
+static json_t *accept_reply(json_t *r, const char *reason, json_t *result)
 {
 	json_object_set_new(r, "pass", json_true());
 	json_object_set_new(r, "reason", json_string(reason));
@@ -112,7 +115,7 @@ static json_t *record_paths(const struct exec_ctx *c, json_t *call)
 static json_t *do_read(struct gate_pass *g, json_t *r)
 {
 	if (g->fd < 0) {
-		accept(r, g->error, json_string(g->error));
+		accept_reply(r, g->error, json_string(g->error));
 		json_object_set_new(r, "error", json_string(g->error));
 		return r;
 	}
@@ -135,7 +138,7 @@ static json_t *do_read(struct gate_pass *g, json_t *r)
 		           (unsigned long long)(size - got));
 	struct buf why = {0};
 	buf_printf(&why, "read %llu bytes", (unsigned long long)size);
-	accept(r, why.p, utf8_json(text.p, text.len));
+	accept_reply(r, why.p, utf8_json(text.p, text.len));
 	buf_free(&text);
 	buf_free(&why);
 	return r;
@@ -157,7 +160,7 @@ static json_t *do_write(const struct exec_ctx *c, json_t *call, struct gate_pass
 		if (rc < 0) {
 			buf_printf(&text, "write %s: %s", norm, e.text);
 			json_object_set_new(r, "error", json_string(text.p));
-			accept(r, text.p, json_string(text.p));
+			accept_reply(r, text.p, json_string(text.p));
 			free(norm);
 			buf_free(&text);
 			return r;
@@ -165,7 +168,7 @@ static json_t *do_write(const struct exec_ctx *c, json_t *call, struct gate_pass
 	}
 	char said[PATH_MAX + 100];
 	hardtier_write_text(said, sizeof said, len, norm, !c->apply);
-	accept(r, said, json_string(said));
+	accept_reply(r, said, json_string(said));
 	json_object_set_new(r, "mutation",
 	                    json_pack("{s:s,s:I,s:s,s:b}", "path", norm, "bytes", (json_int_t)len,
 	                              "sha256", hex, "applied", c->apply));
@@ -230,7 +233,7 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 	g->argv = NULL;
 	if (!c->apply) {
 		argv_free(argv);
-		accept(r, HARDTIER_DRY_RUN_REASON, json_string(HARDTIER_DRY_RUN_RESULT));
+		accept_reply(r, HARDTIER_DRY_RUN_REASON, json_string(HARDTIER_DRY_RUN_RESULT));
 		json_object_set_new(r, "run", json_pack("{s:b}", "executed", 0));
 		return r;
 	}
@@ -268,7 +271,7 @@ static json_t *do_run(const struct exec_ctx *c, json_t *req, struct gate_pass *g
 	} else {
 		char status[128];
 		run_status(status, sizeof status, &o, timeout_ms, timeout_by);
-		accept(r, status, run_text(&o, status, (size_t)c->limits.output_bytes));
+		accept_reply(r, status, run_text(&o, status, (size_t)c->limits.output_bytes));
 	}
 	json_object_set_new(r, "run", run);
 	run_outcome_free(&o);
@@ -309,11 +312,11 @@ static json_t *do_message(const struct exec_ctx *c, json_t *call, json_t *req, j
 	buf_free(&doc);
 	if (err.p) {
 		json_object_set_new(r, "error", json_string(err.p));
-		accept(r, err.p, json_string(err.p));
+		accept_reply(r, err.p, json_string(err.p));
 		buf_free(&err);
 		return r;
 	}
-	accept(r, strcmp(kind, "ask") == 0 ? HARDTIER_ASKED : HARDTIER_NOTIFIED,
+	accept_reply(r, strcmp(kind, "ask") == 0 ? HARDTIER_ASKED : HARDTIER_NOTIFIED,
 	       json_string(strcmp(kind, "ask") == 0
 	                   ? "question delivered to the operator's outbox; an answer, if any, "
 	                     "arrives as an operator message"
@@ -384,6 +387,134 @@ static int input_pending(const struct line_reader *lr)
 {
 	struct pollfd pf = {.fd = lr->fd, .events = POLLIN};
 	return lr->eof || lr->end > lr->start || poll(&pf, 1, 0) > 0;
+}
+
+/* ---- the tools process ---- */
+
+/* The tool calls that touch the workspace through the hard tier (read,
+ * write, notify, ask) run in a process of their own, forked once the
+ * workspace exists and confined to it by Landlock: this process makes the
+ * command sandboxes, whose init mounts and pivots, which a thread with
+ * Landlock file rules cannot do (landlock(7), "Filesystem topology
+ * modification"), so its own ruleset handles no file access (sfma(1),
+ * CONFINEMENT). Requests go to it whole, one line each way. */
+static struct {
+	pid_t pid;
+	int fd;
+	struct line_reader lr;
+} tools = {.pid = -1, .fd = -1};
+
+static _Noreturn void tools_main(struct exec_ctx *c, int channel)
+{
+	sandbox_disown();
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	/* Not left behind by a stage killed with SIGKILL. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	const struct confine_places places = {.workspace = c->m->workspace_path};
+	struct confine_report r;
+	confine_apply(confine_policy("sfma-exec/tools"), &places, &r);
+	if (channel >= 0) {
+		confine_channel_send(channel, &r);
+		close(channel);
+	}
+	c->ws_fd = open(c->m->workspace_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(c->ws_real);
+	if (c->ws_fd < 0 || !(c->ws_real = realpath(c->m->workspace_path, NULL)))
+		die("workspace %s: %s", c->m->workspace_path, strerror(errno));
+	struct line_reader lr;
+	lr_init(&lr, 0, REQUEST_MAX);
+	lr.cap = 64u << 10;
+	lr.buf = xmalloc(lr.cap);
+	for (;;) {
+		char *line;
+		size_t len;
+		struct sfma_err e;
+		int got = lr_next(&lr, &line, &len, &e);
+		if (got <= 0)
+			break;
+		handle(c, line, len);
+	}
+	lr_free(&lr);
+	close(c->ws_fd);
+	free(c->ws_real);
+	c->ws_real = NULL;
+	/* The manifest is the stage's (main's frame, reachable to the end). */
+	exit(0);
+}
+
+/* Fork the tools process; its stdin and stdout are one end of a socket
+ * pair, everything else it inherited but stderr and the report channel
+ * is closed (a prepared sandbox's go pipe above all: its init waits for
+ * the end of it). */
+static void tools_start(struct exec_ctx *c, int *channel)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		if (dup2(sv[1], 0) < 0 || dup2(sv[1], 1) < 0)
+			_exit(1);
+		int keep = -1;
+		if (*channel >= 0 && (keep = dup2(*channel, 3)) < 0)
+			_exit(1);
+		close_range(keep >= 0 ? 4 : 3, ~0U, 0);
+		tools_main(c, keep);
+	}
+	close(sv[1]);
+	if (*channel >= 0)
+		close(*channel);
+	*channel = -1;
+	tools.pid = pid;
+	tools.fd = sv[0];
+	lr_init(&tools.lr, sv[0], REQUEST_MAX);
+}
+
+/* 1 if the request is a run (this process's), else 0 (the tools'). */
+static int is_run(const char *line, size_t len)
+{
+	struct sfma_err e;
+	json_t *req = ndjson_parse(line, len, &e);
+	json_t *tool = json_object_get(json_object_get(req, "call"), "tool");
+	int run = json_is_string(tool) && strcmp(json_string_value(tool), "run") == 0 &&
+	          strlen(json_string_value(tool)) == json_string_length(tool);
+	json_decref(req);
+	return run;
+}
+
+static void route(struct exec_ctx *c, const char *line, size_t len)
+{
+	if (is_run(line, len)) {
+		handle(c, line, len);
+		return;
+	}
+	char *reply;
+	size_t reply_len;
+	struct sfma_err e;
+	if (write_all(tools.fd, line, len) < 0 || write_all(tools.fd, "\n", 1) < 0 ||
+	    lr_next(&tools.lr, &reply, &reply_len, &e) != 1)
+		die("the tools process ended");
+	if (fwrite(reply, 1, reply_len, stdout) != reply_len || putchar('\n') == EOF || fflush(stdout) == EOF) {
+		if (errno == EPIPE)
+			exit(0);
+		die("write reply: %s", strerror(errno));
+	}
+}
+
+static void tools_stop(void)
+{
+	if (tools.pid < 0)
+		return;
+	close(tools.fd);
+	lr_free(&tools.lr);
+	while (waitpid(tools.pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	tools.pid = -1;
 }
 
 static void on_signal(int sig)
@@ -494,8 +625,24 @@ int main(int argc, char **argv)
 	 * grows it from any non-zero capacity. */
 	lr.cap = 64u << 10;
 	lr.buf = xmalloc(lr.cap);
+	/* This process is confined now (sfma(1), CONFINEMENT): no file rules
+	 * (see tools_start), no TCP, no internet socket; its report goes at
+	 * once, the tools process's once the workspace exists - at the
+	 * planner's go, or at the first request when there is no channel. */
+	int channel = confine_channel_take();
+	struct confine_report confined;
+	confine_apply(confine_policy("sfma-exec"), NULL, &confined);
+	if (channel >= 0)
+		confine_channel_send(channel, &confined);
 	/* The first sandbox is prepared while the planner starts up. */
 	sandbox_prepare(&c, !input_pending(&lr));
+	/* A planner gone before its go (it could not make the workspace, say)
+	 * runs nothing: end of input follows. */
+	if (channel >= 0 && confine_channel_await(channel) == 0)
+		tools_start(&c, &channel);
+	if (channel >= 0)
+		close(channel);
+	channel = -1;
 	for (;;) {
 		char *line;
 		size_t len;
@@ -514,12 +661,15 @@ int main(int argc, char **argv)
 			if (c.ws_fd < 0 || !(c.ws_real = realpath(m->workspace_path, NULL)))
 				die("workspace %s: %s", m->workspace_path, strerror(errno));
 		}
-		handle(&c, line, len);
+		if (tools.pid < 0)
+			tools_start(&c, &channel);
+		route(&c, line, len);
 		/* The reply is out: the next sandbox is made while the model
 		 * thinks, unless the next request (or the end) is already here. */
 		sandbox_prepare(&c, !input_pending(&lr));
 	}
 	lr_free(&lr);
+	tools_stop();
 	if (c.ws_fd >= 0)
 		close(c.ws_fd);
 	free(c.ws_real);

@@ -1315,8 +1315,19 @@ void sandbox_run(const struct exec_ctx *c, char **argv, long long timeout_ms,
 	sandbox_clear(s);
 }
 
+/* A forked process of the stage (its tools process) owns no sandbox:
+ * the copies of the stage's state it inherited are not its to end. */
+static int disowned;
+
+void sandbox_disown(void)
+{
+	disowned = 1;
+}
+
 void sandbox_shutdown(void)
 {
+	if (disowned)
+		return;
 	sandbox_discard(&ready);
 	sandbox_discard(&running);
 	sandbox_release(&done);
@@ -1326,6 +1337,8 @@ void sandbox_shutdown(void)
 
 void sandbox_shutdown_signal(void)
 {
+	if (disowned)
+		return;
 	/* Every init, and with each its PID namespace, dies before the
 	 * cgroups go: none is left for the kernel to kill after us. */
 	pid_t pids[3 + sizeof exiting / sizeof exiting[0]];

@@ -24,6 +24,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "ndjson.h"
 #include "utf8.h"
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -257,6 +259,29 @@ static void handle(struct mem *s, const char *line, size_t len)
 
 /* ---- the program ------------------------------------------------------- */
 
+/* Confined (sfma(1), CONFINEMENT) to the store, the trace it reads for an
+ * episodic recall, and git: at the planner's go when sfma passed a
+ * channel (the workspace exists then), else at the first request. The
+ * store's directory is made first when there is none, as store_open
+ * would (a rule can only name what exists); a link there is no
+ * directory, grants nothing, and store_open's guard refuses it. */
+static void confine(int *channel, const char *workspace, const char *sfma_dir)
+{
+	char mem_dir[PATH_MAX + 8];
+	snprintf(mem_dir, sizeof mem_dir, "%s/mem", sfma_dir);
+	if (*channel >= 0)
+		confine_channel_await(*channel);
+	mkdir(mem_dir, 0755);
+	const struct confine_places places = {.workspace = workspace};
+	struct confine_report r;
+	confine_apply(confine_policy("sfma-mem"), &places, &r);
+	if (*channel >= 0) {
+		confine_channel_send(*channel, &r);
+		close(*channel);
+		*channel = -1;
+	}
+}
+
 static const char *parse_options(int argc, char **argv)
 {
 	enum { OPT_VERSION = 0x100 };
@@ -303,6 +328,14 @@ int main(int argc, char **argv)
 	if (snprintf(s.sfma_dir, sizeof s.sfma_dir, "%s%s%s/.sfma", cwd, *cwd ? "/" : "", ws) >= STORE_WORKSPACE_MAX)
 		die("%s: path too long", ws);
 
+	char workspace[PATH_MAX];
+	snprintf(workspace, sizeof workspace, "%.*s", (int)(strlen(s.sfma_dir) - 6), s.sfma_dir);
+	int channel = confine_channel_take(), confined = 0;
+	if (channel >= 0) {
+		confine(&channel, workspace, s.sfma_dir);
+		confined = 1;
+	}
+
 	struct line_reader lr;
 	lr_init(&lr, 0, REQUEST_MAX);
 	for (;;) {
@@ -312,6 +345,10 @@ int main(int argc, char **argv)
 		int got = lr_next(&lr, &line, &len, &e);
 		if (got == 0)
 			break;
+		if (!confined) {
+			confine(&channel, workspace, s.sfma_dir);
+			confined = 1;
+		}
 		if (got < 0) {
 			reply_error(&s, NULL, "request: %s", e.text);
 			if (!lr_skip_line(&lr))

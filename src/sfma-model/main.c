@@ -13,6 +13,8 @@
  * and PIPELINE.md for the messages. */
 #include "model.h"
 #include "cli.h"
+#include "confine.h"
+#include "url.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -350,6 +352,33 @@ static void serve_stdin(struct grid *g)
 	free(srv);
 }
 
+/* The ports this stage may connect to: each endpoint's, and the name
+ * service's and proxies' (url_proxy_ports). */
+static size_t connect_ports(const struct manifest *m, uint16_t *ports, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < m->n_endpoints && n < cap; i++) {
+		const char *url = m->endpoints[i].base_url;
+		int port = url_port(url ? url : "https://");
+		if (strcmp(m->endpoints[i].provider, "mock") != 0 && port > 0)
+			ports[n++] = (uint16_t)port;
+	}
+	url_proxy_ports(ports, &n, cap);
+	return n;
+}
+
+/* Confined once set up (sfma(1), CONFINEMENT): at the planner's go when
+ * it passed a channel, else at once (nothing of the workspace is
+ * needed). Every provider's default base URL is https. */
+static void confine(const struct manifest *m)
+{
+	uint16_t ports[64];
+	const struct confine_places places = {.ports = ports, .n_ports = connect_ports(m, ports, 64)};
+	struct confine_report r;
+	int channel = confine_channel_take();
+	confine_stage(&channel, "sfma-model", &places, &r);
+}
+
 int main(int argc, char **argv)
 {
 	set_progname(argv[0]);
@@ -370,6 +399,7 @@ int main(int argc, char **argv)
 	struct sfma_err e;
 	if (has_mock && mock_init(m, &e) < 0)
 		die_status(2, "%s", e.text);
+	confine(m);
 
 	serve_stdin(&g);
 

@@ -34,6 +34,7 @@ struct drive {
 	struct evidence_store *evidence; /* .sfma/evidence, opened once per run */
 	char evidence_error[SFMA_ERR_MAX]; /* why it could not be opened */
 	int trace_alive;
+	json_t *confinement;             /* what each process reported (confined.c) */
 	/* a failure met while carrying out effects, fed to the core once the
 	 * queue is empty: the evidence store, the trace, a stage */
 	int failed, blob_failed;
@@ -415,7 +416,7 @@ static int begin(struct drive *d)
 		.pinned = pinned ? json_object_get(pinned, "candidate") : NULL,
 		.stores = stores, .store_error = se.text, .inbox = inbox,
 		.endpoints = json_object_get(d->mem.doc, "endpoints"),
-		.traceparent = traceparent,
+		.traceparent = traceparent, .confinement = d->confinement,
 	};
 	core_begin(d->core, &b);
 	json_decref(anchor);
@@ -667,6 +668,7 @@ static int end(struct drive *d)
 static void drive_free(struct drive *d)
 {
 	core_free(d->core);
+	json_decref(d->confinement);
 	memory_free(&d->mem);
 	json_decref(d->git_store);
 	evidence_close(d->evidence);
@@ -696,6 +698,9 @@ int run_manifest(struct manifest *m, const struct run_options *o)
 	char mem_path[PATH_MAX];
 	if (memory_load(&d.mem, path_join(mem_path, d.ws.sfma_dir, "memory.json"), &e) < 0)
 		die("%s", e.text);
+	/* Everything of the workspace is open or made: every process of the
+	 * run confines itself now, the planner too. */
+	d.confinement = confinement_take(o->confine_channels, o->orchestrator, &d.ws, d.deadline_mono);
 	int begun = begin(&d);
 	if (begun < 0) {
 		/* Either sfma-chain has said why (-1), or begin has (-2); the run

@@ -6,6 +6,8 @@
  *             --to-model P --from-model P --to-exec P --from-exec P
  *             --to-chain P --from-chain P --to-seal P --from-seal P
  *             --to-mem P --from-mem P
+ *             [--confine-model FD --confine-exec FD --confine-chain FD --confine-seal FD
+ *              --confine-mem FD]
  *
  * `--check` validates a manifest (sfma-manifest(5)) and prints what the
  * orchestrator needs to wire a run. `run` drives one bounded run through the
@@ -20,6 +22,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
+#include "confine.h"
 #include "tools.h"
 
 #include <errno.h>
@@ -29,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -38,6 +42,8 @@ static const char usage_text[] =
 	"                 --to-model P --from-model P --to-exec P --from-exec P\n"
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
 	"                 --to-mem P --from-mem P\n"
+	"                 [--confine-model FD --confine-exec FD --confine-chain FD --confine-seal FD\n"
+	"                  --confine-mem FD]\n"
 	"       sfma-plan --version | --help\n";
 
 struct options {
@@ -45,22 +51,23 @@ struct options {
 	const char *task;
 	const char *manifest;
 	int handshake_fd;                   /* -1: none */
+	int confine_fd[STAGE_COUNT];        /* each stage's report channel; -1: none */
 	const char *paths[2 * STAGE_COUNT]; /* to-model, from-model, to-exec, ... */
 };
 
 /* A descriptor number given on the command line: above the standard three,
  * which are never the handshake. */
-static int parse_fd(const char *arg)
+static int parse_fd(const char *option, const char *arg)
 {
 	unsigned long n;
 	if (cli_parse_ulong(arg, 3, INT_MAX, &n) < 0)
-		cli_usage_error(usage_text, "--handshake-fd %s: expected a descriptor number above 2", arg);
+		cli_usage_error(usage_text, "--%s %s: expected a descriptor number above 2", option, arg);
 	return (int)n;
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_VERSION = 'V', OPT_HANDSHAKE = 'H', OPT_PATH = 0x100 };
+	enum { OPT_VERSION = 'V', OPT_HANDSHAKE = 'H', OPT_PATH = 0x100, OPT_CONFINE = 0x200 };
 	static const struct option longopts[] = {
 		{"check", no_argument, NULL, 'c'}, {"apply", no_argument, NULL, 'a'},
 		{"task", required_argument, NULL, 't'}, {"progress", no_argument, NULL, 'v'},
@@ -71,14 +78,27 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{"to-mem", required_argument, NULL, OPT_PATH + 8}, {"from-mem", required_argument, NULL, OPT_PATH + 9},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
 		{"tools", no_argument, NULL, 'T'}, {"handshake-fd", required_argument, NULL, OPT_HANDSHAKE},
+		/* in enum stage_id order */
+		{"confine-model", required_argument, NULL, OPT_CONFINE + 0},
+		{"confine-exec", required_argument, NULL, OPT_CONFINE + 1},
+		{"confine-chain", required_argument, NULL, OPT_CONFINE + 2},
+		{"confine-seal", required_argument, NULL, OPT_CONFINE + 3},
+		{"confine-mem", required_argument, NULL, OPT_CONFINE + 4},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (struct options){.handshake_fd = -1};
+	for (int s = 0; s < STAGE_COUNT; s++)
+		o->confine_fd[s] = -1;
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
 		if (c >= OPT_PATH && c < OPT_PATH + 2 * STAGE_COUNT)
 			o->paths[c - OPT_PATH] = optarg;
+		else if (c >= OPT_CONFINE && c < OPT_CONFINE + STAGE_COUNT) {
+			char name[32];
+			snprintf(name, sizeof name, "confine-%s", stages[c - OPT_CONFINE].name + 5);
+			o->confine_fd[c - OPT_CONFINE] = parse_fd(name, optarg);
+		}
 		else if (c == 'c')
 			o->check = 1;
 		else if (c == 'a')
@@ -94,7 +114,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		else if (c == OPT_VERSION)
 			cli_version();
 		else if (c == OPT_HANDSHAKE)
-			o->handshake_fd = parse_fd(optarg);
+			o->handshake_fd = parse_fd("handshake-fd", optarg);
 		else
 			cli_bad_option(usage_text, c, argv);
 	}
@@ -170,13 +190,16 @@ static int cmd_check(const char *path, int apply)
 }
 
 /* The handshake with the orchestrator (sfma-plan(1), --handshake-fd): the
- * line --check prints goes to fd, then one byte back is the go. Until then
+ * line --check prints goes to fd, then one byte back is the go, and after
+ * it, up to the end, sfma's own confinement report (PIPELINE.md,
+ * Confinement), into *orchestrator (NULL when none came). Until the go
  * nothing on disk has been touched and no stage has been written to, so
  * end of input instead (the orchestrator could not start a stage, or the
  * signing key is unusable, and has said why) ends the run quietly with
  * nothing left behind. Returns 0 on the go, -1 otherwise. */
-static int handshake(int fd, const struct manifest *m, int apply)
+static int handshake(int fd, const struct manifest *m, int apply, json_t **orchestrator)
 {
+	*orchestrator = NULL;
 	/* The socket is the orchestrator's and ours alone. */
 	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
 		warning("--handshake-fd %d: %s", fd, strerror(errno));
@@ -202,8 +225,31 @@ static int handshake(int fd, const struct manifest *m, int apply)
 	ssize_t n;
 	while ((n = read(fd, &go, 1)) < 0 && errno == EINTR)
 		;
+	if (n != 1) {
+		close(fd);
+		return -1;
+	}
+	/* sfma's report, one line: it closes its end right after. */
+	char report[1024];
+	size_t len = 0;
+	ssize_t r;
+	while (len < sizeof report && ((r = read(fd, report + len, sizeof report - len)) > 0 || (r < 0 && errno == EINTR)))
+		if (r > 0)
+			len += (size_t)r;
 	close(fd);
-	return n == 1 ? 0 : -1;
+	while (len > 0 && report[len - 1] == '\n')
+		len--;
+	*orchestrator = confine_report_read(len ? report : NULL, len, "sfma");
+	return 0;
+}
+
+/* A report channel handed over (--confine-STAGE FD): a socket, kept from
+ * the processes the run starts. */
+static void take_channel(int fd, const char *stage)
+{
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode) || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0))
+		die("--confine-%s %d: not a socket", stage + 5, fd);
 }
 
 /* The tool definitions offered to an endpoint with native tool use, as the
@@ -249,16 +295,24 @@ static int cmd_run(const struct options *o)
 	struct manifest *m = load_or_exit(o->manifest);
 	/* A peer gone from the handshake or a stage's pipe is an error seen. */
 	signal(SIGPIPE, SIG_IGN);
-	if (o->handshake_fd >= 0 && handshake(o->handshake_fd, m, o->apply) < 0) {
+	json_t *orchestrator = NULL;
+	if (o->handshake_fd >= 0 && handshake(o->handshake_fd, m, o->apply, &orchestrator) < 0) {
 		manifest_free(m);
 		return 1;
+	}
+	int channels[STAGE_COUNT];
+	for (int s = 0; s < STAGE_COUNT; s++) {
+		take_channel(o->confine_fd[s], stages[s].name);
+		channels[s] = o->confine_fd[s];
 	}
 	/* The budgets' clock starts here, once every stage is up. */
 	take_halt_signals();
 	stages_open(o->paths);
 	const struct run_options ro = {.dry_run = m->dry_run_default && !o->apply, .progress = o->progress,
-	                               .task = o->task};
-	return run_manifest(m, &ro);
+	                               .task = o->task, .confine_channels = channels, .orchestrator = orchestrator};
+	int status = run_manifest(m, &ro);
+	json_decref(orchestrator);
+	return status;
 }
 
 int main(int argc, char **argv)

@@ -9,6 +9,7 @@
  *   interrupted.c  the record of a run that died before it sealed
  *   stages.c       the planner's end of every pipe
  *   memstage.c     the requests to the memory stage, sfma-mem
+ *   confined.c     the confinement every process of the run reports
  *   memory.c       memory.json and certification
  *
  * Errors inside the program follow one convention: a function that can
@@ -167,6 +168,17 @@ json_t *workspace_outputs(const struct workspace *w);
 json_t *workspace_outputs_record(const struct workspace *w, int dry_run, const json_t *written);
 void workspace_close(struct workspace *w);
 
+/* ---- confined.c: what each process of the run has in force ------------- */
+
+/* Send the go on every stage's report channel (channel[s]: the planner's
+ * end, -1 when none), confine the planner, and read every channel to its
+ * end, until deadline_mono (10 s at most) or a halt signal. Returns the `confinement`
+ * entries' data in order: orchestrator's (sfma's report, borrowed; NULL:
+ * none), the planner's, then each stage's reports ({"stage",
+ * "reported":false} for one that sent none). Closes every channel. */
+json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const struct workspace *ws,
+                         int64_t deadline_mono);
+
 /* ---- drive.c: one run ------------------------------------------------------ */
 
 #define EXEC_GRACE_MS 5000  /* a stage may answer this long after the deadline */
@@ -174,6 +186,8 @@ void workspace_close(struct workspace *w);
 struct run_options {
 	int dry_run, progress;
 	const char *task;          /* --task, or NULL */
+	int *confine_channels;     /* [STAGE_COUNT]: the report channels (-1: none) */
+	json_t *orchestrator;      /* sfma's confinement report, or NULL */
 };
 
 /* Drive one run of the valid manifest m (owned) through the stages whose

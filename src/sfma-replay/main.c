@@ -35,6 +35,7 @@
 #include "canon.h"
 #include "chain.h"
 #include "cli.h"
+#include "confine.h"
 #include "evidence.h"
 #include "ndjson.h"
 #include "protocol.h"
@@ -57,6 +58,7 @@ static struct {
 	struct manifest *record_m, *run_m;
 	char run_prompt[SHA256_HEX_LEN + 1]; /* the prompt run_m was read from */
 	int sfma_fd;
+	char ws[PATH_MAX];          /* the record's workspace */
 	char empty_dir[64];
 	char *empty_real;
 	struct core *core;
@@ -521,13 +523,17 @@ static int close_run(const struct manifest *m)
 	return effects();
 }
 
-/* What the run's first entries record of the host: the stores' profile
- * (or why they failed), the inbox, --task. */
-static void begin_facts(struct core_begin *b, json_t *stores, json_t *inbox, json_t *resets, const char **task,
-                        const char **store_error)
+/* What the run's first entries record of the host: what each process
+ * had in force, the stores' profile (or why they failed), the inbox,
+ * --task. */
+static void begin_facts(struct core_begin *b, json_t *confined, json_t *stores, json_t *inbox, json_t *resets,
+                        const char **task, const char **store_error)
 {
 	size_t i = 2;
 	json_t *e;
+	for (; (e = peek_at(i)) && strcmp(kind_of(e), "confinement") == 0; i++)
+		json_array_append(confined, data_of(e));
+	b->confinement = confined;
 	/* an operator's endpoint reset since the run before */
 	if ((e = peek_at(i)) && strcmp(kind_of(e), "weight") == 0 && json_is_object(json_object_get(data_of(e), "reset"))) {
 		const char *name;
@@ -642,11 +648,11 @@ static void replay_run(void)
 	    !to || (strcmp(to, "probation") != 0 && strcmp(to, "pinned-replay") != 0))
 		diverged(life, life ? sx("a %s entry", kind_of(life)) : "no further entry", "the run's first lifecycle");
 	int pinned = strcmp(to, "pinned-replay") == 0;
-	json_t *stores = json_array(), *inbox = json_array(), *resets = json_object();
+	json_t *stores = json_array(), *inbox = json_array(), *resets = json_object(), *confined = json_array();
 	struct core_begin b = {.anchor_seq = (double)seq_of(anchor), .pinned = pinned ? pinned_candidate() : NULL,
 	                       .traceparent = ndjson_str(data_of(life), "traceparent")};
 	const char *clarification = NULL, *store_error;
-	begin_facts(&b, stores, inbox, resets, &clarification, &store_error);
+	begin_facts(&b, confined, stores, inbox, resets, &clarification, &store_error);
 	json_t *call = prompt_call();
 	const struct manifest *m = run_manifest(call);
 	S.gate.m = m;
@@ -663,6 +669,7 @@ static void replay_run(void)
 	core_fx_free(opening);
 	core_begin(R.core, &b);
 	int whole = effects() && turns(m) && close_run(m);
+	json_decref(confined);
 	json_decref(stores);
 	json_decref(inbox);
 	json_decref(resets);
@@ -805,6 +812,7 @@ static void load(const char *target)
 	}
 	reasons_free(&why);
 	char sfma_dir[PATH_MAX + 8];
+	snprintf(R.ws, sizeof R.ws, "%s", ws);
 	snprintf(sfma_dir, sizeof sfma_dir, "%s/.sfma", ws);
 	R.sfma_fd = open(sfma_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (R.sfma_fd < 0)
@@ -863,6 +871,12 @@ int main(int argc, char **argv)
 	verify_start(argv[optind]);
 	load(argv[optind]);
 	open_empty_workspace();
+	/* sfma-verify is running, the record is open: from here on the
+	 * replay reads the record and fills its empty workspace, nothing
+	 * else (sfma(1), CONFINEMENT). */
+	const char *const reads[] = { argv[optind], R.ws, NULL };
+	const struct confine_places places = {.scratch = R.empty_dir};
+	confine_self("sfma-replay", reads, &places);
 	if (!peek())
 		incomplete("the trace is empty");
 	long chosen = want;
