@@ -429,6 +429,37 @@ verify_says() {
 		{ echo "status $status, stdout '$(cat verify.out)', stderr '$err'; wanted $1 '$2'"; return 1; }
 }
 
+@test "a trace writer gone right after a run's clock anchor: the run is sealed as it is, and it replays cut short before the next" {
+	# sfma-chain takes the run's first event, the clock anchor, and ends.
+	mkdir short
+	cp "$SFMA_BINDIR/sfma" short/
+	for p in "$SFMA_BINDIR"/sfma-*; do ln -s "$p" short/; done
+	rm short/sfma-chain
+	cat >short/sfma-chain <<-EOF
+	#!/usr/bin/python3
+	import os, subprocess, sys
+	channel = os.environ.get("SFMA_CONFINE_FD")
+	chain = subprocess.Popen(["$SFMA_BINDIR/sfma-chain"] + sys.argv[1:], stdin=subprocess.PIPE,
+	                         pass_fds=(int(channel),) if channel else ())
+	if channel:
+	    os.close(int(channel))
+	chain.stdin.write(sys.stdin.buffer.readline())
+	chain.stdin.close()
+	sys.exit(chain.wait())
+	EOF
+	chmod +x short/sfma-chain
+	SFMA_MOCK=$QUICK run short/sfma run m.json
+	[ "$status" -eq 1 ]
+	[ "$(jq -r .kind ws/.sfma/trace.jsonl)" = clock-anchor ]
+	jq -e '.verdict == "failed"' ws/.sfma/result.json
+	SFMA_MOCK=$QUICK run sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	sfma-verify ws
+	replays_ok 2
+	run sfma replay --run 1 ws
+	[ "$status" -eq 0 ] && [[ "$output" == "REPLAY_OK run=1 runs=2 "* ]]
+}
+
 @test "sfma-verify: AUDIT_UNSEALED (exit 3) only for an intact tail after the sealed head that begins as a run does" {
 	sealed_by_hand
 	append "$ANCHOR" "$TASK"

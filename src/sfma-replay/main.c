@@ -643,6 +643,16 @@ static void replay_run(void)
 	json_t *anchor = peek(), *life = peek_at(1);
 	if (!anchor || strcmp(kind_of(anchor), "clock-anchor") != 0)
 		diverged(anchor, anchor ? sx("a %s entry", kind_of(anchor)) : "no further entry", "the run's clock anchor");
+	/* A run whose entries end with its clock anchor (its trace writer
+	 * died right after it, the planner sealed what there was): cut short
+	 * there, before anything it decided. */
+	if (!life || run_starts_at(1)) {
+		next();
+		R.last_cut = 1;
+		R.runs++;
+		note_boundary(last_consumed());
+		return;
+	}
 	const char *to = life ? ndjson_str(data_of(life), "to") : NULL;
 	if (!life || strcmp(kind_of(life), "lifecycle") != 0 || !json_is_null(json_object_get(data_of(life), "from")) ||
 	    !to || (strcmp(to, "probation") != 0 && strcmp(to, "pinned-replay") != 0))
