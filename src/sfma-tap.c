@@ -94,7 +94,8 @@ static struct tap {
 	uint64_t torn_bytes;       /* cut off the file's end when it was opened */
 	struct chain_summary sum;
 	struct chain_digest *digest;
-	struct buf pending;        /* this round's records, not yet written */
+	json_t *waiting;           /* this round's records, not yet chained */
+	struct buf pending;        /* ... chained, not yet written */
 	int sync_due;
 	EVP_PKEY *key;
 } T = {.fd = -1};
@@ -131,9 +132,11 @@ static _Noreturn void stop(const char *fmt, ...)
 /* ---- the observed chain ------------------------------------------------------ */
 
 /* Open, lock and verify the chain, cutting off a torn final line (a
- * crash while appending: its bytes are counted in the open entry). With
- * create 0 a file that is not there is an empty chain. */
-static void chain_open(int create)
+ * crash while appending: its bytes are counted in the open entry). 0, or
+ * -1 when the workspace's .sfma is not there (yet: the planner makes it
+ * once it has its go); with create 0 a file that is not there is an
+ * empty chain. */
+static int chain_open(int create)
 {
 	struct sfma_err e;
 	char dir[PATH_MAX];
@@ -144,15 +147,15 @@ static void chain_open(int create)
 	memcpy(T.head, CHAIN_ZERO_HASH, sizeof T.head);
 	/* O_NONBLOCK: a FIFO or device in its place is refused, not waited on. */
 	int sfma = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sfma < 0 && !create && errno == ENOENT)
-		return;
+	if (sfma < 0 && errno == ENOENT)
+		return -1;
 	if (sfma < 0)
 		stop("%s: %s", dir, strerror(errno));
 	T.fd = openat(sfma, OBSERVED_FILE, O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK |
 	                                   (create ? O_CREAT : 0), 0644);
 	close(sfma);
 	if (T.fd < 0 && !create && errno == ENOENT)
-		return;
+		return 0;
 	struct stat st;
 	if (T.fd < 0)
 		stop("%s: %s", T.path, strerror(errno));
@@ -175,6 +178,7 @@ static void chain_open(int create)
 		stop("%s: line 1 is not chained: not an observed chain", T.path);
 	T.seq = T.sum.max_seq;
 	memcpy(T.head, T.sum.head, sizeof T.head);
+	return 0;
 }
 
 /* Append entry v (consumed) to this round's records, chained. */
@@ -206,25 +210,34 @@ static void append_entry(json_t *v)
 	buf_free(&line);
 }
 
-/* The record of one line that crossed flow f. */
+/* The record of one line that crossed flow f, for this round's write. */
 static void record_line(struct flow *f, const struct obs_line *l, int torn)
 {
-	if (T.fd < 0)
-		chain_open(1);
-	if (!T.part_open) {
-		append_entry(obs_open_entry(T.names, T.nstages, T.trace_bytes, T.torn_bytes));
-		T.part_open = 1;
-	}
-	append_entry(obs_line_entry(f->stage, f->dir, l, torn));
+	json_array_append_new(T.waiting, obs_line_entry(f->stage, f->dir, l, torn));
 	int k = (int)((f - T.flows) / 2);
 	T.lines[k][strcmp(f->dir, "in") == 0]++;
 	T.sync_due |= f->acts;
 }
 
-/* The round's records into the file in one write, durable when a line
- * is about to reach a stage that acts. A short write is cut off again. */
-static void flush_records(int sync)
+/* The round's records chained and written in one write, durable when a
+ * line is about to reach a stage that acts; a short write is cut off
+ * again. 0, or -1 while the chain cannot be opened yet (a stage spoke
+ * before the planner made the workspace): nothing may be passed on. */
+static int flush_records(int sync)
 {
+	if (json_array_size(T.waiting)) {
+		if (T.fd < 0 && chain_open(1) < 0)
+			return -1;
+		if (!T.part_open) {
+			append_entry(obs_open_entry(T.names, T.nstages, T.trace_bytes, T.torn_bytes));
+			T.part_open = 1;
+		}
+		size_t i;
+		json_t *v;
+		json_array_foreach(T.waiting, i, v)
+			append_entry(json_incref(v));
+		json_array_clear(T.waiting);
+	}
 	if (T.pending.len) {
 		if (write_all(T.fd, T.pending.p, T.pending.len) < 0) {
 			int err = errno;
@@ -240,6 +253,7 @@ static void flush_records(int sync)
 	if ((sync || T.sync_due) && T.fd >= 0 && fdatasync(T.fd) < 0)
 		stop("%s: fdatasync: %s", T.path, strerror(errno));
 	T.sync_due = 0;
+	return 0;
 }
 
 /* ---- the pipes ----------------------------------------------------------------- */
@@ -348,9 +362,14 @@ static int all_ended(void)
 static void run(void (*close_part)(void))
 {
 	struct pollfd pfd[2 * OBS_STAGES_MAX];
-	int map[2 * OBS_STAGES_MAX], closed = 0;
+	int map[2 * OBS_STAGES_MAX], closed = 0, blocked = 0;
 	while (!all_ended()) {
 		if (!closed && planner_done()) {
+			/* A planner that never made the workspace reads nothing: what
+			 * the stages said meanwhile goes nowhere, unrecorded. */
+			if (blocked && flush_records(0) < 0)
+				json_array_clear(T.waiting);
+			blocked = 0;
 			for (int i = 0; i < T.nflows; i++)
 				if (strcmp(T.flows[i].dir, "in") == 0)
 					close_to(&T.flows[i]);
@@ -361,17 +380,18 @@ static void run(void (*close_part)(void))
 		int n = 0;
 		for (int i = 0; i < T.nflows; i++) {
 			struct flow *f = &T.flows[i];
-			if (f->start < f->end && f->to >= 0) {
+			if (f->start < f->end && f->to >= 0 && !blocked) {
 				pfd[n] = (struct pollfd){.fd = f->to, .events = POLLOUT};
 				map[n++] = i;
-			} else if (f->from >= 0) {
+			} else if (f->from >= 0 && f->start == f->end) {
 				pfd[n] = (struct pollfd){.fd = f->from, .events = POLLIN};
 				map[n++] = i;
 			}
 		}
-		if (n == 0)
+		if (n == 0 && !blocked)
 			break;
-		if (poll(pfd, (nfds_t)n, -1) < 0) {
+		/* Blocked, the chain is tried again every 10 ms. */
+		if (poll(pfd, (nfds_t)n, blocked ? 10 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			stop("poll: %s", strerror(errno));
@@ -383,8 +403,8 @@ static void run(void (*close_part)(void))
 			if (pfd[k].fd == f->from && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
 				read_flow(f, !closed);
 		}
-		flush_records(0);
-		for (int i = 0; i < T.nflows; i++)
+		blocked = flush_records(0) < 0;
+		for (int i = 0; i < T.nflows && !blocked; i++)
 			write_flow(&T.flows[i]);
 	}
 	if (!closed)
@@ -544,6 +564,7 @@ int main(int argc, char **argv)
 			cli_usage_error(usage_text, "--acts %s: not a stage given", acts[a]);
 	}
 	take_key();
+	T.waiting = json_array();
 	/* A reader that went away is an EPIPE to handle, not a death. */
 	signal(SIGPIPE, SIG_IGN);
 	for (int i = 0; i < T.nflows; i++) {
@@ -570,6 +591,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < T.nflows; i++)
 		free(T.flows[i].buf);
 	buf_free(&T.pending);
+	json_decref(T.waiting);
 	chain_digest_free(T.digest);
 	EVP_PKEY_free(T.key);
 	if (T.fd >= 0)

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "core.h"
 #include "evidence.h"
+#include "observed.h"
 #include "traceparent.h"
 #include "utf8.h"
 
@@ -169,6 +170,48 @@ static void request_sent(struct drive *d, const json_t *request)
 	json_decref(w);
 }
 
+#ifdef SFMA_TEST_HOOKS
+/* The id of the request the unrecorded-request hook sends (plan.h). */
+#define HOOK_REQUEST_ID 1000000000
+
+/* unrecorded-request: the first request goes twice, the second time as
+ * a judgment under an id of its own, and neither it nor its answer is
+ * recorded. */
+static void hook_unrecorded_request(const json_t *request)
+{
+	static int done;
+	if (done || strcmp(test_hook(), "unrecorded-request") != 0)
+		return;
+	done = 1;
+	json_t *copy = json_deep_copy(request);
+	json_object_set_new(copy, "id", json_integer(HOOK_REQUEST_ID));
+	json_object_set_new(copy, "purpose", json_string("judge"));
+	stage_send(STAGE_MODEL, copy);
+	json_decref(copy);
+	json_decref(stage_wire(STAGE_MODEL));
+}
+
+static int hook_unrecorded_reply(const json_t *reply)
+{
+	if (json_number_value(json_object_get(reply, "id")) != HOOK_REQUEST_ID)
+		return 0;
+	json_decref(stage_wire(STAGE_MODEL));
+	return 1;
+}
+
+/* phantom-call: the first reply also records a request never sent. */
+static void hook_phantom_call(struct drive *d)
+{
+	static int done;
+	if (done || strcmp(test_hook(), "phantom-call") != 0)
+		return;
+	done = 1;
+	struct obs_line l;
+	obs_line_of("{}", 2, stages[STAGE_MODEL].sent + 1000, &l);
+	wire_add(d, json_pack("[o]", obs_wire_record(stages[STAGE_MODEL].name, "out", &l)));
+}
+#endif
+
 /* A model reply just read: it stands for its request's line and its own. */
 static void reply_read(struct drive *d, const json_t *reply)
 {
@@ -179,6 +222,9 @@ static void reply_read(struct drive *d, const json_t *reply)
 		wire_add(d, json_pack("[O]", out));
 		json_object_del(d->request_wire, key);
 	}
+#ifdef SFMA_TEST_HOOKS
+	hook_phantom_call(d);
+#endif
 	wire_add(d, stage_wire(STAGE_MODEL));
 }
 
@@ -337,6 +383,9 @@ static void carry_out_one(struct drive *d, struct core_fx *fx)
 			note_failure(d, "%s", e.text);
 		}
 		request_sent(d, fx->v);
+#ifdef SFMA_TEST_HOOKS
+		hook_unrecorded_request(fx->v);
+#endif
 		break;
 	case CORE_EXEC: {
 		json_t *reply = ask_exec(d, fx);
@@ -480,6 +529,12 @@ static void turns(struct drive *d)
 		enum wait_why why = WAIT_DIED;
 		struct sfma_err e;
 		json_t *reply = stage_wait(STAGE_MODEL, &o, &why, &e);
+#ifdef SFMA_TEST_HOOKS
+		if (reply && hook_unrecorded_reply(reply)) {
+			json_decref(reply);
+			continue;
+		}
+#endif
 		const struct core_facts now = facts(d);
 		if (reply)
 			reply_read(d, reply);

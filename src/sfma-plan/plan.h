@@ -79,6 +79,15 @@ void stage_close_input(enum stage_id s);
  * the stage is not one the observer watches). The planner puts them on
  * the entry that stands for them (drive.c). */
 json_t *stage_wire(enum stage_id s);
+
+#ifdef SFMA_TEST_HOOKS
+/* Only in the build tests/observe.bats makes (CFLAGS=-DSFMA_TEST_HOOKS),
+ * never in a built program: the hook SFMA_TEST_HOOK names ("" when none),
+ * which makes the planner lie about what crossed its pipes, so that the
+ * test shows sfma-verify catching it. stages.c: altered-reply, altered-exec;
+ * drive.c: unrecorded-request, phantom-call. */
+const char *test_hook(void);
+#endif
 void stages_free(void);
 
 /* ---- tracer.c: the trace, written behind the run ------------------------ */

@@ -85,6 +85,41 @@ json_t *stage_wire(enum stage_id s)
 	return w;
 }
 
+#ifdef SFMA_TEST_HOOKS
+const char *test_hook(void)
+{
+	const char *h = getenv("SFMA_TEST_HOOK");
+	return h ? h : "";
+}
+
+/* altered-reply, altered-exec: the first reply of sfma-model (one of its
+ * calls' latency) or of sfma-exec (its result) changed as it is read,
+ * before it is recorded: 1 with the line's new bytes in out. */
+static int hook_alter(enum stage_id s, const char *line, size_t len, struct buf *out)
+{
+	static int done[STAGE_COUNT];
+	int model = s == STAGE_MODEL && strcmp(test_hook(), "altered-reply") == 0;
+	int exec = s == STAGE_EXEC && strcmp(test_hook(), "altered-exec") == 0;
+	if (done[s] || !(model || exec))
+		return 0;
+	json_t *v = ndjson_parse(line, len, NULL);
+	json_t *call = json_array_get(json_object_get(v, "calls"), 0), *result = json_object_get(v, "result");
+	if (model && json_is_number(json_object_get(call, "latencyMs")))
+		json_object_set_new(call, "latencyMs", json_real(json_number_value(json_object_get(call, "latencyMs")) + 1000));
+	else if (exec && json_is_string(result))
+		json_object_set_new(v, "result", json_sprintf("%s (altered)", json_string_value(result)));
+	else {
+		json_decref(v);
+		return 0;
+	}
+	done[s] = 1;
+	buf_reset(out);
+	canon_dump(v, out, NULL);
+	json_decref(v);
+	return 1;
+}
+#endif
+
 int stage_send(enum stage_id s, const json_t *msg)
 {
 	struct buf b = {0};
@@ -214,6 +249,13 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 			err_set(e, "stage %s: %s", stages[s].name, re.text);
 			return NULL;
 		}
+#ifdef SFMA_TEST_HOOKS
+		static struct buf altered;
+		if (hook_alter(s, line, len, &altered)) {
+			line = altered.p;
+			len = altered.len;
+		}
+#endif
 		note_line(s, "in", line, len);
 		json_t *v = ndjson_parse(line, len, &re);
 		if (!v || !json_is_object(v)) {
