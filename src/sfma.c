@@ -56,15 +56,23 @@ static const struct observed_stage {
 	enum stage s;
 	bool acts;
 } observed[] = {
-#ifndef SFMA_BENCH_NO_TAP
-	/* (tests/bench/tap.sh measures what the tap costs against an sfma
-	 * built with SFMA_BENCH_NO_TAP, which starts none; no built program
-	 * has that switch.) */
 	{MODEL, false},
 	{EXEC, true},
-#endif
 };
-#define N_OBSERVED (sizeof observed / sizeof *observed)
+#define OBSERVED_MAX (sizeof observed / sizeof *observed)
+
+/* How many of them are observed: all, except in the sfma that
+ * tests/bench/tap.sh builds with SFMA_BENCH_NO_TAP to measure what the
+ * tap costs, which starts none (no built program has that switch). */
+static size_t n_observed(void)
+{
+#ifdef SFMA_BENCH_NO_TAP
+	return 0;
+#else
+	return OBSERVED_MAX;
+#endif
+}
+
 /* Least privilege by construction: what each stage's environment may hold.
  * Everything else the operator's shell holds is left behind. */
 static const char *const env_everyone[] = {
@@ -831,7 +839,7 @@ struct tapping {
 
 static bool is_observed(enum stage s)
 {
-	for (size_t i = 0; i < N_OBSERVED; i++)
+	for (size_t i = 0; i < n_observed(); i++)
 		if (observed[i].s == s)
 			return true;
 	return false;
@@ -842,11 +850,11 @@ static void tapping_open(struct tapping *t)
 	int *all = &t->to[0][0];
 	for (size_t i = 0; i < sizeof *t / sizeof(int); i++)
 		all[i] = -1;
-	if (!N_OBSERVED)
+	if (!n_observed())
 		return;
 	if (pipe2(t->head, O_CLOEXEC) < 0 || pipe2(t->ready, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
-	for (size_t i = 0; i < N_OBSERVED; i++)
+	for (size_t i = 0; i < n_observed(); i++)
 		if (pipe2(t->to[observed[i].s], O_CLOEXEC) < 0 || pipe2(t->from[observed[i].s], O_CLOEXEC) < 0)
 			die("pipe: %s", strerror(errno));
 }
@@ -862,9 +870,9 @@ static void tapping_close(struct tapping *t)
  * its execve (spawn_start). 0, or -1 with errno. */
 static int start_tap(const struct wiring *w, const struct tapping *t, struct started *st)
 {
-	char fds[N_OBSERVED ? N_OBSERVED : 1][96], ready[16], head[16];
-	char *argv[8 + 3 * N_OBSERVED];
-	int keep[2 + 4 * N_OBSERVED];
+	char fds[OBSERVED_MAX][96], ready[16], head[16];
+	char *argv[8 + 3 * OBSERVED_MAX];
+	int keep[2 + 4 * OBSERVED_MAX];
 	size_t n = 0, k = 0;
 	argv[n++] = stage_path[TAP];
 	snprintf(ready, sizeof ready, "%d", t->ready[1]);
@@ -875,13 +883,13 @@ static int start_tap(const struct wiring *w, const struct tapping *t, struct sta
 	argv[n++] = head;
 	keep[k++] = t->ready[1];
 	keep[k++] = t->head[1];
-	for (size_t i = 0; i < N_OBSERVED; i++)
+	for (size_t i = 0; i < n_observed(); i++)
 		if (observed[i].acts) {
 			argv[n++] = "--acts";
 			argv[n++] = (char *)stage_prog[observed[i].s];
 		}
 	argv[n++] = (char *)w->c.workspace;
-	for (size_t i = 0; i < N_OBSERVED; i++) {
+	for (size_t i = 0; i < n_observed(); i++) {
 		enum stage s = observed[i].s;
 		/* NAME:FROM_PLANNER:TO_STAGE:FROM_STAGE:TO_PLANNER */
 		int ends[4] = {w->to[s][0], t->to[s][1], t->from[s][0], w->from[s][1]};
@@ -964,7 +972,7 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 			failed_errno = errno;
 		}
 	}
-	if (failed < 0 && N_OBSERVED && start_tap(w, &t, &st[TAP]) < 0) {
+	if (failed < 0 && n_observed() && start_tap(w, &t, &st[TAP]) < 0) {
 		failed = TAP;
 		failed_errno = errno;
 	}
@@ -979,7 +987,7 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 	}
 	if (failed >= 0)
 		warning("%s: %s", stage_path[failed], strerror(failed_errno));
-	else if (N_OBSERVED && !tap_ready(&t))
+	else if (n_observed() && !tap_ready(&t))
 		failed = TAP; /* it has said why */
 	if (failed >= 0) {
 		for (int s = 0; s < N_STAGES; s++) {
