@@ -1,6 +1,6 @@
 /* sfma-seal - commit a run's result record to its trace, and sign it.
  *
- *   sfma-seal [--allow-empty] [--key-ready-fd FD] WORKSPACE < result-body.json
+ *   sfma-seal [--allow-empty] [--key-ready-fd FD] [--observed-fd FD] WORKSPACE < result-body.json
  *   sfma-seal --check-key
  *
  * Reads the result body (sfma-formats(5), without `integrity`),
@@ -17,7 +17,10 @@
  * printed. `--key-ready-fd FD` writes one byte to FD once the key is
  * loaded: the orchestrator starts this stage first and the others only
  * then, so a bad key is one message and nothing on disk. `--check-key`
- * only loads the key. Exit 0 when sealed (or the key is usable), 1 on any error (nothing
+ * only loads the key. `--observed-fd FD` reads the observer's head
+ * (sfma-tap(1)) once the body is in, checks it against
+ * WORKSPACE/.sfma/observed.jsonl and commits to it (integrity.observedHead,
+ * observedEntries, observerSignature). Exit 0 when sealed (or the key is usable), 1 on any error (nothing
  * written), 2 on usage errors. */
 #include "atomic.h"
 #include "buf.h"

@@ -11,8 +11,11 @@
  * every checkpoint kept in the workspace (and --since's) is a tree of a
  * prefix of the trace (sfma-formats(5)). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
- * (plus " evidence=<n>" and " pruned=<k>" when there are references, and
- * " root=<hex> checkpoints=<k> since=<size>" for a record with a tree) and
+ * (plus " observed=<n|none> observer=<untrusted-key|trusted>" for a record
+ * of sfma, held against the observer's chain when it has its head, see
+ * check_observed; " evidence=<n>" and " pruned=<k>" when there are
+ * references, and " root=<hex> checkpoints=<k> since=<size>" for a record
+ * with a tree) and
  * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1. --proof
  * checks a proof with nothing but its own text, the line (or the earlier
  * checkpoint) and SFMA_AUDIT_PUBLIC_KEY: "AUDIT_OK proof=inclusion ..." or
