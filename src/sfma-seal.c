@@ -173,16 +173,21 @@ static void write_checkpoint(const char *ws, const struct tlog_checkpoint *c, EV
 static json_t *observed_head(const char *ws, int fd)
 {
 	struct sfma_err e;
+	struct line_reader lr;
+	char *text, hex[SHA256_HEX_LEN + 1], path[PATH_MAX], note[PATH_MAX];
 	size_t len;
-	char *text = read_all_fd(fd, 1u << 16, &len, &e), hex[SHA256_HEX_LEN + 1], path[PATH_MAX], note[PATH_MAX];
-	close(fd);
-	if (!text)
+	/* One line, not the pipe to its end: the head is the tap's last word,
+	 * whoever else may hold the pipe open. */
+	lr_init(&lr, fd, 1u << 16);
+	int got = lr_next(&lr, &text, &len, &e);
+	if (got < 0 && !lr.torn)
 		die("--observed-fd: %s", e.text);
-	if (len == 0)
+	if (got <= 0)
 		die("the observer (sfma-tap) stopped before the run's end: it gave no head; refusing to seal a run it "
 		    "did not see whole");
 	json_t *head = ndjson_parse(text, len, &e);
-	free(text);
+	lr_free(&lr);
+	close(fd);
 	uint64_t entries;
 	if (!head || obs_head_valid(head, &entries, hex, &e) < 0)
 		die("--observed-fd: the observer's head: %s", e.text);
