@@ -14,12 +14,16 @@
  *
  * When: the bytes read in one poll round are passed on once the round's
  * records are written (one write), so no line's newline reaches its
- * reader before its record is in the file; before a newline goes to a
- * stage named by --acts (one that acts on the world: sfma-exec), every
- * record so far is made durable (fdatasync). The planner, for its part,
- * acts on the world only through those stages and only once the trace
- * entries that led there are on disk: a trace entry that stands for a
- * line is thus acted on no earlier than the line's record is durable.
+ * reader before its record is in the file; before a line that acts goes
+ * to a stage named by --acts (sfma-exec: every request but a read, which
+ * acts on nothing), every record of an earlier round is made durable
+ * (one fdatasync, none when nothing new was written). The planner, for
+ * its part, acts on the world only through that stage and only once the
+ * trace entries that led there are on disk: a trace entry that stands
+ * for a line is thus acted on no earlier than the line's record is
+ * durable. Model lines and reads wait for the next such sync, or the
+ * close: a sync of their own would cost each turn a journal commit
+ * (tests/bench/tap.sh).
  * Once every pipe has ended, a close entry, fdatasync, and the chain's
  * head goes to --head-fd as one line, {"observedEntries","observedHead"}
  * and, with SFMA_OBSERVER_PRIVATE_KEY (the tap's alone), "signature" over
@@ -61,6 +65,24 @@
 #include <unistd.h>
 
 #define FLOW_BUF (64u << 10) /* bytes read at once, and held at most, per direction */
+#define SCAN_DEPTH 32         /* nesting a line's scan follows (read_scan) */
+
+/* Whether a line to a stage that acts is a read - a request whose call's
+ * tool is "read", which acts on nothing (sfma-exec(1)) - as far as a scan
+ * of its bytes as they pass can tell: member names and strings are
+ * followed, nothing is kept but the few bytes of the names and the value
+ * it looks for. Anything it does not follow (an escape in those, a second
+ * call or tool, nesting past SCAN_DEPTH) makes the line one that acts:
+ * the scan only ever spares a sync, never decides what crosses. */
+struct read_scan {
+	int depth;                 /* open objects and arrays */
+	unsigned long arrays;      /* bit d: the container at depth d+1 is an array */
+	int in_string, escaped, is_key, expect_key;
+	char text[8];              /* the string so far, when it is one the scan wants */
+	size_t len;                /* its length (past 8: longer than any wanted) */
+	char key1[8], key2[8];     /* the last member name at depth 1, and in the call */
+	int in_call, calls, tools, read, odd;
+};
 
 /* One direction of one stage's pipe. */
 struct flow {
@@ -68,6 +90,8 @@ struct flow {
 	const char *dir;           /* "out": the planner to the stage; "in": back */
 	int from, to;              /* -1 once closed */
 	int acts;                  /* its reader acts on the world: records durable first */
+	struct read_scan scan;     /* of the line crossing now (acts flows) */
+	uint64_t need_synced;      /* bytes of the chain durable before its bytes go on */
 	struct obs_stream hash;    /* the line crossing now */
 	char *buf;
 	size_t start, end;         /* buf[start..end): read, not yet passed on */
@@ -96,7 +120,7 @@ static struct tap {
 	struct chain_digest *digest;
 	json_t *waiting;           /* this round's records, not yet chained */
 	struct buf pending;        /* ... chained, not yet written */
-	int sync_due;
+	uint64_t synced;           /* bytes of the chain known durable */
 	EVP_PKEY *key;
 } T = {.fd = -1};
 
@@ -216,13 +240,23 @@ static void record_line(struct flow *f, const struct obs_line *l, int torn)
 	json_array_append_new(T.waiting, obs_line_entry(f->stage, f->dir, l, torn));
 	int k = (int)((f - T.flows) / 2);
 	T.lines[k][strcmp(f->dir, "in") == 0]++;
-	T.sync_due |= f->acts;
 }
 
-/* The round's records chained and written in one write, durable when a
- * line is about to reach a stage that acts; a short write is cut off
- * again. 0, or -1 while the chain cannot be opened yet (a stage spoke
- * before the planner made the workspace): nothing may be passed on. */
+/* Make the chain's first `bytes` durable, and with them all it holds:
+ * one fdatasync, none when they already are. */
+static void synced_to(uint64_t bytes)
+{
+	if (T.synced >= bytes || T.fd < 0)
+		return;
+	if (fdatasync(T.fd) < 0)
+		stop("%s: fdatasync: %s", T.path, strerror(errno));
+	T.synced = T.sum.size;
+}
+
+/* The round's records chained and written in one write (with sync:
+ * made durable); a short write is cut off again. 0, or -1 while the
+ * chain cannot be opened yet (a stage spoke before the planner made the
+ * workspace): nothing may be passed on. */
 static int flush_records(int sync)
 {
 	if (json_array_size(T.waiting)) {
@@ -250,23 +284,118 @@ static int flush_records(int sync)
 		T.sum.size += T.pending.len;
 		buf_reset(&T.pending);
 	}
-	if ((sync || T.sync_due) && T.fd >= 0 && fdatasync(T.fd) < 0)
-		stop("%s: fdatasync: %s", T.path, strerror(errno));
-	T.sync_due = 0;
+	if (sync)
+		synced_to(T.sum.size);
 	return 0;
 }
 
 /* ---- the pipes ----------------------------------------------------------------- */
 
-/* Hash what was read into f, recording each line it completes. */
+/* A string the scan wants ended: a member name at depth 1 or in the
+ * call, or the call's tool. */
+static void scan_string(struct read_scan *r)
+{
+	int kept = r->len <= sizeof r->text;
+	char *key = r->depth == 1 ? r->key1 : r->in_call && r->depth == 2 ? r->key2 : NULL;
+	if (r->is_key && key) {
+		memset(key, 0, 8);
+		if (kept)
+			memcpy(key, r->text, r->len < 8 ? r->len : 7); /* "tool"/"call": 4 bytes; longer never match */
+		if (!kept || r->len >= 8)
+			key[0] = '\0';
+	} else if (!r->is_key && r->in_call && r->depth == 2 && strcmp(r->key2, "tool") == 0) {
+		r->tools++;
+		r->read = kept && r->len == 4 && memcmp(r->text, "read", 4) == 0;
+	}
+}
+
+static void scan_byte(struct read_scan *r, char c)
+{
+	if (r->in_string) {
+		if (r->escaped) {
+			r->escaped = 0;
+			r->odd |= r->is_key || r->in_call; /* an escape in what it compares: not followed */
+		} else if (c == '\\') {
+			r->escaped = 1;
+		} else if (c == '"') {
+			r->in_string = 0;
+			scan_string(r);
+			return;
+		}
+		if (r->len < sizeof r->text)
+			r->text[r->len] = c;
+		r->len++;
+		return;
+	}
+	int in_array = r->depth > 0 && (r->arrays >> (r->depth - 1) & 1);
+	switch (c) {
+	case '"':
+		r->in_string = 1;
+		r->is_key = !in_array && r->depth > 0 && r->expect_key;
+		r->len = 0;
+		break;
+	case '{':
+	case '[':
+		if (r->depth == SCAN_DEPTH) {
+			r->odd = 1;
+			break;
+		}
+		if (c == '{' && r->depth == 1 && strcmp(r->key1, "call") == 0) {
+			r->in_call = 1;
+			r->calls++;
+			memset(r->key2, 0, sizeof r->key2);
+		}
+		r->arrays = (r->arrays & ~(1ul << r->depth)) | (unsigned long)(c == '[') << r->depth;
+		r->depth++;
+		r->expect_key = c == '{';
+		break;
+	case '}':
+	case ']':
+		if (r->depth == 0) {
+			r->odd = 1;
+			break;
+		}
+		r->depth--;
+		if (r->depth == 1)
+			r->in_call = 0;
+		r->expect_key = 0;
+		break;
+	case ',':
+		r->expect_key = !in_array;
+		break;
+	case ':':
+		r->expect_key = 0;
+		break;
+	default:
+		break;
+	}
+}
+
+/* 1 if the scanned line was a read, and the scan starts again. */
+static int scan_end(struct read_scan *r)
+{
+	int read = !r->odd && !r->in_string && r->depth == 0 && r->calls == 1 && r->tools == 1 && r->read;
+	*r = (struct read_scan){0};
+	return read;
+}
+
+/* Hash what was read into f, recording each line it completes; a line
+ * to a stage that acts, unless a read, must find every record before
+ * this round durable before it goes on. */
 static void account(struct flow *f, const char *p, size_t n)
 {
 	while (n > 0) {
 		struct obs_line l;
 		int complete;
 		size_t took = obs_stream_feed(&f->hash, p, n, &l, &complete);
-		if (complete)
+		if (f->acts)
+			for (size_t i = 0; i + complete < took; i++)
+				scan_byte(&f->scan, p[i]);
+		if (complete) {
 			record_line(f, &l, 0);
+			if (f->acts && !scan_end(&f->scan) && T.sum.size > f->need_synced)
+				f->need_synced = T.sum.size;
+		}
 		p += took;
 		n -= took;
 	}
@@ -304,6 +433,9 @@ static void read_flow(struct flow *f, int record)
 /* Pass on what f holds, as much as its reader takes now. */
 static void write_flow(struct flow *f)
 {
+	if (f->need_synced && f->start < f->end && !f->broken && f->to >= 0)
+		synced_to(f->need_synced);
+	f->need_synced = 0;
 	while (f->start < f->end && !f->broken && f->to >= 0) {
 		ssize_t w = write(f->to, f->buf + f->start, f->end - f->start);
 		if (w < 0 && errno == EINTR)

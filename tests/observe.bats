@@ -395,3 +395,44 @@ PY
 	[[ "$stderr" == "sfma-tap: ws/.sfma/observed.jsonl: failed hash-chain verification: "* ]] || { echo "$stderr"; return 1; }
 	[ ! -s got ]
 }
+
+@test "a command that acts reaches sfma-exec only once the records before it are durable; a read goes at once" {
+	require strace
+	cat >acts.json <<-EOF
+	{"name":"acts","workspace":"ws","modelEndpoints":[{"name":"m","provider":"mock","model":"x"}],"allowedCommands":["echo"],
+	 "inputs":[],"outputs":["b.txt"],"maxTurns":12,"maxSeconds":60,"dryRunDefault":false}
+	EOF
+	mkdir ws && echo data >ws/a.txt
+	# every program of the run traced (strace holds no pipe of theirs):
+	# the tap's writes and syncs are told apart by its pid
+	SFMA_MOCK="[$CANDIDATE,{\"tool\":\"read\",\"path\":\"a.txt\"},{\"tool\":\"write\",\"path\":\"b.txt\",\"content\":\"x\"},
+		{\"tool\":\"read\",\"path\":\"b.txt\"},{\"tool\":\"run\",\"cmd\":\"echo hi\"},{\"tool\":\"read\",\"path\":\"a.txt\"},
+		{\"tool\":\"done\",\"summary\":\"ok\"}]" \
+		run strace -ff -o trace -e trace=execve,openat,write,fdatasync -s 64 sfma run acts.json
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	sfma-verify ws
+	python3 - trace.* <<'PY'
+import re, sys
+# the tap's own trace (strace -ff: one file a process), the chain's
+# descriptor, and its descriptor to sfma-exec (TO_STAGE of its argument)
+for name in sys.argv[1:]:
+    mine = open(name).read().splitlines()
+    if mine and re.search(r'execve\("[^"]*/sfma-tap"', mine[0]):
+        break
+else:
+    sys.exit("no trace of sfma-tap")
+xfd = re.search(r'"sfma-exec:\d+:(\d+):', mine[0]).group(1)
+ofd = next(re.search(r"= (\d+)$", l).group(1) for l in mine if l.startswith("openat(") and "observed.jsonl" in l)
+synced, seen = True, []
+for l in mine:
+    if l.startswith("write(%s, " % ofd):
+        synced = False
+    elif l.startswith("fdatasync(%s)" % ofd):
+        synced = True
+    elif l.startswith("write(%s, " % xfd):
+        tool = re.search(r'\\"tool\\":\\"(\w+)', l)
+        seen.append((tool.group(1) if tool else "?", synced))
+want = [("read", False), ("write", True), ("read", False), ("run", True), ("read", False)]
+assert seen == want, seen
+PY
+}
