@@ -100,6 +100,13 @@ struct flow {
 	int mid_line;              /* what was passed on ends inside a line */
 };
 
+/* A line's record, until the round's records are chained. */
+struct pending_line {
+	const char *stage, *dir;
+	struct obs_line l;
+	int torn;
+};
+
 static struct tap {
 	const char *workspace;
 	int nstages;
@@ -118,7 +125,8 @@ static struct tap {
 	uint64_t torn_bytes;       /* cut off the file's end when it was opened */
 	struct chain_summary sum;
 	struct chain_digest *digest;
-	json_t *waiting;           /* this round's records, not yet chained */
+	struct pending_line *waiting; /* this round's records, not yet chained */
+	size_t nwaiting, capwaiting;
 	struct buf pending;        /* ... chained, not yet written */
 	uint64_t synced;           /* bytes of the chain known durable */
 	EVP_PKEY *key;
@@ -205,6 +213,40 @@ static int chain_open(int create)
 	return 0;
 }
 
+/* The canonical line of one line's record, with its hash (NULL: the
+ * text the hash is of), written by hand: it is most of what the tap
+ * writes, and its members (numbers, hex, a stage name of [a-z0-9-]) need
+ * no escape. The same bytes canon_dump makes of obs_line_entry's object
+ * with seq and prevHash (the chain's verification says so). */
+static void line_text(struct buf *out, const struct pending_line *p, const char *seq, const char *hash)
+{
+	char text[512];
+	int n = snprintf(text, sizeof text,
+	                 "{\"bytes\":%llu,\"dir\":\"%s\",%s%s%s\"kind\":\"line\",\"n\":%llu,\"prevHash\":\"%s\","
+	                 "\"seq\":%s,\"sha256\":\"%s\",\"stage\":\"%s\"%s}",
+	                 (unsigned long long)p->l.bytes, p->dir, hash ? "\"hash\":\"" : "", hash ? hash : "",
+	                 hash ? "\"," : "", (unsigned long long)p->l.n, T.head, seq, p->l.sha256, p->stage,
+	                 p->torn ? ",\"torn\":true" : "");
+	buf_add(out, text, (size_t)n);
+}
+
+/* Append one canonical entry line (without its newline; hash its hash)
+ * to this round's records. */
+static void append_line(struct buf *line, const char hash[SHA256_HEX_LEN + 1])
+{
+	unsigned char leaf[MERKLE_HASH_LEN];
+	merkle_leaf_hash(line->p, line->len, leaf);
+	if (merkle_frontier_add(&T.sum.tree, leaf) < 0)
+		stop("%s: more lines than a tree can hold", T.path);
+	buf_addc(line, '\n');
+	T.sum.last_offset = T.sum.size + T.pending.len;
+	buf_add(&T.pending, line->p, line->len);
+	T.sum.entries++;
+	T.sum.max_seq = T.sum.last_seq = T.seq;
+	memcpy(T.head, hash, SHA256_HEX_LEN + 1);
+	memcpy(T.sum.head, hash, sizeof T.sum.head);
+}
+
 /* Append entry v (consumed) to this round's records, chained. */
 static void append_entry(json_t *v)
 {
@@ -220,24 +262,32 @@ static void append_entry(json_t *v)
 	buf_reset(&line);
 	canon_dump(v, &line, &e);
 	json_decref(v);
-	unsigned char leaf[MERKLE_HASH_LEN];
-	merkle_leaf_hash(line.p, line.len, leaf);
-	if (merkle_frontier_add(&T.sum.tree, leaf) < 0)
-		stop("%s: more lines than a tree can hold", T.path);
-	buf_addc(&line, '\n');
-	T.sum.last_offset = T.sum.size + T.pending.len;
-	buf_add(&T.pending, line.p, line.len);
-	T.sum.entries++;
-	T.sum.max_seq = T.sum.last_seq = T.seq;
-	memcpy(T.head, hash, sizeof T.head);
-	memcpy(T.sum.head, hash, sizeof T.sum.head);
+	append_line(&line, hash);
+	buf_free(&line);
+}
+
+/* Append the record of one line to this round's records, chained. */
+static void append_record(const struct pending_line *p)
+{
+	struct buf line = {0};
+	char hash[SHA256_HEX_LEN + 1], seq[32];
+	canon_number(++T.seq, seq);
+	line_text(&line, p, seq, NULL);
+	sha256_hex(line.p, line.len, hash);
+	buf_reset(&line);
+	line_text(&line, p, seq, hash);
+	append_line(&line, hash);
 	buf_free(&line);
 }
 
 /* The record of one line that crossed flow f, for this round's write. */
 static void record_line(struct flow *f, const struct obs_line *l, int torn)
 {
-	json_array_append_new(T.waiting, obs_line_entry(f->stage, f->dir, l, torn));
+	if (T.nwaiting == T.capwaiting) {
+		T.capwaiting = T.capwaiting ? 2 * T.capwaiting : 64;
+		T.waiting = xrealloc(T.waiting, T.capwaiting * sizeof *T.waiting);
+	}
+	T.waiting[T.nwaiting++] = (struct pending_line){.stage = f->stage, .dir = f->dir, .l = *l, .torn = torn};
 	int k = (int)((f - T.flows) / 2);
 	T.lines[k][strcmp(f->dir, "in") == 0]++;
 }
@@ -259,18 +309,16 @@ static void synced_to(uint64_t bytes)
  * workspace): nothing may be passed on. */
 static int flush_records(int sync)
 {
-	if (json_array_size(T.waiting)) {
+	if (T.nwaiting) {
 		if (T.fd < 0 && chain_open(1) < 0)
 			return -1;
 		if (!T.part_open) {
 			append_entry(obs_open_entry(T.names, T.nstages, T.trace_bytes, T.torn_bytes));
 			T.part_open = 1;
 		}
-		size_t i;
-		json_t *v;
-		json_array_foreach(T.waiting, i, v)
-			append_entry(json_incref(v));
-		json_array_clear(T.waiting);
+		for (size_t i = 0; i < T.nwaiting; i++)
+			append_record(&T.waiting[i]);
+		T.nwaiting = 0;
 	}
 	if (T.pending.len) {
 		if (write_all(T.fd, T.pending.p, T.pending.len) < 0) {
@@ -500,7 +548,7 @@ static void run(void (*close_part)(void))
 			/* A planner that never made the workspace reads nothing: what
 			 * the stages said meanwhile goes nowhere, unrecorded. */
 			if (blocked && flush_records(0) < 0)
-				json_array_clear(T.waiting);
+				T.nwaiting = 0;
 			blocked = 0;
 			for (int i = 0; i < T.nflows; i++)
 				if (strcmp(T.flows[i].dir, "in") == 0)
@@ -699,7 +747,6 @@ int main(int argc, char **argv)
 			cli_usage_error(usage_text, "--acts %s: not a stage given", acts[a]);
 	}
 	take_key();
-	T.waiting = json_array();
 	/* A reader that went away is an EPIPE to handle, not a death. */
 	signal(SIGPIPE, SIG_IGN);
 	for (int i = 0; i < T.nflows; i++) {
@@ -726,7 +773,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < T.nflows; i++)
 		free(T.flows[i].buf);
 	buf_free(&T.pending);
-	json_decref(T.waiting);
+	free(T.waiting);
 	chain_digest_free(T.digest);
 	EVP_PKEY_free(T.key);
 	if (T.fd >= 0)
