@@ -189,7 +189,12 @@ static json_t *observed_head(const char *ws, int fd)
 	lr_free(&lr);
 	close(fd);
 	uint64_t entries;
-	if (!head || obs_head_valid(head, &entries, hex, &e) < 0)
+	int valid = head && obs_head_valid(head, &entries, hex, &e) == 0;
+	/* Static: still reachable at a fatal exit below (LeakSanitizer). */
+	static json_t *sig;
+	sig = valid ? json_incref(json_object_get(head, "signature")) : NULL;
+	json_decref(head);
+	if (!valid)
 		die("--observed-fd: the observer's head: %s", e.text);
 	if (snprintf(path, sizeof path, "%s/.sfma/%s", ws, OBSERVED_FILE) >= (int)sizeof path ||
 	    snprintf(note, sizeof note, "%s/.sfma/%s", ws, OBSERVED_NOTE) >= (int)sizeof note)
@@ -212,10 +217,9 @@ static json_t *observed_head(const char *ws, int fd)
 		die("%s: %llu entries ending in %.16s..., where the observer closed on %llu ending in %.16s...", path,
 		    (unsigned long long)sum.entries, sum.head, (unsigned long long)entries, hex);
 	json_t *members = json_pack("{s:s, s:I}", "observedHead", hex, "observedEntries", (json_int_t)entries);
-	json_t *sig = json_object_get(head, "signature");
 	if (sig)
-		json_object_set(members, "observerSignature", sig);
-	json_decref(head);
+		json_object_set_new(members, "observerSignature", sig);
+	sig = NULL;
 	return members;
 }
 

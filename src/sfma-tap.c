@@ -24,10 +24,12 @@
  * durable. Model lines and reads wait for the next such sync, or the
  * close: a sync of their own would cost each turn a journal commit
  * (tests/bench/tap.sh).
- * Once every pipe has ended, a close entry, fdatasync, and the chain's
- * head goes to --head-fd as one line, {"observedEntries","observedHead"}
- * and, with SFMA_OBSERVER_PRIVATE_KEY (the tap's alone), "signature" over
- * the canonical text of the two (sfma-seal puts them in the record).
+ * Once the planner has ended its side of every pipe, a close entry,
+ * fdatasync, and the chain's head goes to --head-fd as one line,
+ * {"observedEntries","observedHead"} and, with SFMA_OBSERVER_PRIVATE_KEY
+ * (the tap's alone), "signature" over the canonical text of the two
+ * (sfma-seal puts them in the record); what the stages still write is
+ * drained, unrecorded and passed on to no one, until they exit.
  *
  * The file is opened, locked and verified at the first line, so a run
  * that never sends one leaves nothing: the workspace may not exist
@@ -111,7 +113,6 @@ static struct tap {
 	const char *workspace;
 	int nstages;
 	const char *names[OBS_STAGES_MAX];
-	int acts[OBS_STAGES_MAX];
 	uint64_t lines[OBS_STAGES_MAX][2];
 	struct flow flows[2 * OBS_STAGES_MAX];
 	int nflows;
@@ -158,6 +159,8 @@ static _Noreturn void stop(const char *fmt, ...)
 			}
 		}
 	}
+	json_decref(line);
+	buf_free(&b);
 	die("%s", text);
 }
 
