@@ -14,6 +14,7 @@
 #include "confine.h"
 #include "errors.h"
 #include "evidence.h"
+#include "observed.h"
 #include "protocol.h"
 #include "sha.h"
 #include "tools.h"
@@ -23,6 +24,8 @@ struct core *core_new(const struct core_config *cfg)
 	struct core *c = xcalloc(1, sizeof *c);
 	c->m = cfg->m;
 	c->dry_run = cfg->dry_run;
+	c->wire = cfg->wire;
+	c->wire_arg = cfg->wire_arg;
 	c->task = cfg->task ? xstrdup(cfg->task) : NULL;
 	c->clarification = cfg->clarification ? xstrdup(cfg->clarification) : NULL;
 	c->lifecycle = json_array();
@@ -139,6 +142,9 @@ const char *emit_at(struct core *c, int loop, const char *kind, json_t *data, js
 		if (c->first_seq == 0)
 			c->first_seq = fx->seq;
 		c->last_seq = fx->seq;
+		json_t *wire = c->wire ? c->wire(c->wire_arg, fx->seq) : NULL;
+		if (wire)
+			json_object_set_new(ev, OBSERVED_WIRE, wire);
 	}
 	return fx->id;
 }

@@ -41,6 +41,14 @@ struct core_config {
 	int dry_run;
 	const char *task;          /* the task the model gets (--task, else taskStatement; NULL: none) */
 	const char *clarification; /* --task, recorded as a clarification (NULL: none) */
+	/* The records of the lines on the stages' pipes an entry stands for
+	 * (its `wire` member, sfma-formats(5)): a host fact, asked for each
+	 * entry as it is made, by its seq. sfma-plan answers with the lines
+	 * it sent and read since the last entry that took some; sfma-replay
+	 * with what the trace's entry of that seq holds. A new reference, or
+	 * NULL for none; wire NULL: no entry has any. */
+	json_t *(*wire)(void *arg, double seq);
+	void *wire_arg;
 };
 
 enum core_fx_kind {

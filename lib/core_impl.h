@@ -70,6 +70,8 @@ struct core {
 	const struct manifest *m;
 	int dry_run;
 	char *task, *clarification;
+	json_t *(*wire)(void *arg, double seq);
+	void *wire_arg;
 	/* the effects, a queue */
 	struct core_fx **fx;
 	size_t fx_head, fx_n, fx_cap;

@@ -67,6 +67,13 @@ static const struct member_rule integrity_members[] = {
 	{"treeSize", MEMBER_COUNT, 0, NULL, NULL},
 	{"merkleRoot", MEMBER_STRING, 0, NULL, NULL},
 	{"signature", MEMBER_OBJECT, 0, NULL, signature_members},
+	/* What the observer saw (sfma-formats(5), The observed chain): the
+	 * head of .sfma/observed.jsonl when the run's part closed, its entry
+	 * count, and the observer's own signature over the two. Absent from
+	 * a record of a run with no observer. */
+	{"observedHead", MEMBER_STRING, 0, NULL, NULL},
+	{"observedEntries", MEMBER_COUNT, 0, NULL, NULL},
+	{"observerSignature", MEMBER_OBJECT, 0, NULL, signature_members},
 	{NULL, 0, 0, NULL, NULL},
 };
 
@@ -144,6 +151,12 @@ int record_integrity_shape(const json_t *integrity, struct sfma_err *e)
 	if (!json_object_get(integrity, "treeSize") != !json_object_get(integrity, "merkleRoot"))
 		return err_set(e, "integrity.%s without integrity.%s", json_object_get(integrity, "treeSize") ?
 		               "treeSize" : "merkleRoot", json_object_get(integrity, "treeSize") ? "merkleRoot" : "treeSize");
+	if (!json_object_get(integrity, "observedHead") != !json_object_get(integrity, "observedEntries"))
+		return err_set(e, "integrity.%s without integrity.%s", json_object_get(integrity, "observedHead") ?
+		               "observedHead" : "observedEntries",
+		               json_object_get(integrity, "observedHead") ? "observedEntries" : "observedHead");
+	if (json_object_get(integrity, "observerSignature") && !json_object_get(integrity, "observedHead"))
+		return err_set(e, "integrity.observerSignature without integrity.observedHead");
 	return 0;
 }
 

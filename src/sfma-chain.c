@@ -4,7 +4,8 @@
  *   sfma-chain --recover-torn TRACE
  *
  * Each stdin line is an event {"kind":K,"data":{...}} with optional "loop",
- * "refs", "class", "evidence" (references, sfma-formats(5)). Each is appended as one canonical trace line - seq,
+ * "refs", "class", "evidence" (references, sfma-formats(5)), "wire" (the
+ * records of the lines the entry stands for). Each is appended as one canonical trace line - seq,
  * anchor, id, prevHash and hash filled in here (sfma-formats(5)) - and
  * the appended entry is echoed on stdout so the caller learns its id.
  *
@@ -28,6 +29,7 @@
 #include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
+#include "observed.h"
 #include "sha.h"
 
 #include <errno.h>
@@ -48,7 +50,7 @@ static const char *const kinds[] = {
 };
 
 /* The members an event may have. */
-static const char *const fields[] = {"kind", "data", "loop", "refs", "class", EVIDENCE_MEMBER, NULL};
+static const char *const fields[] = {"kind", "data", "loop", "refs", "class", EVIDENCE_MEMBER, OBSERVED_WIRE, NULL};
 
 struct trace {
 	const char *path;
@@ -191,6 +193,13 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 	if (evidence && evidence_entry_refs(ev, any_ref, NULL, &nrefs, &e) < 0)
 		return err_set(fail, "event %lld: %s", *line_no, e.text);
 
+	/* The records of the lines the entry stands for (sfma-formats(5),
+	 * The observed chain), checked for shape: what they say is held
+	 * against the observer's chain by sfma-verify. */
+	json_t *wire = json_object_get(ev, OBSERVED_WIRE);
+	if (wire && obs_wire_valid(wire, &e) < 0)
+		return err_set(fail, "event %lld: %s", *line_no, e.text);
+
 	/* seq strictly increases over the whole file and stays an exact double. */
 	double seq = t->seq + 1;
 	if (seq > CHAIN_MAX_SEQ)
@@ -210,6 +219,8 @@ static int make_entry(struct trace *t, json_t *ev, struct buf *line, long long *
 	json_object_set(entry, "data", data);
 	if (evidence)
 		json_object_set(entry, EVIDENCE_MEMBER, evidence);
+	if (wire)
+		json_object_set(entry, OBSERVED_WIRE, wire);
 	json_object_set_new(entry, "prevHash", json_string(t->head));
 
 	char hash[65];

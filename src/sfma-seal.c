@@ -1,6 +1,6 @@
 /* sfma-seal - commit a run's result record to its trace, and sign it.
  *
- *   sfma-seal [--allow-empty] [--key-ready-fd FD] WORKSPACE < result-body.json
+ *   sfma-seal [--allow-empty] [--key-ready-fd FD] [--observed-fd FD] WORKSPACE < result-body.json
  *   sfma-seal --check-key
  *
  * Reads the result body (sfma-formats(5), without `integrity`),
@@ -17,7 +17,10 @@
  * printed. `--key-ready-fd FD` writes one byte to FD once the key is
  * loaded: the orchestrator starts this stage first and the others only
  * then, so a bad key is one message and nothing on disk. `--check-key`
- * only loads the key. Exit 0 when sealed (or the key is usable), 1 on any error (nothing
+ * only loads the key. `--observed-fd FD` reads the observer's head
+ * (sfma-tap(1)) once the body is in, checks it against
+ * WORKSPACE/.sfma/observed.jsonl and commits to it (integrity.observedHead,
+ * observedEntries, observerSignature). Exit 0 when sealed (or the key is usable), 1 on any error (nothing
  * written), 2 on usage errors. */
 #include "atomic.h"
 #include "buf.h"
@@ -27,6 +30,7 @@
 #include "cli.h"
 #include "errors.h"
 #include "ndjson.h"
+#include "observed.h"
 #include "record.h"
 #include "sha.h"
 #include "sign.h"
@@ -161,27 +165,88 @@ static void write_checkpoint(const char *ws, const struct tlog_checkpoint *c, EV
 	buf_free(&note);
 }
 
+/* What the observer saw: the head sfma-tap writes on fd once the planner
+ * is done with the stages it watches (sfma-tap(1)), checked against the
+ * chain it names - the file verified up to that many entries, ending in
+ * that head, every line chained, the observer's signature valid. The
+ * members integrity gains (new). A tap that stopped first wrote none:
+ * a run it did not see whole is not sealed. */
+static json_t *observed_head(const char *ws, int fd)
+{
+	struct sfma_err e;
+	struct line_reader lr;
+	char *text, hex[SHA256_HEX_LEN + 1], path[PATH_MAX], note[PATH_MAX];
+	size_t len;
+	/* One line, not the pipe to its end: the head is the tap's last word,
+	 * whoever else may hold the pipe open. */
+	lr_init(&lr, fd, 1u << 16);
+	int got = lr_next(&lr, &text, &len, &e);
+	if (got < 0 && !lr.torn)
+		die("--observed-fd: %s", e.text);
+	if (got <= 0)
+		die("the observer (sfma-tap) stopped before the run's end: it gave no head; refusing to seal a run it "
+		    "did not see whole");
+	json_t *head = ndjson_parse(text, len, &e);
+	lr_free(&lr);
+	close(fd);
+	uint64_t entries;
+	int valid = head && obs_head_valid(head, &entries, hex, &e) == 0;
+	/* Static: still reachable at a fatal exit below (LeakSanitizer). */
+	static json_t *sig;
+	sig = valid ? json_incref(json_object_get(head, "signature")) : NULL;
+	json_decref(head);
+	if (!valid)
+		die("--observed-fd: the observer's head: %s", e.text);
+	if (snprintf(path, sizeof path, "%s/.sfma/%s", ws, OBSERVED_FILE) >= (int)sizeof path ||
+	    snprintf(note, sizeof note, "%s/.sfma/%s", ws, OBSERVED_NOTE) >= (int)sizeof note)
+		die("%s: path too long", ws);
+	int ofd = ws_open_regular(AT_FDCWD, path, &e);
+	struct chain_summary sum = {.entries = 0};
+	memcpy(sum.head, CHAIN_ZERO_HASH, sizeof sum.head);
+	if (ofd < 0 && !(errno == ENOENT && entries == 0))
+		die("%s", e.text);
+	if (ofd >= 0) {
+		int used;
+		const struct chain_opts mark = {.mark_set = 1, .mark_count = entries};
+		if (chain_verify_cached(ofd, note, &mark, &sum, &used, NULL, &e) < 0)
+			die("%s: failed hash-chain verification: %s", path, e.text);
+		close(ofd);
+	}
+	if (sum.legacy)
+		die("%s: line 1 is not chained: not an observed chain", path);
+	if (sum.entries != entries || strcmp(sum.head, hex) != 0)
+		die("%s: %llu entries ending in %.16s..., where the observer closed on %llu ending in %.16s...", path,
+		    (unsigned long long)sum.entries, sum.head, (unsigned long long)entries, hex);
+	json_t *members = json_pack("{s:s, s:I}", "observedHead", hex, "observedEntries", (json_int_t)entries);
+	if (sig)
+		json_object_set_new(members, "observerSignature", sig);
+	sig = NULL;
+	return members;
+}
+
 static const char usage_text[] =
-	"usage: sfma-seal [--allow-empty] [--key-ready-fd FD] WORKSPACE < result-body.json\n"
+	"usage: sfma-seal [--allow-empty] [--key-ready-fd FD] [--observed-fd FD] WORKSPACE < result-body.json\n"
 	"       sfma-seal --check-key\n"
 	"       sfma-seal --version | --help\n";
 
 struct options {
 	int check_key, allow_empty;
 	int key_ready_fd; /* -1: none */
+	int observed_fd;  /* -1: none */
 	const char *workspace;
 };
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { OPT_CHECK_KEY = 0x100, OPT_ALLOW_EMPTY, OPT_KEY_READY_FD, OPT_VERSION };
+	enum { OPT_CHECK_KEY = 0x100, OPT_ALLOW_EMPTY, OPT_KEY_READY_FD, OPT_OBSERVED_FD, OPT_VERSION };
 	static const struct option longopts[] = {
 		{"check-key", no_argument, NULL, OPT_CHECK_KEY}, {"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
 		{"key-ready-fd", required_argument, NULL, OPT_KEY_READY_FD},
+		{"observed-fd", required_argument, NULL, OPT_OBSERVED_FD},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
 	};
-	*o = (struct options){.key_ready_fd = -1};
+	*o = (struct options){.key_ready_fd = -1, .observed_fd = -1};
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -195,6 +260,12 @@ static void parse_options(int argc, char **argv, struct options *o)
 				cli_usage_error(usage_text, "--key-ready-fd: an open descriptor, 3 or more");
 			o->key_ready_fd = (int)fd;
 		}
+		else if (c == OPT_OBSERVED_FD) {
+			unsigned long fd;
+			if (cli_parse_ulong(optarg, 3, INT_MAX, &fd) < 0 || fcntl((int)fd, F_GETFD) < 0)
+				cli_usage_error(usage_text, "--observed-fd: an open descriptor, 3 or more");
+			o->observed_fd = (int)fd;
+		}
 		else if (c == 'h')
 			cli_help(usage_text);
 		else if (c == OPT_VERSION)
@@ -203,7 +274,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			cli_bad_option(usage_text, c, argv);
 	}
 	if (o->check_key) {
-		if (optind != argc || o->allow_empty || o->key_ready_fd >= 0)
+		if (optind != argc || o->allow_empty || o->key_ready_fd >= 0 || o->observed_fd >= 0)
 			cli_usage_error(usage_text, "--check-key takes no other argument");
 		return;
 	}
@@ -312,7 +383,10 @@ int main(int argc, char **argv)
 		check_extends(path, &last, now.origin, &sum, &at_last);
 	close(fd);
 
-	/* 3. The commitments, then the signature over them. */
+	/* 3. What the observer saw, once it closed (sfma-tap(1)). */
+	json_t *observed = o.observed_fd >= 0 ? observed_head(ws, o.observed_fd) : NULL;
+
+	/* 4. The commitments, then the signature over them. */
 	char manifest_hex[65], result_hex[65], root_hex[65];
 	if (record_digests(record, manifest_hex, result_hex, &e) < 0)
 		die("stdin: %s", e.text);
@@ -321,18 +395,21 @@ int main(int argc, char **argv)
 	                              "headHash", sum.head, "entries", (double)sum.entries,
 	                              "manifestSha256", manifest_hex, "resultSha256", result_hex,
 	                              "treeSize", (double)now.size, "merkleRoot", root_hex);
+	if (observed)
+		json_object_update(integrity, observed);
+	json_decref(observed);
 	if (key)
 		json_object_set_new(integrity, "signature", sign_integrity(key, integrity));
 	json_object_set(record, "integrity", integrity);
 
-	/* 4. The checkpoint, before the record: a checkpoint without its
+	/* 5. The checkpoint, before the record: a checkpoint without its
 	 * record (a crash between) is still true of the trace; an empty
 	 * trace has no origin and no checkpoint. */
 	if (WITH_TREE && sum.entries > 0)
 		write_checkpoint(ws, &now, key);
 	EVP_PKEY_free(key);
 
-	/* 5. result.json, replaced atomically. */
+	/* 6. result.json, replaced atomically. */
 	struct buf out = {0};
 	if (canon_dump_pretty(record, &out, &e) < 0)
 		die("record: %s", e.text);

@@ -11,8 +11,11 @@
  * every checkpoint kept in the workspace (and --since's) is a tree of a
  * prefix of the trace (sfma-formats(5)). Prints
  * "AUDIT_OK signature=<none|untrusted-key|trusted> entries=<n> head=<hex>"
- * (plus " evidence=<n>" and " pruned=<k>" when there are references, and
- * " root=<hex> checkpoints=<k> since=<size>" for a record with a tree) and
+ * (plus " observed=<n|none> observer=<untrusted-key|trusted>" for a record
+ * of sfma, held against the observer's chain when it has its head, see
+ * check_observed; " evidence=<n>" and " pruned=<k>" when there are
+ * references, and " root=<hex> checkpoints=<k> since=<size>" for a record
+ * with a tree) and
  * exits 0, or "AUDIT_INVALID: <reason>" on stderr and exits 1. --proof
  * checks a proof with nothing but its own text, the line (or the earlier
  * checkpoint) and SFMA_AUDIT_PUBLIC_KEY: "AUDIT_OK proof=inclusion ..." or
@@ -31,6 +34,7 @@
 #include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
+#include "observed.h"
 #include "record.h"
 #include "sign.h"
 #include "buf.h"
@@ -63,6 +67,98 @@ static _Noreturn void invalid(const char *fmt, ...)
 			*p = ' ';
 	fprintf(stderr, "AUDIT_INVALID: %s\n", text);
 	exit(1);
+}
+
+/* ---- the observer (sfma-formats(5), The observed chain) ------------------- */
+
+/* The observed chain the record commits to, checked, and held against
+ * the trace's sealed prefix (its first trace_bytes bytes, on trace_fd):
+ * the words AUDIT_OK gains, " observed=<n>" and, for a signed head,
+ * " observer=<untrusted-key|trusted>". A record with no observer's head
+ * says " observed=none" when sfma made it (it names its runnerVersion);
+ * the earlier runner's records print their line as they always did. */
+static void check_observed(const char *workspace, const json_t *record, const json_t *integrity, int trace_fd,
+                           uint64_t trace_bytes, char *words, size_t cap)
+{
+	struct sfma_err e;
+	const char *trusted = getenv("SFMA_OBSERVER_PUBLIC_KEY");
+	json_t *head = json_object_get(integrity, "observedHead"), *sig = json_object_get(integrity, "observerSignature");
+	if (!head) {
+		if (trusted && *trusted)
+			invalid("observed: the record has no observer's head, and SFMA_OBSERVER_PUBLIC_KEY is set");
+		snprintf(words, cap, "%s", json_object_get(record, "runnerVersion") ? " observed=none" : "");
+		return;
+	}
+	long long entries;
+	ndjson_integer(json_object_get(integrity, "observedEntries"), &entries);
+	const char *hex = json_string_value(head);
+	if (!is_sha256_hex(hex, json_string_length(head)))
+		invalid("observed: integrity.observedHead is not 64 lowercase hex digits");
+	const char *sigword = "";
+	if (sig) {
+		if (obs_signature_check(sig, (uint64_t)entries, hex, trusted && *trusted ? trusted : NULL, &e) < 0)
+			invalid("observed: %s", e.text);
+		sigword = trusted && *trusted ? " observer=trusted" : " observer=untrusted-key";
+	} else if (trusted && *trusted) {
+		invalid("observed: the observer's head is not signed, and SFMA_OBSERVER_PUBLIC_KEY is set");
+	}
+	/* 1. The chain, to the head the record names. */
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/.sfma/%s", workspace, OBSERVED_FILE);
+	int fd = ws_open_regular(AT_FDCWD, path, &e);
+	struct chain_summary sum = {.entries = 0};
+	if (fd < 0 && !(errno == ENOENT && entries == 0 && strcmp(hex, CHAIN_ZERO_HASH) == 0))
+		invalid("observed: %s", e.text);
+	struct obs_check *c = obs_check_new(trace_bytes);
+	if (fd >= 0) {
+		const struct chain_opts mark = {.mark_set = 1, .mark_count = (uint64_t)entries};
+		if (chain_verify_fd(fd, &mark, &sum, &e) < 0)
+			invalid("observed: %s: %s", path, e.text);
+		if (sum.legacy)
+			invalid("observed: %s: line 1 is not chained", path);
+		if (!sum.mark_found)
+			invalid("observed: %s has %" PRIu64 " entries, fewer than the %lld the record commits to", path,
+			        sum.entries, entries);
+		if (strcmp(sum.mark_head, hex) != 0)
+			invalid("observed: integrity.observedHead does not match the observed chain's entry %lld (%s)", entries,
+			        sum.mark_head);
+		/* 2. Its entries, fed to the check. */
+		struct line_reader lr;
+		char *line;
+		size_t len;
+		lseek(fd, 0, SEEK_SET);
+		lr_init(&lr, fd, NDJSON_DEFAULT_MAX);
+		for (long long n = 1; n <= entries && lr_next(&lr, &line, &len, &e) == 1; n++) {
+			json_t *v = ndjson_parse(line, len, &e);
+			int rc = v ? obs_check_observed(c, v, (uint64_t)n, &e) : -1;
+			json_decref(v);
+			if (rc < 0)
+				invalid("%s", e.text);
+		}
+		lr_free(&lr);
+		close(fd);
+	}
+	/* 3. The trace's sealed prefix: only the lines that may carry what
+	 * the check reads are parsed. */
+	struct line_reader lr;
+	char *line;
+	size_t len;
+	if (lseek(trace_fd, 0, SEEK_SET) < 0)
+		invalid("observed: trace: seek: %s", strerror(errno));
+	lr_init(&lr, trace_fd, NDJSON_DEFAULT_MAX);
+	while (lr_next(&lr, &line, &len, &e) == 1 && lr.offset < trace_bytes) {
+		json_t *v = obs_trace_line_relevant(line, len) ? ndjson_parse(line, len, NULL) : NULL;
+		int rc = obs_check_trace(c, v, lr.offset, &e);
+		json_decref(v);
+		if (rc < 0)
+			invalid("%s", e.text);
+	}
+	lr_free(&lr);
+	struct obs_counts counts;
+	if (obs_check_end(c, &counts, &e) < 0)
+		invalid("%s", e.text);
+	obs_check_free(c);
+	snprintf(words, cap, " observed=%" PRIu64 "%s", counts.matched, sigword);
 }
 
 static const char usage_text[] =
@@ -815,6 +911,10 @@ int main(int argc, char **argv)
 	 * signatures checked with the record's key (or the trusted one). */
 	if (opts.tree)
 		check_kept_trees(&kept, points, npoints, &sum, fd, opts.max_line);
+	/* 7. What the observer saw, against the sealed prefix of the trace. */
+	char observed_words[128];
+	check_observed(workspace, record, integrity, fd, sum.mark_found ? sum.mark_offset : sum.size, observed_words,
+	               sizeof observed_words);
 	close(fd);
 	const char *trusted = getenv("SFMA_AUDIT_PUBLIC_KEY");
 	check_kept_signatures(&kept, tree_key, trusted && *trusted);
@@ -853,7 +953,7 @@ int main(int argc, char **argv)
 		snprintf(tree_words + k, sizeof tree_words - (size_t)k, " since=%" PRIu64, since_size);
 	/* The tree's words before evidence's: what scripts matched at the
 	 * end of the line stays there. */
-	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s%s\n", sigword, sum.entries, sum.head,
-	       tree_words, evidence_words);
+	printf("AUDIT_OK signature=%s entries=%" PRIu64 " head=%s%s%s%s\n", sigword, sum.entries, sum.head,
+	       observed_words, tree_words, evidence_words);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

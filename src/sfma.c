@@ -40,12 +40,40 @@
 #define CHECK_REPLY_MAX (1u << 20)
 #define GRACE_SECONDS 5 /* how long stages may take to exit on EOF */
 
-enum stage { MODEL, EXEC, CHAIN, SEAL, MEM, PLAN, N_STAGES };
+/* The planner's peers first (each on a pair of pipes with it), then the
+ * planner, then the observer, which talks to none of them as a peer. */
+enum stage { MODEL, EXEC, CHAIN, SEAL, MEM, PLAN, TAP, N_STAGES };
 static const char *const stage_prog[N_STAGES] = {
-	"sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-mem", "sfma-plan",
+	"sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-mem", "sfma-plan", "sfma-tap",
 };
 static const char *const stage_flag[PLAN] = { "model", "exec", "chain", "seal", "mem" };
 static char *stage_path[N_STAGES];
+
+/* The stages whose pipes with the planner go through sfma-tap, which
+ * records every line that crosses (sfma-tap(1)): one entry each. `acts`:
+ * the stage acts on the world, so the tap makes its records durable
+ * before a line reaches it. The chain and the seal are not among them:
+ * their traffic is the trace and the record themselves. */
+static const struct observed_stage {
+	enum stage s;
+	bool acts;
+} observed[] = {
+	{MODEL, false},
+	{EXEC, true},
+};
+#define OBSERVED_MAX (sizeof observed / sizeof *observed)
+
+/* How many of them are observed: all, except in the sfma that
+ * tests/bench/tap.sh builds with SFMA_BENCH_NO_TAP to measure what the
+ * tap costs, which starts none (no built program has that switch). */
+static size_t n_observed(void)
+{
+#ifdef SFMA_BENCH_NO_TAP
+	return 0;
+#else
+	return OBSERVED_MAX;
+#endif
+}
 
 /* Least privilege by construction: what each stage's environment may hold.
  * Everything else the operator's shell holds is left behind. */
@@ -60,6 +88,7 @@ static const char *const env_model[] = {
 	"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", NULL,
 };
 static const char *const env_seal[] = { "SFMA_AUDIT_PRIVATE_KEY", NULL };
+static const char *const env_tap[] = { "SFMA_OBSERVER_PRIVATE_KEY", NULL };
 static const char *const env_exec[] = { "SFMA_EXEC_UIDS", NULL };
 /* The caller's W3C trace context, which the run records and joins. */
 static const char *const env_plan[] = { "TRACEPARENT", NULL };
@@ -273,9 +302,9 @@ static char **stage_env(enum stage s, const struct checked *c, int channel)
 		json_t *name;
 		json_array_foreach(c->model_env, i, name) {
 			const char *nm = json_string_value(name);
-			/* The signing key belongs to sfma-seal alone, whatever a
-			 * manifest names as an OAuth variable. */
-			if (!nm || strcmp(nm, "SFMA_AUDIT_PRIVATE_KEY") == 0)
+			/* The signing keys belong to sfma-seal and sfma-tap alone,
+			 * whatever a manifest names as an OAuth variable. */
+			if (!nm || strcmp(nm, "SFMA_AUDIT_PRIVATE_KEY") == 0 || strcmp(nm, "SFMA_OBSERVER_PRIVATE_KEY") == 0)
 				warning("modelEnv: %s is not passed to sfma-model", nm ? nm : "(not a string)");
 			else
 				env_add(env, &n, nm);
@@ -288,6 +317,9 @@ static char **stage_env(enum stage s, const struct checked *c, int channel)
 			env_add(env, &n, *v);
 	} else if (s == PLAN) {
 		for (const char *const *v = env_plan; *v; v++)
+			env_add(env, &n, *v);
+	} else if (s == TAP) {
+		for (const char *const *v = env_tap; *v; v++)
 			env_add(env, &n, *v);
 	}
 	/* A stage the planner reads that stops on an error says so on its
@@ -492,11 +524,18 @@ static int supervise(pid_t pid[N_STAGES])
 	while (left > 0) {
 		/* The planner is looked at first: a stage that ended because the
 		 * planner had already gone (EOF on its pipe) is no news. */
-		static const enum stage order[N_STAGES] = { PLAN, MODEL, EXEC, CHAIN, SEAL, MEM };
+		static const enum stage order[N_STAGES] = { PLAN, MODEL, EXEC, CHAIN, SEAL, MEM, TAP };
 		for (int i = 0; i < N_STAGES; i++) {
 			enum stage s = order[i];
 			int st;
-			if (gone[s] || waitpid(pid[s], &st, WNOHANG) != pid[s])
+			if (gone[s])
+				continue;
+			if (pid[s] < 0) { /* not started (the tap, when no stage is observed) */
+				gone[s] = true;
+				left--;
+				continue;
+			}
+			if (waitpid(pid[s], &st, WNOHANG) != pid[s])
 				continue;
 			gone[s] = true;
 			left--;
@@ -517,8 +556,8 @@ static int supervise(pid_t pid[N_STAGES])
 			if (!gone[PLAN])
 				kill(pid[PLAN], sig);
 		} else if (sig == 0 && !killed) {
-			for (int s = 0; s < PLAN; s++) {
-				if (gone[s])
+			for (int s = 0; s < N_STAGES; s++) {
+				if (gone[s] || s == PLAN)
 					continue;
 				warning("stage %s still running %d s after the planner ended; killing it",
 				      stage_prog[s], GRACE_SECONDS);
@@ -537,9 +576,9 @@ static int supervise(pid_t pid[N_STAGES])
 
 /* The stages' command lines (their manual pages give the interface). */
 static void stage_args(enum stage s, const char *manifest, const struct checked *c, int key_ready,
-                       char *argv[6])
+                       int observed_head, char *argv[8])
 {
-	static char head_cache[PATH_MAX + 32], ready[16];
+	static char head_cache[PATH_MAX + 32], ready[16], head[16];
 	size_t k = 0;
 	argv[k++] = stage_path[s];
 	if (s == MODEL) {
@@ -563,6 +602,11 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
 			argv[k++] = "--key-ready-fd";
 			argv[k++] = ready;
 		}
+		if (observed_head >= 0) {
+			snprintf(head, sizeof head, "%d", observed_head);
+			argv[k++] = "--observed-fd";
+			argv[k++] = head;
+		}
 		argv[k++] = (char *)c->workspace;
 	} else if (s == MEM) {
 		argv[k++] = (char *)c->workspace;
@@ -577,16 +621,22 @@ static void stage_args(enum stage s, const char *manifest, const struct checked 
  * message when it cannot), so no process is started only to check it.
  * Returns 0 with the seal started (pid in *seal), or -1. */
 static int start_seal_first(const char *manifest, const struct checked *c, int in, int out, int channel,
+                            int observed_head,
                             pid_t *seal)
 {
 	int ready[2];
-	char *argv[6];
+	char *argv[8];
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
-	stage_args(SEAL, manifest, c, ready[1], argv);
+	stage_args(SEAL, manifest, c, ready[1], observed_head, argv);
 	char **env = stage_env(SEAL, c, channel);
-	const int keep[2] = { ready[1], channel };
-	*seal = spawn(stage_path[SEAL], argv, env, in, out, keep, channel >= 0 ? 2 : 1, false);
+	int keep[3], n_keep = 0;
+	keep[n_keep++] = ready[1];
+	if (channel >= 0)
+		keep[n_keep++] = channel;
+	if (observed_head >= 0)
+		keep[n_keep++] = observed_head;
+	*seal = spawn(stage_path[SEAL], argv, env, in, out, keep, (size_t)n_keep, false);
 	env_free(env);
 	close(ready[1]);
 	if (*seal < 0) {
@@ -808,6 +858,100 @@ static int start_planner(const struct opts *o, struct wiring *w)
 	return read_announcement(w);
 }
 
+/* The pipes of the observer, for one run: an observed stage reads and
+ * writes the tap's pipes, and the tap the planner's (sfma-tap(1)). */
+struct tapping {
+	int to[PLAN][2], from[PLAN][2]; /* the tap to the stage, the stage to the tap; -1: none */
+	int head[2];                    /* the tap's head line to sfma-seal */
+	int ready[2];                   /* the tap's byte once it measured the trace */
+};
+
+static bool is_observed(enum stage s)
+{
+	for (size_t i = 0; i < n_observed(); i++)
+		if (observed[i].s == s)
+			return true;
+	return false;
+}
+
+static void tapping_open(struct tapping *t)
+{
+	int *all = &t->to[0][0];
+	for (size_t i = 0; i < sizeof *t / sizeof(int); i++)
+		all[i] = -1;
+	if (!n_observed())
+		return;
+	if (pipe2(t->head, O_CLOEXEC) < 0 || pipe2(t->ready, O_CLOEXEC) < 0)
+		die("pipe: %s", strerror(errno));
+	for (size_t i = 0; i < n_observed(); i++)
+		if (pipe2(t->to[observed[i].s], O_CLOEXEC) < 0 || pipe2(t->from[observed[i].s], O_CLOEXEC) < 0)
+			die("pipe: %s", strerror(errno));
+}
+
+static void tapping_close(struct tapping *t)
+{
+	int *all = &t->to[0][0];
+	for (size_t i = 0; i < sizeof *t / sizeof(int); i++)
+		close_fd(&all[i]);
+}
+
+/* Start sfma-tap on the pipes of the observed stages without waiting for
+ * its execve (spawn_start). 0, or -1 with errno. */
+static int start_tap(const struct wiring *w, const struct tapping *t, struct started *st)
+{
+	char fds[OBSERVED_MAX][96], ready[16], head[16];
+	char *argv[8 + 3 * OBSERVED_MAX];
+	int keep[2 + 4 * OBSERVED_MAX];
+	size_t n = 0, k = 0;
+	argv[n++] = stage_path[TAP];
+	snprintf(ready, sizeof ready, "%d", t->ready[1]);
+	snprintf(head, sizeof head, "%d", t->head[1]);
+	argv[n++] = "--ready-fd";
+	argv[n++] = ready;
+	argv[n++] = "--head-fd";
+	argv[n++] = head;
+	keep[k++] = t->ready[1];
+	keep[k++] = t->head[1];
+	for (size_t i = 0; i < n_observed(); i++)
+		if (observed[i].acts) {
+			argv[n++] = "--acts";
+			argv[n++] = (char *)stage_prog[observed[i].s];
+		}
+	argv[n++] = (char *)w->c.workspace;
+	for (size_t i = 0; i < n_observed(); i++) {
+		enum stage s = observed[i].s;
+		/* NAME:FROM_PLANNER:TO_STAGE:FROM_STAGE:TO_PLANNER */
+		int ends[4] = {w->to[s][0], t->to[s][1], t->from[s][0], w->from[s][1]};
+		snprintf(fds[i], sizeof fds[i], "%s:%d:%d:%d:%d", stage_prog[s], ends[0], ends[1], ends[2], ends[3]);
+		argv[n++] = fds[i];
+		for (int e = 0; e < 4; e++)
+			keep[k++] = ends[e];
+	}
+	argv[n] = NULL;
+	struct checked none = {0};
+	char **env = stage_env(TAP, &none, -1);
+	int out = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	int rc = out < 0 ? -1 : spawn_start(stage_path[TAP], argv, env, -1, out, keep, k, false, st);
+	int err = errno;
+	env_free(env);
+	if (out >= 0)
+		close(out);
+	errno = err;
+	return rc;
+}
+
+/* The tap says it measured the trace (one byte); end of input instead:
+ * it stopped, and said why. */
+static bool tap_ready(struct tapping *t)
+{
+	char byte;
+	ssize_t r;
+	close_fd(&t->ready[1]);
+	while ((r = read(t->ready[0], &byte, 1)) < 0 && errno == EINTR)
+		;
+	return r == 1;
+}
+
 /* Start the other stages of an announced run, send the planner its go and
  * supervise. announce (or NULL) is said once the signing key is known to be
  * usable. Returns the run's exit status, or -1 when the signing key is
@@ -815,18 +959,21 @@ static int start_planner(const struct opts *o, struct wiring *w)
 static int start_stages(const struct opts *o, struct wiring *w, const char *announce)
 {
 	const struct checked *c = &w->c;
-	char *stage_argv[6];
+	char *stage_argv[8];
 	pid_t pid[N_STAGES];
 	for (int s = 0; s < N_STAGES; s++)
 		pid[s] = -1;
 	pid[PLAN] = w->planner;
+	struct tapping t;
+	tapping_open(&t);
 
 	/* With a signing key the seal stage starts first and loads it; the
 	 * other stages then start only with a usable key. */
 	const char *key = getenv("SFMA_AUDIT_PRIVATE_KEY");
 	bool seal_first = key && *key;
-	if (seal_first &&
-	    start_seal_first(o->manifest, c, w->to[SEAL][0], w->from[SEAL][1], w->confine[SEAL], &pid[SEAL]) < 0) {
+	if (seal_first && start_seal_first(o->manifest, c, w->to[SEAL][0], w->from[SEAL][1], w->confine[SEAL],
+	                                   t.head[0], &pid[SEAL]) < 0) {
+		tapping_close(&t);
 		release_planner(w);
 		return -1;
 	}
@@ -834,26 +981,36 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 		warning("%s", announce);
 	/* The other stages are forked first and their execs confirmed after:
 	 * they load their programs at the same time instead of one after
-	 * another. The planner gets its go only once all have, so a stage that
-	 * cannot start leaves nothing behind. */
-	struct started st[PLAN];
-	int failed = -1, failed_errno = 0, n_forked = 0;
-	for (int s = 0; s < PLAN; s++, n_forked++) {
+	 * another. The planner gets its go only once all have, and once the
+	 * tap has measured the trace, so a stage that cannot start leaves
+	 * nothing behind. An observed stage's pipes are the tap's. */
+	struct started st[N_STAGES];
+	int failed = -1, failed_errno = 0;
+	for (int s = 0; s < N_STAGES; s++)
 		st[s] = (struct started){.pid = -1, .report = -1};
+	for (int s = 0; s < PLAN && failed < 0; s++) {
 		if (s == SEAL && seal_first)
 			continue;
-		stage_args(s, o->manifest, c, -1, stage_argv);
+		stage_args(s, o->manifest, c, -1, s == SEAL ? t.head[0] : -1, stage_argv);
 		char **env = stage_env(s, c, w->confine[s]);
-		int rc = spawn_start(stage_path[s], stage_argv, env, w->to[s][0], w->from[s][1], &w->confine[s], 1,
-		                     false, &st[s]);
+		int in = is_observed(s) ? t.to[s][0] : w->to[s][0], out = is_observed(s) ? t.from[s][1] : w->from[s][1];
+		int keep[2], n_keep = 0;
+		if (w->confine[s] >= 0)
+			keep[n_keep++] = w->confine[s];
+		if (s == SEAL && t.head[0] >= 0)
+			keep[n_keep++] = t.head[0];
+		int rc = spawn_start(stage_path[s], stage_argv, env, in, out, keep, (size_t)n_keep, false, &st[s]);
 		env_free(env);
 		if (rc < 0) {
 			failed = s;
 			failed_errno = errno;
-			break;
 		}
 	}
-	for (int s = 0; s < n_forked; s++) {
+	if (failed < 0 && n_observed() && start_tap(w, &t, &st[TAP]) < 0) {
+		failed = TAP;
+		failed_errno = errno;
+	}
+	for (int s = 0; s < N_STAGES; s++) {
 		if (st[s].report < 0)
 			continue;
 		pid[s] = spawn_confirm(&st[s]);
@@ -862,19 +1019,24 @@ static int start_stages(const struct opts *o, struct wiring *w, const char *anno
 			failed_errno = errno;
 		}
 	}
-	if (failed >= 0) {
+	if (failed >= 0)
 		warning("%s: %s", stage_path[failed], strerror(failed_errno));
-		for (int t = 0; t < PLAN; t++) {
-			if (pid[t] < 0)
+	else if (n_observed() && !tap_ready(&t))
+		failed = TAP; /* it has said why */
+	if (failed >= 0) {
+		for (int s = 0; s < N_STAGES; s++) {
+			if (pid[s] < 0 || s == PLAN)
 				continue;
-			kill(pid[t], SIGKILL);
-			reap(pid[t]);
+			kill(pid[s], SIGKILL);
+			reap(pid[s]);
 		}
+		tapping_close(&t);
 		release_planner(w);
 		return 1;
 	}
 	/* Only the stages hold pipe ends now: EOF travels as each one exits. */
 	close_pipes(w);
+	tapping_close(&t);
 	/* Every program of the run has started: from here on sfma only
 	 * waits, forwards signals and reaps, and confines itself to that
 	 * (sfma(1), CONFINEMENT). Its report goes to the planner with the go,

@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-tap"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -109,6 +109,7 @@ manners() {
 @test "sfma-endpoints: --version, --help, -h, usage errors by name" { manners sfma-endpoints; }
 @test "sfma-prove: --version, --help, -h, usage errors by name" { manners sfma-prove; }
 @test "sfma-attest: --version, --help, -h, usage errors by name" { manners sfma-attest; }
+@test "sfma-tap: --version, --help, -h, usage errors by name" { manners sfma-tap; }
 
 # A small sealed workspace.
 workspace() {

@@ -77,7 +77,7 @@ both_refuse() {
 	cmp want "ws/.sfma/checkpoints/$n"
 	run sfma-verify ws
 	[ "$status" -eq 0 ]
-	[ "$output" = "AUDIT_OK signature=none entries=$n head=$(tail -1 "$T" | jq -r .hash) root=$root checkpoints=1 evidence=$(jq -s '[.[] | .evidence // {} | [.[]] | flatten | length] | add' "$T")" ]
+	[ "$output" = "AUDIT_OK signature=none entries=$n head=$(tail -1 "$T" | jq -r .hash) observed=$(grep -c '"kind":"line"' ws/.sfma/observed.jsonl) root=$root checkpoints=1 evidence=$(jq -s '[.[] | .evidence // {} | [.[]] | flatten | length] | add' "$T")" ]
 	# the root is covered by resultSha256 and so by nothing else changing it
 	jq '.integrity.merkleRoot = "'"$(merkle_root "$T" 3)"'"' "$R" > r && mv r "$R"
 	run sfma-verify ws

@@ -174,4 +174,20 @@ check sfma-attest sh -c "SFMA_AUDIT_PRIVATE_KEY=\"\$(cat key.pem)\" $vg $bin/sfm
 git -C ws/.sfma/mem config filter.x.clean false
 plan_run sfma-plan-run-refused 1
 check sfma-plan-refused-said sh -c "grep -q 'unsafe git configuration: filter.x.clean' $tmp/sfma-plan-run-refused.err"
+# A run through sfma, its observer (signing its head) and the seal that
+# checks and commits to it under valgrind (exec'd, so that no shell holds
+# their pipes; what valgrind finds goes to a log of each, which must stay
+# empty); then the check of the observed record.
+mkdir -p vgbin obs
+for p in "$bin"/sfma-*; do ln -s "$p" vgbin/; done
+cp "$bin/sfma" vgbin/
+for s in sfma-tap sfma-seal; do
+	rm "vgbin/$s"
+	printf '#!/bin/sh\nexec %s --log-file=%s/%s.vg %s/%s "$@"\n' "$vg" "$tmp" "$s" "$bin" "$s" >"vgbin/$s"
+	chmod +x "vgbin/$s"
+done
+cp m.json obs/
+check sfma-tap sh -c "cd obs && SFMA_OBSERVER_PRIVATE_KEY=\"\$(cat ../key.pem)\" ../vgbin/sfma run m.json --apply >/dev/null &&
+	test -e $tmp/sfma-tap.vg && test ! -s $tmp/sfma-tap.vg && test -e $tmp/sfma-seal.vg && test ! -s $tmp/sfma-seal.vg"
+check sfma-verify-observed sh -c "$vg $bin/sfma-verify obs/ws | grep -q ' observed=[1-9][0-9]* observer=untrusted-key '"
 exit $fail

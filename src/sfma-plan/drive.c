@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "core.h"
 #include "evidence.h"
+#include "observed.h"
 #include "traceparent.h"
 #include "utf8.h"
 
@@ -39,6 +40,11 @@ struct drive {
 	 * queue is empty: the evidence store, the trace, a stage */
 	int failed, blob_failed;
 	char failure[SFMA_ERR_MAX];
+	/* The lines crossed on the observed pipes (stage_wire): the records
+	 * the next entry made takes (the core asks, wire_of), and the model
+	 * requests' own, by request id, until the reply to each comes. */
+	json_t *wire;
+	json_t *request_wire;
 };
 
 /* ---- what the operator sees ---------------------------------------------- */
@@ -116,6 +122,141 @@ static const char *evidence_prefix(const char *text)
 	return strncmp(text, "evidence", 8) == 0 ? "" : "evidence: ";
 }
 
+/* ---- the lines an entry stands for ---------------------------------------- */
+
+/* What the next entry made stands for (sfma-formats(5), The observed
+ * chain): every line crossed since the last entry that took some. The
+ * drive adds to it just before it feeds the input those lines carried
+ * (a reply and its request, an exec answer and its command), so that the
+ * first entry the core makes of that input holds them. */
+static json_t *wire_of(void *arg, double seq)
+{
+	struct drive *d = arg;
+	(void)seq;
+	json_t *w = d->wire;
+	d->wire = NULL;
+	return w;
+}
+
+/* Add the records in w (consumed; NULL: none) to what the next entry takes. */
+static void wire_add(struct drive *d, json_t *w)
+{
+	if (!w)
+		return;
+	if (!d->wire)
+		d->wire = json_array();
+	json_array_extend(d->wire, w);
+	json_decref(w);
+}
+
+static void request_key(const json_t *id, char out[32])
+{
+	snprintf(out, 32, "%.0f", json_is_number(id) ? json_number_value(id) : -1.0);
+}
+
+/* A model request just sent: its line's record waits for its reply. */
+static void request_sent(struct drive *d, const json_t *request)
+{
+	json_t *w = stage_wire(STAGE_MODEL), *r;
+	size_t i;
+	char key[32];
+	request_key(json_object_get(request, "id"), key);
+	json_array_foreach(w, i, r)
+		if (ndjson_string_is(json_object_get(r, "dir"), "out"))
+			json_object_set(d->request_wire, key, r);
+		else
+			wire_add(d, json_pack("[O]", r));
+	json_decref(w);
+}
+
+#ifdef SFMA_TEST_HOOKS
+/* The id of the request the unrecorded-request hook sends (plan.h). */
+#define HOOK_REQUEST_ID 1000000000
+
+/* unrecorded-request: the first request goes twice, the second time as
+ * a judgment under an id of its own, and neither it nor its answer is
+ * recorded. */
+static void hook_unrecorded_request(const json_t *request)
+{
+	static int done;
+	if (done || strcmp(test_hook(), "unrecorded-request") != 0)
+		return;
+	done = 1;
+	json_t *copy = json_deep_copy(request);
+	json_object_set_new(copy, "id", json_integer(HOOK_REQUEST_ID));
+	json_object_set_new(copy, "purpose", json_string("judge"));
+	stage_send(STAGE_MODEL, copy);
+	json_decref(copy);
+	json_decref(stage_wire(STAGE_MODEL));
+}
+
+static int hook_unrecorded_reply(const json_t *reply)
+{
+	if (json_number_value(json_object_get(reply, "id")) != HOOK_REQUEST_ID)
+		return 0;
+	json_decref(stage_wire(STAGE_MODEL));
+	return 1;
+}
+
+/* phantom-call: the first reply also records a request never sent. */
+static void hook_phantom_call(struct drive *d)
+{
+	static int done;
+	if (done || strcmp(test_hook(), "phantom-call") != 0)
+		return;
+	done = 1;
+	struct obs_line l;
+	obs_line_of("{}", 2, stages[STAGE_MODEL].sent + 1000, &l);
+	wire_add(d, json_pack("[o]", obs_wire_record(stages[STAGE_MODEL].name, "out", &l)));
+}
+#endif
+
+/* A model reply just read: it stands for its request's line and its own. */
+static void reply_read(struct drive *d, const json_t *reply)
+{
+	char key[32];
+	request_key(json_object_get(reply, "id"), key);
+	json_t *out = json_object_get(d->request_wire, key);
+	if (out) {
+		wire_add(d, json_pack("[O]", out));
+		json_object_del(d->request_wire, key);
+	}
+#ifdef SFMA_TEST_HOOKS
+	hook_phantom_call(d);
+#endif
+	wire_add(d, stage_wire(STAGE_MODEL));
+}
+
+static int by_line_number(const void *a, const void *b)
+{
+	json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "n"));
+	json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "n"));
+	return (x > y) - (x < y);
+}
+
+/* Every line not yet on an entry - requests never answered (in the order
+ * they were sent), answers that came with no reply - goes on the next
+ * entry: the run's end. */
+static void wire_rest(struct drive *d)
+{
+	size_t n = json_object_size(d->request_wire), i = 0;
+	if (n) {
+		json_t **v = xcalloc(n, sizeof *v), *r;
+		const char *key;
+		json_object_foreach(d->request_wire, key, r)
+			v[i++] = r;
+		qsort(v, n, sizeof *v, by_line_number);
+		json_t *sent = json_array();
+		for (i = 0; i < n; i++)
+			json_array_append(sent, v[i]);
+		free(v);
+		json_object_clear(d->request_wire);
+		wire_add(d, sent);
+	}
+	wire_add(d, stage_wire(STAGE_MODEL));
+	wire_add(d, stage_wire(STAGE_EXEC));
+}
+
 /* ---- carrying out the core's effects ------------------------------------- */
 
 static void store_blob(struct drive *d, const struct core_fx *fx)
@@ -180,6 +321,9 @@ static json_t *ask_exec(struct drive *d, struct core_fx *fx)
 		reply = stage_wait(STAGE_EXEC, &o, &why, &e);
 	else
 		stage_death(STAGE_EXEC, &e);
+	/* The command's line and its answer's: on the verdict the answer
+	 * makes (or the stop its absence does). */
+	wire_add(d, stage_wire(STAGE_EXEC));
 	if (!reply) {
 		const struct core_facts f = facts(d);
 		core_stop(d->core, why == WAIT_HALT ? CORE_STOP_SIGNAL : why == WAIT_TIMEOUT ? CORE_STOP_TIMEOUT
@@ -289,6 +433,10 @@ static void carry_out_one(struct drive *d, struct core_fx *fx)
 			stage_death(STAGE_MODEL, &e);
 			note_failure(d, "%s", e.text);
 		}
+		request_sent(d, fx->v);
+#ifdef SFMA_TEST_HOOKS
+		hook_unrecorded_request(fx->v);
+#endif
 		break;
 	case CORE_EXEC: {
 		json_t *reply = ask_exec(d, fx);
@@ -449,7 +597,17 @@ static void turns(struct drive *d)
 		enum wait_why why = WAIT_DIED;
 		struct sfma_err e;
 		json_t *reply = stage_wait(STAGE_MODEL, &o, &why, &e);
+#ifdef SFMA_TEST_HOOKS
+		if (reply && hook_unrecorded_reply(reply)) {
+			json_decref(reply);
+			continue;
+		}
+#endif
 		const struct core_facts now = facts(d);
+		if (reply)
+			reply_read(d, reply);
+		else
+			wire_add(d, stage_wire(STAGE_MODEL));
 		if (!reply) {
 			core_stop(d->core, why == WAIT_HALT ? CORE_STOP_SIGNAL : why == WAIT_TIMEOUT ? CORE_STOP_TIMEOUT
 			                                                                              : CORE_STOP_FAILED,
@@ -526,12 +684,14 @@ static void remember(struct drive *d, int *certified, int *demoted)
 static void finish(struct drive *d)
 {
 	const struct core_facts f = facts(d);
+	wire_rest(d);
 	core_finish(d->core, &f);
 	carry_out(d);
 	int certified, demoted;
 	remember(d, &certified, &demoted);
 	json_t *commit = commit_memory(d);
 	const struct core_close cl = {.certified = certified, .demoted = demoted, .commit = commit, .wall_ms = wall_ms()};
+	wire_rest(d);
 	core_close(d->core, &cl);
 	json_decref(commit);
 	carry_out(d);
@@ -669,6 +829,8 @@ static void drive_free(struct drive *d)
 {
 	core_free(d->core);
 	json_decref(d->confinement);
+	json_decref(d->wire);
+	json_decref(d->request_wire);
 	memory_free(&d->mem);
 	json_decref(d->git_store);
 	evidence_close(d->evidence);
@@ -679,13 +841,15 @@ static void drive_free(struct drive *d)
 
 int run_manifest(struct manifest *m, const struct run_options *o)
 {
-	struct drive d = {.m = m, .dry_run = o->dry_run, .progress = o->progress || isatty(2), .trace_alive = 1};
+	struct drive d = {.m = m, .dry_run = o->dry_run, .progress = o->progress || isatty(2), .trace_alive = 1,
+	                  .request_wire = json_object()};
 	/* Budgets run on the monotonic clock: setting the date can neither
 	 * stretch nor cut them. */
 	d.start_mono = mono_ms();
 	d.deadline_mono = d.start_mono + m->max_seconds * 1000;
 	const struct core_config cfg = {.m = m, .dry_run = o->dry_run,
-	                                .task = o->task ? o->task : m->task_statement, .clarification = o->task};
+	                                .task = o->task ? o->task : m->task_statement, .clarification = o->task,
+	                                .wire = wire_of, .wire_arg = &d};
 	d.core = core_new(&cfg);
 	workspace_open(&d.ws, m);
 	/* The evidence store, once for the run. A store that cannot be opened

@@ -43,6 +43,11 @@ struct stage {
 	int finished;              /* its input was closed on purpose */
 	char said[SFMA_ERR_MAX];   /* the error it stopped on, "" when none came */
 	int drained;               /* what it wrote after its last reply was read */
+	/* The lines it crossed, for the trace's `wire` members (sfma-formats(5),
+	 * The observed chain): a stage the observer may watch has them counted. */
+	int observed;
+	uint64_t sent, got;        /* lines written to it, lines read from it */
+	json_t *wire;              /* their records not yet taken (stage_wire), or NULL */
 };
 
 extern struct stage stages[STAGE_COUNT];
@@ -69,6 +74,20 @@ void stage_death(enum stage_id s, struct sfma_err *e);
  * malformed reply, named in e). */
 json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *why, struct sfma_err *e);
 void stage_close_input(enum stage_id s);
+/* The records of the lines sent to and read from stage s since the last
+ * call, in the order they crossed: a new array, or NULL when none did (or
+ * the stage is not one the observer watches). The planner puts them on
+ * the entry that stands for them (drive.c). */
+json_t *stage_wire(enum stage_id s);
+
+#ifdef SFMA_TEST_HOOKS
+/* Only in the build tests/observe.bats makes (CFLAGS=-DSFMA_TEST_HOOKS),
+ * never in a built program: the hook SFMA_TEST_HOOK names ("" when none),
+ * which makes the planner lie about what crossed its pipes, so that the
+ * test shows sfma-verify catching it. stages.c: altered-reply, altered-exec;
+ * drive.c: unrecorded-request, phantom-call. */
+const char *test_hook(void);
+#endif
 void stages_free(void);
 
 /* ---- memstage.c: the memory stage (sfma-mem(1)) ------------------------- */

@@ -17,10 +17,11 @@
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
+#include "observed.h"
 
 struct stage stages[STAGE_COUNT] = {
-	{.name = "sfma-model", .to = -1, .from = -1},
-	{.name = "sfma-exec", .to = -1, .from = -1},
+	{.name = "sfma-model", .to = -1, .from = -1, .observed = 1},
+	{.name = "sfma-exec", .to = -1, .from = -1, .observed = 1},
 	{.name = "sfma-chain", .to = -1, .from = -1},
 	{.name = "sfma-seal", .to = -1, .from = -1},
 	{.name = "sfma-mem", .to = -1, .from = -1},
@@ -65,6 +66,61 @@ void stages_open(const char *const paths[2 * STAGE_COUNT])
 	}
 }
 
+/* The record of one line that crossed the pipe of stage s in direction
+ * dir ("out": sent to it, "in": read from it), kept for stage_wire. */
+static void note_line(enum stage_id s, const char *dir, const char *line, size_t len)
+{
+	if (!stages[s].observed)
+		return;
+	struct obs_line l;
+	obs_line_of(line, len, strcmp(dir, "out") == 0 ? ++stages[s].sent : ++stages[s].got, &l);
+	if (!stages[s].wire)
+		stages[s].wire = json_array();
+	json_array_append_new(stages[s].wire, obs_wire_record(stages[s].name, dir, &l));
+}
+
+json_t *stage_wire(enum stage_id s)
+{
+	json_t *w = stages[s].wire;
+	stages[s].wire = NULL;
+	return w;
+}
+
+#ifdef SFMA_TEST_HOOKS
+const char *test_hook(void)
+{
+	const char *h = getenv("SFMA_TEST_HOOK");
+	return h ? h : "";
+}
+
+/* altered-reply, altered-exec: the first reply of sfma-model (one of its
+ * calls' latency) or of sfma-exec (its result) changed as it is read,
+ * before it is recorded: 1 with the line's new bytes in out. */
+static int hook_alter(enum stage_id s, const char *line, size_t len, struct buf *out)
+{
+	static int done[STAGE_COUNT];
+	int model = s == STAGE_MODEL && strcmp(test_hook(), "altered-reply") == 0;
+	int exec = s == STAGE_EXEC && strcmp(test_hook(), "altered-exec") == 0;
+	if (done[s] || !(model || exec))
+		return 0;
+	json_t *v = ndjson_parse(line, len, NULL);
+	json_t *call = json_array_get(json_object_get(v, "calls"), 0), *result = json_object_get(v, "result");
+	if (model && json_is_number(json_object_get(call, "latencyMs")))
+		json_object_set_new(call, "latencyMs", json_real(json_number_value(json_object_get(call, "latencyMs")) + 1000));
+	else if (exec && json_is_string(result))
+		json_object_set_new(v, "result", json_sprintf("%s (altered)", json_string_value(result)));
+	else {
+		json_decref(v);
+		return 0;
+	}
+	done[s] = 1;
+	buf_reset(out);
+	canon_dump(v, out, NULL);
+	json_decref(v);
+	return 1;
+}
+#endif
+
 int stage_send(enum stage_id s, const json_t *msg)
 {
 	struct buf b = {0};
@@ -74,9 +130,11 @@ int stage_send(enum stage_id s, const json_t *msg)
 	}
 	buf_addc(&b, '\n');
 	int rc = write_all(stages[s].to, b.p, b.len);
-	buf_free(&b);
 	if (rc < 0)
 		stages[s].dead = 1; /* EPIPE: SIGPIPE is ignored in the planner */
+	else
+		note_line(s, "out", b.p, b.len - 1);
+	buf_free(&b);
 	return rc;
 }
 
@@ -105,6 +163,7 @@ static json_t *died(enum stage_id k, enum wait_why *why, struct sfma_err *e)
 	size_t len;
 	struct sfma_err re;
 	while (!stages[k].drained && stages[k].from >= 0 && lr_next(&stages[k].reader, &line, &len, &re) == 1) {
+		note_line(k, "in", line, len);
 		json_t *v = ndjson_parse(line, len, NULL);
 		const char *t = error_line(v);
 		snprintf(stages[k].said, sizeof stages[k].said, "%s", t ? t : "");
@@ -191,6 +250,14 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 			err_set(e, "stage %s: %s", stages[s].name, re.text);
 			return NULL;
 		}
+#ifdef SFMA_TEST_HOOKS
+		static struct buf altered;
+		if (hook_alter(s, line, len, &altered)) {
+			line = altered.p;
+			len = altered.len;
+		}
+#endif
+		note_line(s, "in", line, len);
 		json_t *v = ndjson_parse(line, len, &re);
 		if (!v || !json_is_object(v)) {
 			json_decref(v);
@@ -209,6 +276,8 @@ json_t *stage_wait(enum stage_id s, const struct wait_opts *o, enum wait_why *wh
 
 void stages_free(void)
 {
-	for (int s = 0; s < STAGE_COUNT; s++)
+	for (int s = 0; s < STAGE_COUNT; s++) {
 		lr_free(&stages[s].reader);
+		json_decref(stage_wire((enum stage_id)s));
+	}
 }

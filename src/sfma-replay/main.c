@@ -668,7 +668,8 @@ static void replay_run(void)
 	S.gate.m = m;
 	const char *task = clarification ? clarification : m->task_statement;
 	S.dry_run = run_dry(call, m, task, pinned);
-	const struct core_config cfg = {.m = m, .dry_run = S.dry_run, .task = task, .clarification = clarification};
+	const struct core_config cfg = {.m = m, .dry_run = S.dry_run, .task = task, .clarification = clarification,
+	                                .wire = wire_of_entry};
 	core_free(R.core);
 	R.core = core_new(&cfg);
 	core_open(R.core, (int64_t)json_number_value(json_object_get(data_of(anchor), "wallMs")));

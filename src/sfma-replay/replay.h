@@ -32,6 +32,9 @@ void trace_open(int sfma_fd);
  * replay is incomplete. */
 json_t *peek_at(size_t i);
 json_t *peek(void);
+/* The core's wire source (core.h): the `wire` member of the trace's entry
+ * of that seq, the host fact the run recorded (a new reference, or NULL). */
+json_t *wire_of_entry(void *arg, double seq);
 /* Consume the next entry (borrowed until the next call of next or peek*). */
 json_t *next(void);
 /* The entry consumed last, or NULL. */

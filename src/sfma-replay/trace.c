@@ -19,6 +19,7 @@
 #include "errors.h"
 #include "evidence.h"
 #include "ndjson.h"
+#include "observed.h"
 
 /* The longest trace line read (a candidate or a compaction can be long;
  * blobs are evidence, not lines), and the lookahead's bounds. */
@@ -292,6 +293,22 @@ json_t *peek(void)
 	return peek_at(0);
 }
 
+json_t *wire_of_entry(void *arg, double seq)
+{
+	(void)arg;
+	json_t *next = peek();
+	if (!next)
+		return NULL;
+	/* The entry the core makes now comes after those it made and the
+	 * replay has not compared yet: seqs go up by one within a run. */
+	double ahead = seq - (double)seq_of(next);
+	json_t *e = ahead >= 0 && ahead < AHEAD_MAX_ENTRIES ? peek_at((size_t)ahead) : NULL;
+	if (!e || (double)seq_of(e) != seq)
+		return NULL;
+	json_t *w = json_object_get(e, OBSERVED_WIRE);
+	return w ? json_deep_copy(w) : NULL;
+}
+
 json_t *next(void)
 {
 	json_t *e = peek();
@@ -507,7 +524,8 @@ static int evidence_differs(const json_t *has, const json_t *want, char *a, char
  * them (no object is built). */
 static void derived_part(const json_t *e, struct buf *out)
 {
-	static const char *const keys[] = {"class", "data", EVIDENCE_MEMBER, "kind", "loop", "refs", NULL};
+	static const char *const keys[] = {"class", "data", EVIDENCE_MEMBER, "kind", "loop", "refs",
+	                                   OBSERVED_WIRE, NULL}; /* sorted: the canonical order */
 	out->len = 0;
 	buf_addc(out, '{');
 	int first = 1;
@@ -584,6 +602,12 @@ void expect_event(const json_t *ev, const char *id)
 		canon_text(hr, a, sizeof a);
 		canon_text(wr, b, sizeof b);
 		diverged(e, sx("refs %s", a), sx("refs %s", b));
+	}
+	json_t *hw = json_object_get(e, OBSERVED_WIRE), *ww = json_object_get(ev, OBSERVED_WIRE);
+	if (!same_json(hw, ww)) {
+		canon_text(hw, a, sizeof a);
+		canon_text(ww, b, sizeof b);
+		diverged(e, sx("wire %s", hw ? a : "(none)"), sx("wire %s", ww ? b : "(none)"));
 	}
 	if (loop_of(e) != (int)json_integer_value(json_object_get(ev, "loop")))
 		diverged(e, sx("loop %d", loop_of(e)), sx("loop %d", (int)json_integer_value(json_object_get(ev, "loop"))));

@@ -7,11 +7,14 @@
  *  - shape: the text as JSON. record_integrity_shape must agree with a
  *    reference written from sfma-formats(5): an object whose member names
  *    are, compared as whole strings (U+0000 and all), among algorithm,
- *    headHash, entries, manifestSha256, resultSha256, treeSize, merkleRoot
- *    and signature; the first five present, algorithm exactly
- *    "sha256-chain-v1", entries a whole number >= 0, the others strings;
- *    treeSize (a whole number >= 0) and merkleRoot (a string) both there
- *    or neither; signature, when there, an
+ *    headHash, entries, manifestSha256, resultSha256, treeSize, merkleRoot,
+ *    observedHead, observedEntries, observerSignature and signature; the
+ *    first five present, algorithm exactly "sha256-chain-v1", entries a
+ *    whole number >= 0, the others strings; treeSize (a whole number >= 0)
+ *    and merkleRoot (a string) both there or neither, and so observedHead
+ *    (a string) and observedEntries (a whole number >= 0), and
+ *    observerSignature only with them; signature and observerSignature,
+ *    when there, each an
  *    object of exactly algorithm ("ed25519"), publicKey and value, strings.
  *    A refusal is one line that names integrity.
  *  - pem: the text as an embedded publicKey. It is accepted exactly when
@@ -63,8 +66,15 @@ static int ref_signature(json_t *s)
 static int ref_shape(json_t *v)
 {
 	static const char *const names[] = {"algorithm", "headHash", "entries", "manifestSha256", "resultSha256",
-	                                    "treeSize", "merkleRoot", "signature", NULL};
+	                                    "treeSize", "merkleRoot", "observedHead", "observedEntries",
+	                                    "observerSignature", "signature", NULL};
 	if (!json_is_object(v) || !only_members(v, names))
+		return 0;
+	json_t *oh = json_object_get(v, "observedHead"), *oe = json_object_get(v, "observedEntries");
+	json_t *os = json_object_get(v, "observerSignature");
+	double o = json_is_number(oe) ? json_number_value(oe) : -1;
+	if (!oh != !oe || (oh && !json_is_string(oh)) || (oe && !(o >= 0 && o <= 4.6e18 && o == (double)(long long)o)) ||
+	    (os && (!oh || !ref_signature(os))))
 		return 0;
 	json_t *entries = json_object_get(v, "entries"), *sig = json_object_get(v, "signature");
 	json_t *size = json_object_get(v, "treeSize"), *root = json_object_get(v, "merkleRoot");
