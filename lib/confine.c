@@ -188,9 +188,10 @@ const struct confine_policy confine_table[] = {
 	  .grants = { {"@ws/.sfma/mem", WALL}, {"@ws/.sfma/trace.jsonl", LL_FS_READ_FILE}, {"@git", X},
 	              {"@interp", X}, {"@runtime", R}, {"/dev/null", RW_DEV} } },
 	/* The observer: it opens (or creates) .sfma/observed.jsonl before it
-	 * confines, and keeps the right to read and write that one file. */
+	 * confines, and keeps .sfma, where its note of the verified head is
+	 * replaced atomically beside the chain. */
 	{ .program = "sfma-tap", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@ws/.sfma/observed.jsonl", LL_FS_READ_FILE | LL_FS_WRITE_FILE} } },
+	  .grants = { {"@ws/.sfma", W} } },
 	/* The mailbox bridges: the outbox they read, the inbox they fill and
 	 * the state they keep in .sfma (replaced atomically there); the
 	 * workspace's directories listed (the mailbox is opened through it),

@@ -45,6 +45,7 @@
 #include "canon.h"
 #include "chain.h"
 #include "cli.h"
+#include "confine.h"
 #include "errors.h"
 #include "merkle.h"
 #include "ndjson.h"
@@ -213,6 +214,11 @@ static int chain_open(int create)
 		stop("%s: line 1 is not chained: not an observed chain", T.path);
 	T.seq = T.sum.max_seq;
 	memcpy(T.head, T.sum.head, sizeof T.head);
+	/* Confined once its chain is open (sfma(1), CONFINEMENT): .sfma now
+	 * exists, which a Landlock rule needs; from here on it may write in
+	 * .sfma alone (its chain, and its note replaced beside it), reach no
+	 * network and start nothing. */
+	confine_self("sfma-tap", NULL, &(const struct confine_places){.workspace = T.workspace});
 	return 0;
 }
 

@@ -178,7 +178,7 @@ print(abi)'
 	said sfma write ws/.sfma/observed.jsonl EACCES
 	said sfma connect "127.0.0.1:$PORT" EPERM
 	said sfma exec /bin/true EPERM
-	[ ! -s ws/.sfma/observed.jsonl ]
+	# the observer's file is the tap's alone: its chain verifies below
 	sfma-verify ws
 }
 
@@ -212,10 +212,26 @@ print(abi)'
 	# it may exec, and Landlock lets it execute git alone
 	said sfma-mem exec /bin/true EACCES
 	grep -q '^confine-shim: sfma-mem: signal [0-9]*: EPERM$' <<<"$stderr"
-	[ ! -s ws/.sfma/observed.jsonl ]
+	# the observer's file is the tap's alone: its chain verifies below
 	# and the store works: the run is committed
 	jq -e '.memory.store.commit | test("^[0-9a-f]{40}$")' ws/.sfma/result.json
 	sfma-verify ws
+}
+
+@test "sfma-tap: once its chain is open, .sfma alone, no internet socket, no exec" {
+	listen
+	wrapped sfma-tap SFMA_SHIM_READ="$SECRET" SFMA_SHIM_CREATE="$PWD/ws/planted" \
+		SFMA_SHIM_CONNECT="$PORT" SFMA_SHIM_EXEC=/bin/true
+	SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
+	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
+	said sfma-tap read "$SECRET" EACCES
+	said sfma-tap create "$PWD/ws/planted" EACCES
+	said sfma-tap connect "127.0.0.1:$PORT" EPERM
+	said sfma-tap exec /bin/true EPERM
+	[ ! -e ws/planted ]
+	# and it observed the run: the chain verifies, one to one with the trace
+	run sfma-verify ws
+	[ "$status" -eq 0 ] && [[ "$output" == *" observed="[1-9]* ]] || { echo "$output"; return 1; }
 }
 
 @test "sfma-model: no file of the workspace, TCP only to its endpoints' ports, no exec" {
@@ -230,7 +246,7 @@ print(abi)'
 	said sfma-model connect "127.0.0.1:$PORT" EACCES
 	said sfma-model exec /bin/true EPERM
 	grep -q '^confine-shim: sfma-model: signal [0-9]*: EPERM$' <<<"$stderr"
-	[ ! -s ws/.sfma/observed.jsonl ]
+	# the observer's file is the tap's alone: its chain verifies below
 	sfma-verify ws
 }
 
