@@ -513,8 +513,12 @@ static int supervise(pid_t pid[N_STAGES])
 			for (int s = 0; s < PLAN; s++) {
 				if (gone[s])
 					continue;
-				warning("stage %s still running %d s after the planner ended; killing it",
-				      stage_prog[s], GRACE_SECONDS);
+				/* After the operator's own ^C a stage still busy
+				 * (a model call in flight) is what they asked to
+				 * stop: no news to them. */
+				if (!interrupted)
+					warning("stage %s still running %d s after the planner ended; killing it",
+					        stage_prog[s], GRACE_SECONDS);
 				kill(pid[s], SIGKILL);
 			}
 			killed = true;
