@@ -181,3 +181,29 @@ workspace() {
 		[ "$stderr" = "$eq" ] || broke "--poll-timeout '$value' and --poll-timeout='$value' differ"
 	done
 }
+
+# The options a text names: words that begin with - or -- after a space,
+# a bracket, a bar, a parenthesis, a comma or '=' (not the - inside a
+# program's name, not a negative number). -h is --help by another name.
+options_in() {
+	grep -o -- '\(^\|[][ |(,=]\)--\?[a-zA-Z][-a-zA-Z0-9]*' | sed 's/^[][ |(,=]//' | grep -vx -- '-h' | sort -u
+}
+
+@test "every program's --help lists the options its man page's SYNOPSIS lists, and no other" {
+	require mandoc
+	local f name page man help bad=0
+	for f in "$SFMA_BINDIR"/sfma*; do
+		name=${f##*/}
+		page="$REPO/man/$name.1"
+		[ -f "$page" ] || { echo "$name has no man page man/$name.1" >&2; bad=1; continue; }
+		man=$(mandoc -Tascii "$page" | col -b | awk '/^SYNOPSIS/ {f = 1; next} /^[A-Z]/ {f = 0} f' | options_in)
+		help=$("$f" --help </dev/null | options_in)
+		[ -n "$help" ] || { echo "$name --help names no option" >&2; bad=1; continue; }
+		if [ "$man" != "$help" ]; then
+			echo "$name: SYNOPSIS and --help differ (< SYNOPSIS, > --help):" >&2
+			diff <(echo "$man") <(echo "$help") | grep '^[<>]' >&2
+			bad=1
+		fi
+	done
+	[ "$bad" -eq 0 ]
+}
