@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-init"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -46,7 +46,9 @@ usage_error() {
 	[ "$named" -eq 1 ] || broke "$name: $named message lines, expected one"
 }
 
-# manners NAME: everything this file expects of every program.
+# manners NAME [optional-operand]: everything this file expects of every
+# program (one whose operand is optional does its work without one: that
+# is tested where it belongs, not here in the source tree).
 manners() {
 	local name=$1 flag
 	[ -x "$SFMA_BINDIR/$name" ] || { echo "$SFMA_BINDIR/$name is missing" >&2; return 1; }
@@ -75,6 +77,7 @@ manners() {
 	# the usage after the error is the one --help prints
 	[[ "$help" == "${stderr_lines[1]}"* ]] || broke "$name: the usage after an error is not the --help text"
 
+	[ "${2:-}" = optional-operand ] && return 0
 	run --separate-stderr by_path "$name"
 	[ "$status" -eq 2 ] || broke "$name without arguments: expected exit 2"
 	[ -z "$output" ] || broke "$name without arguments: printed on stdout"
@@ -108,6 +111,7 @@ manners() {
 @test "sfma-endpoints: --version, --help, -h, usage errors by name" { manners sfma-endpoints; }
 @test "sfma-prove: --version, --help, -h, usage errors by name" { manners sfma-prove; }
 @test "sfma-attest: --version, --help, -h, usage errors by name" { manners sfma-attest; }
+@test "sfma-init: --version, --help, -h, usage errors by name" { manners sfma-init optional-operand; }
 
 # A small sealed workspace.
 workspace() {
