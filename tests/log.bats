@@ -24,7 +24,7 @@ snapshot() {
 	[ "$status" -eq 0 ]
 	echo "$output"
 	[[ "${lines[0]}" == "run 1 of 1  started 20"*"Z  trace line 1" ]]
-	[[ "$output" == *"message       in 001.txt: please be brief\n"* ]]
+	[[ "$output" == *"message       in 001.txt: please be brief"$'\n'* ]]
 	[[ "$output" == *"clarification --task: do it"* ]]
 	[[ "$output" == *"call          mock 0 ms ok"* ]]
 	[[ "$output" == *"candidate     adopted: Write out.txt and show the sandbox"* ]]
@@ -67,7 +67,7 @@ snapshot() {
 	jq -e -s 'any(.[]; .kind == "verdict" and .tool == "run" and .durationMs > 0)' "$rows"
 	jq -e -s 'any(.[]; .kind == "mutation" and .path == "out.txt" and .bytes == 11 and .applied and
 		.sha256 == "26c60a61d01db5836ca70fefd44a6a016620413c8ef5f259a6c5612d4f79d3b8")' "$rows"
-	jq -e -s 'any(.[]; .kind == "message" and .dir == "in" and .file == "001.txt" and .text == "please be brief\n")' "$rows"
+	jq -e -s 'any(.[]; .kind == "message" and .dir == "in" and .file == "001.txt" and .text == "please be brief")' "$rows"
 	jq -e -s 'any(.[]; .kind == "message" and .dir == "out" and .messageKind == "notify" and .text == "status ok")' "$rows"
 	jq -e -s 'any(.[]; .kind == "clarification" and .source == "--task" and .text == "do it")' "$rows"
 	jq -e -s 'any(.[]; .kind == "result" and (.error | startswith("done, but 2 calls were refused")))' "$rows"
