@@ -255,7 +255,7 @@ PY
 	# a line below the first checkpoint rewritten and every hash after it
 	# recomputed: the chain holds, the kept checkpoints do not - and the
 	# next seal refuses to sign a tree that does not extend the last one
-	touch ws.tampered
+	tampered ws
 	cp "$T" orig
 	rechain 'es[1]["data"]["to"] = "certified"' ws
 	sfma-verify --canonicalize < "$T" > canon && mv canon "$T" # as sfma-chain spells lines: line 1 is as it was
@@ -296,7 +296,7 @@ PY
 	sfma run m.json --apply > /dev/null
 	first=$(wc -l < "$T")
 	# more appended and noted after the seal (opened at the checkpoint's size) ...
-	touch ws.tampered # entries no run made: not for tests/replay-sweep.sh
+	tampered ws # entries no run made: not for tests/replay-sweep.sh
 	sfma-chain --head-cache ws/.sfma/chain-head.json "$T" <<<'{"kind":"task","data":{"n":1}}' > /dev/null
 	jq -e --argjson n "$first" '.opened.entries == $n and .entries == $n + 1' ws/.sfma/chain-head.json
 	jq 'del(.integrity)' ws/.sfma/result.json > body
@@ -370,7 +370,7 @@ PY
 	[[ "$output" == "sfma-attest: SFMA_AUDIT_PRIVATE_KEY: not a PEM PKCS#8 private key" ]]
 	# a record altered: sfma-verify's reason, then nothing attested
 	jq '.verdict = "failed"' ws/.sfma/result.json > r && mv r ws/.sfma/result.json
-	touch ws.tampered
+	tampered ws
 	SFMA_AUDIT_PRIVATE_KEY=$(cat key.pem) run sfma attest ws
 	[ "$status" -eq 1 ]
 	[ "${lines[0]}" = "AUDIT_INVALID: integrity.resultSha256 does not match the record (a result field was altered)" ]
