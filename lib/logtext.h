@@ -10,10 +10,18 @@
 
 #include "buf.h"
 
-/* Append the text of a header row ("run N of M ..."; follow: "following"). */
-void log_text_header(struct buf *b, const json_t *header, int colour, int follow);
+/* Append the text of a header row ("run N of M ...", then ", NOTE" when
+ * note is not NULL: "following", "turn 3"). */
+void log_text_header(struct buf *b, const json_t *header, int colour, const char *note);
 /* Append the text of an entry or invalid row. */
 void log_text_row(struct buf *b, const json_t *row, int colour);
+/* The same row whole (--turn): its line with the display text unclipped,
+ * then each text it carries as a block of lines - the system prompt, the
+ * message sent (a tool message's results one by one), the reply (a native
+ * reply's calls, and a reply that is one JSON object, as key: value), the
+ * output, the write's diff or content, the summary - every line made
+ * visible, nothing clipped. */
+void log_text_row_full(struct buf *b, const json_t *row, int colour);
 /* Append the text of a footer row: the verdict, the counts, whether it is sealed. */
 void log_text_footer(struct buf *b, const json_t *footer, int colour);
 

@@ -171,7 +171,9 @@ CHECKER static size_t check_shown(const char *what, const char *p, size_t n, int
 		size_t k = utf8_seq(s + i, n - i);
 		FUZZ_CHECK(k, "%s: byte %zu (0x%02x) is not UTF-8", what, i, s[i]);
 		uint32_t cp = code_point(s + i, k);
-		FUZZ_CHECK(!(cp < 0x20 && !(newlines && cp == '\n')) && cp != 0x7f && !(cp >= 0x80 && cp <= 0x9f),
+		/* text kept as lines (a block, a <pre>) keeps its tabs too */
+		FUZZ_CHECK(!(cp < 0x20 && !(newlines && (cp == '\n' || cp == '\t'))) && cp != 0x7f &&
+		               !(cp >= 0x80 && cp <= 0x9f),
 		           "%s: control character U+%04X at byte %zu, after \"%.*s\"", what, (unsigned)cp, i,
 		           (int)(i < 60 ? i : 60), p + i - (i < 60 ? i : 60));
 		FUZZ_CHECK(!((cp >= 0x200b && cp <= 0x200f) || cp == 0x2028 || cp == 0x2029 ||
@@ -322,11 +324,13 @@ static void render_log(const json_t *rows, const json_t *header, const json_t *f
 {
 	for (int colour = 0; colour < 2; colour++) {
 		struct buf text = {0};
-		log_text_header(&text, header, colour, colour);
+		log_text_header(&text, header, colour, colour ? "following" : NULL);
 		size_t i;
 		json_t *row;
-		json_array_foreach(rows, i, row)
+		json_array_foreach(rows, i, row) {
 			log_text_row(&text, row, colour);
+			log_text_row_full(&text, row, colour); /* --turn */
+		}
 		log_text_footer(&text, footer, colour);
 		if (colour)
 			check_coloured(text.p, text.len);
