@@ -7,6 +7,7 @@ load helpers
 load fixtures/report/eventful
 load fixtures/model/helpers
 load fixtures/report/native
+load fixtures/report/acceptance
 
 setup() {
 	require jq
@@ -578,23 +579,6 @@ EOF
 	# a sealed run: --follow waits for the next (and never pages)
 	PATH=$P script -qec "timeout 1 sfma-log ws --follow" /dev/null >/dev/null || true
 	[ ! -e paged ] || { cat paged; return 1; }
-}
-
-# A run with an acceptance check, refused once (the done before the fix),
-# a command that exits 3 and one that times out: each verdict in its words.
-acceptance_run() {
-	mkdir -p ws
-	printf 'def add(a, b):\n    return a - b\n' >ws/calc.py
-	printf 'import sys\nsys.exit(int(sys.argv[1]))\n' >ws/status.py
-	printf 'import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n' >ws/test_calc.py
-	cat >m.json <<'JSON'
-{"name":"calc","workspace":"ws","taskStatement":"make test_calc pass",
- "modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
- "allowedCommands":["python3","sleep"],"inputs":["test_calc.py","status.py"],"outputs":["calc.py"],"maxTurns":12,
- "commandTimeoutSeconds":1,"dryRunDefault":false,"acceptance":[{"cmd":"python3 -m unittest test_calc"}]}
-JSON
-	export SFMA_MOCK="[$EVENTFUL_CAND,{\"tool\":\"run\",\"cmd\":\"python3 status.py 3\"},{\"tool\":\"run\",\"cmd\":\"sleep 5\"},{\"tool\":\"done\",\"summary\":\"early\"},{\"tool\":\"write\",\"path\":\"calc.py\",\"content\":\"def add(a, b):\\n    return a + b\\n\"},{\"tool\":\"done\",\"summary\":\"fixed\"}]"
-	sfma run m.json --apply >run.out 2>&1 || { cat run.out; return 1; }
 }
 
 @test "verdicts say what was decided: allowed beside the outcome, an acceptance check passed or FAILED, its runs and last output" {

@@ -240,7 +240,7 @@ CHECKER static void check_page(const struct buf *b, size_t rows)
 	static const char *const tags[] = {"!DOCTYPE", "html", "head", "meta", "title", "style", "body", "main",
 	                                   "h1", "h2", "p", "code", "div", "b", "span", "svg", "text", "line",
 	                                   "a", "rect", "table", "thead", "tbody", "tr", "th", "td", "details",
-	                                   "summary", "pre", "ul", "li", "footer", "i"};
+	                                   "summary", "pre", "ul", "li", "footer", "i", "g", "h3", "ol", "section"};
 	check_shown("page", b->p, b->len, 1);
 	size_t table_rows = 0;
 	for (size_t i = 0; i < b->len; i++) {
