@@ -629,3 +629,96 @@ int log_json_row(struct buf *b, const json_t *row)
 	free(s);
 	return 0;
 }
+
+/* ---- wrapping --------------------------------------------------------------- */
+
+/* Where a row's text begins: after the time, loop, turn and kind columns. */
+#define TEXT_COLUMN 36
+/* A break looks back this far for a space before it cuts a word. */
+#define BREAK_LOOKBACK 24
+
+/* Bytes of the SGR sequence at p (ESC [ digits and ; m), or 0. */
+static size_t sgr_at(const char *p, const char *end)
+{
+	if (end - p < 3 || p[0] != '\033' || p[1] != '[')
+		return 0;
+	const char *q = p + 2;
+	while (q < end && ((*q >= '0' && *q <= '9') || *q == ';'))
+		q++;
+	return q < end && *q == 'm' ? (size_t)(q - p + 1) : 0;
+}
+
+static void wrap_line(struct buf *b, const char *s, size_t n, int width, int newline)
+{
+	const char *end = s + n;
+	/* the line's leading spaces (its colour sequences take no column) */
+	const char *t = s;
+	size_t lead = 0, k = 0;
+	while (t < end && (*t == ' ' || (k = sgr_at(t, end)))) {
+		if (*t == ' ') {
+			lead++;
+			t++;
+		} else {
+			t += k;
+		}
+	}
+	/* a row's line: "   +1.234s  L1  T2    kind ..." */
+	int row = t < end && *t == '+' && lead <= 4;
+	int indent = row ? TEXT_COLUMN : (int)lead + 2;
+	if (indent > width / 2)
+		indent = width / 2;
+	const char *p = s;
+	int col = 0;
+	while (p < end) {
+		/* one piece that fits: up to width columns from p */
+		const char *q = p, *space = NULL;
+		int c = col;
+		while (q < end && c < width) {
+			size_t skip = sgr_at(q, end);
+			if (skip) {
+				q += skip;
+				continue;
+			}
+			if (*q == ' ' && q > p)
+				space = q;
+			q++;
+			while (q < end && ((unsigned char)*q & 0xc0) == 0x80)
+				q++; /* the rest of a UTF-8 character */
+			c++;
+		}
+		/* take in the colour sequences that close what fits */
+		while (q < end && (k = sgr_at(q, end)))
+			q += k;
+		if (q < end && space && q - space <= BREAK_LOOKBACK)
+			q = space; /* break at the space; it is dropped */
+		buf_add(b, p, (size_t)(q - p));
+		if (q >= end)
+			break;
+		buf_addc(b, '\n');
+		while (q < end && *q == ' ')
+			q++;
+		for (int i = 0; i < indent; i++)
+			buf_addc(b, ' ');
+		col = indent;
+		p = q;
+	}
+	if (newline)
+		buf_addc(b, '\n');
+}
+
+void log_text_wrap(struct buf *b, const char *text, size_t n, int width)
+{
+	if (width < 20) {
+		buf_add(b, text, n);
+		return;
+	}
+	size_t start = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (text[i] != '\n')
+			continue;
+		wrap_line(b, text + start, i - start, width, 1);
+		start = i + 1;
+	}
+	if (start < n) /* a last line without its newline stays so */
+		wrap_line(b, text + start, n - start, width, 0);
+}

@@ -25,6 +25,13 @@ void log_text_row_full(struct buf *b, const json_t *row, int colour);
 /* Append the text of a footer row: the verdict, the counts, whether it is sealed. */
 void log_text_footer(struct buf *b, const json_t *footer, int colour);
 
+/* Append text[0..n) (lines of the above) to b with every line longer than
+ * width columns wrapped, at a space when there is one near the edge: a
+ * row's line goes on under its text column, any other line two columns
+ * in from where it began. The SGR sequences of the colour (ESC [ ... m)
+ * take no column; a character is one column. width < 20: copied as it is. */
+void log_text_wrap(struct buf *b, const char *text, size_t n, int width);
+
 /* Append a row as one line of compact JSON in printable ASCII (--json):
  * every other character is escaped. 0, or -1 when it cannot be encoded. */
 int log_json_row(struct buf *b, const json_t *row);

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -49,6 +50,7 @@ static const char usage_text[] =
 
 struct opts {
 	int json, all, follow, colour, no_pager;
+	int width;                /* the terminal's columns: text is wrapped to them; 0 none */
 	long run;
 	long turn;                /* --turn: 0 none */
 };
@@ -87,6 +89,12 @@ static void emit(struct out *o, const json_t *row, int kind /* 0 row, 1 header, 
 		const char *why = json_string_value(json_object_get(row, "error"));
 		o->first_bad_line = (uint64_t)json_number_value(json_object_get(row, "line"));
 		snprintf(o->first_bad, sizeof o->first_bad, "%s", why ? why : "");
+	}
+	if (o->o->width && !o->o->json) {
+		struct buf w = {0};
+		log_text_wrap(&w, b.p ? b.p : "", b.len, o->o->width);
+		buf_free(&b);
+		b = w;
 	}
 	if (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0)
 		die("standard output: %s", strerror(errno));
@@ -607,6 +615,11 @@ int main(int argc, char **argv)
 	}
 	/* Text for a person on a terminal goes through the pager; never rows
 	 * for a program, never a run followed as it happens. */
+	/* On a terminal the text is wrapped to its width (under the row's
+	 * text, not at column 0), before any pager takes the terminal's place. */
+	struct winsize ws_size;
+	if (!opts.json && isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws_size) == 0)
+		opts.width = ws_size.ws_col;
 	const char *pager = pager_command();
 	if (pager && !opts.no_pager && !opts.json && !opts.follow && isatty(STDOUT_FILENO))
 		pager_start(pager);

@@ -611,3 +611,23 @@ EOF
 		(.checks | length) == 1 and .checks[0].runs == 2 and .checks[0].passes == 1 and .checks[0].last.exit == 0 and
 		(.checks[0].last.output | endswith("OK\n"))'
 }
+
+@test "on a terminal the text is wrapped to its width, each line going on under its text; never into a pipe or a file" {
+	require script
+	native_run
+	SFMA_PAGER=cat script -qec "stty cols 72; sfma-log ws" /dev/null | sed 's/\x1b\[[0-9;]*m//g; s/\r$//' >tty.out
+	sfma-log ws >pipe.out
+	cat tty.out
+	# no line wider than the terminal
+	[ "$(awk '{ if (length($0) > 72) n++ } END { print n + 0 }' tty.out)" -eq 0 ]
+	# a row goes on under its text (column 37), an extra line under its label's text
+	local row wrapped
+	row=$(grep 'L1  T4    call' pipe.out)
+	[ "${#row}" -gt 72 ]
+	wrapped=$(grep -A1 'L1  T4    call' tty.out)
+	[[ "$(sed -n 2p <<<"$wrapped")" =~ ^\ {36}[^\ ] ]]
+	[ "$(sed -n 1p <<<"$wrapped") $(sed -n 2p <<<"$wrapped" | sed 's/^ *//')" = "$row" ]
+	grep -m1 -A1 '^ *reply: write path=notes.txt content=first' tty.out | sed -n 2p | grep -Eq '^ {29}[^ ]'
+	# into a pipe or a file: one line a row, as wide as it is
+	[ "$(awk '{ if (length($0) > 72) n++ } END { print n + 0 }' pipe.out)" -gt 10 ]
+}

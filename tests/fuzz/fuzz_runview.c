@@ -336,6 +336,24 @@ static void render_log(const json_t *rows, const json_t *header, const json_t *f
 			check_coloured(text.p, text.len);
 		else
 			check_shown("text", text.p, text.len, 1);
+		/* wrapped to a terminal's width: no line is wider */
+		struct buf wrapped = {0};
+		log_text_wrap(&wrapped, text.p ? text.p : "", text.len, 40);
+		if (!colour) {
+			size_t cols = 0;
+			for (size_t k = 0; k < wrapped.len; k++) {
+				if (wrapped.p[k] == '\n') {
+					cols = 0;
+					continue;
+				}
+				cols += ((unsigned char)wrapped.p[k] & 0xc0) != 0x80;
+				FUZZ_CHECK(cols <= 40, "wrapped text: a line wider than 40 columns at byte %zu", k);
+			}
+			check_shown("wrapped text", wrapped.p ? wrapped.p : "", wrapped.len, 1);
+		} else {
+			check_coloured(wrapped.p ? wrapped.p : "", wrapped.len);
+		}
+		buf_free(&wrapped);
 		buf_free(&text);
 	}
 	struct buf line = {0};
