@@ -26,7 +26,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -DSFMA_VERSION='"$(VERSION)"'
 LDFLAGS  ?=
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-tap
+PROGRAMS := sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-tap sfma-init
 # Programs exist as src/NAME.c or src/NAME/*.c; only those present are built.
 PRESENT  := $(foreach p,$(PROGRAMS) sfma-telegram,$(if $(wildcard src/$(p).c src/$(p)/*.c),$(p)))
 BINS     := $(addprefix $(BINDIR)/,$(PRESENT))
@@ -225,21 +225,24 @@ $(TEST_NODE): tests/package.json tests/package-lock.json
 
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
+MAN7 := $(wildcard man/*.7)
 
 # The manifest's JSON Schema goes to share/sfma, where an editor or
 # another validator can be pointed at it.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
-	        $(DESTDIR)$(PREFIX)/share/sfma
+	        $(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/sfma
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7/
 	install -m 0644 $(SCHEMA) $(DESTDIR)$(PREFIX)/share/sfma/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(PRESENT)) \
 	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
 	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5))) \
+	      $(addprefix $(DESTDIR)$(PREFIX)/share/man/man7/,$(notdir $(MAN7))) \
 	      $(DESTDIR)$(PREFIX)/share/sfma/$(notdir $(SCHEMA))
 	-rmdir $(DESTDIR)$(PREFIX)/share/sfma 2>/dev/null
 

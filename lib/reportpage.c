@@ -1,6 +1,8 @@
 /* reportpage.c - a run as sfma-report's HTML page (reportpage.h). */
 #include "reportpage.h"
 
+#include "reporthtml.h"
+
 #include "ndjson.h"
 #include "cli.h"
 #include "errors.h"
@@ -10,66 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- escaping ------------------------------------------------------------ */
-
-/* Append s[0..n) escaped for HTML text and attribute values. */
-static void esc_raw(struct buf *b, const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		switch (s[i]) {
-		case '&': buf_adds(b, "&amp;"); break;
-		case '<': buf_adds(b, "&lt;"); break;
-		case '>': buf_adds(b, "&gt;"); break;
-		case '"': buf_adds(b, "&quot;"); break;
-		case '\'': buf_adds(b, "&#39;"); break;
-		default: buf_addc(b, s[i]);
-		}
-	}
-}
-
-static void esc(struct buf *b, const char *s)
-{
-	esc_raw(b, s, strlen(s));
-}
-
-/* A string from the trace: control characters made visible (as sfma-log
- * shows them), clipped to max characters (0: all), then HTML-escaped.
- * With lines, newlines stay newlines (for <pre>). */
-static void esc_text(struct buf *b, const json_t *v, size_t max, int lines)
-{
-	size_t n;
-	const char *s = rv_str(v, &n);
-	if (!s)
-		return;
-	struct buf t = {0};
-	if (!lines) {
-		rv_visible(&t, s, n, max);
-	} else {
-		size_t start = 0;
-		for (size_t i = 0; i <= n; i++) {
-			if (i == n || s[i] == '\n') {
-				rv_visible(&t, s + start, i - start, 0);
-				if (i < n)
-					buf_addc(&t, '\n');
-				start = i + 1;
-			}
-		}
-	}
-	esc_raw(b, t.p ? t.p : "", t.len);
-	buf_free(&t);
-}
-
-static double num(const json_t *o, const char *k)
-{
-	double d = json_number_value(json_object_get(o, k));
-	return isfinite(d) ? d : 0;
-}
-
-static int is(const json_t *o, const char *k, const char *val)
-{
-	return strcmp(ndjson_text(o, k), val) == 0;
-}
 
 /* ---- the page ------------------------------------------------------------- */
 
@@ -119,16 +61,51 @@ static const char css[] =
 	"summary .mono{color:#36425a}"
 	"pre{background:#f3f5f8;border:1px solid var(--line);border-radius:6px;padding:8px;margin:4px 0 0;"
 	"white-space:pre-wrap;overflow-wrap:anywhere;max-height:320px;overflow:auto}"
-	"footer{color:var(--muted);font-size:12px;margin-top:26px}";
+	"footer{color:var(--muted);font-size:12px;margin-top:26px}"
+	".badge.warn{background:var(--warn-bg);color:var(--warn)}"
+	".scroll{overflow-x:auto}.muted{color:var(--muted)}"
+	"h3{font-size:14px;margin:18px 0 8px}"
+	"section.loop{margin-bottom:18px}"
+	".exchange{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 12px;"
+	"margin:8px 0}.exchange.judging{border-style:dashed}"
+	".xhead{color:var(--muted);font-size:12.5px;margin-bottom:6px;overflow-wrap:anywhere}"
+	".xhead a{font-weight:700;margin-right:4px}"
+	".msg{border-left:3px solid var(--line);padding:2px 0 2px 10px;margin:6px 0}"
+	".msg.sent{border-left-color:#9aa5b8}.msg.reply{border-left-color:var(--model)}"
+	".who{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted)}"
+	".pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:10px;margin:8px 0;"
+	"border-top:1px dashed var(--line);padding-top:8px}"
+	".side{min-width:0}"
+	".callcard{margin:4px 0}.callcard .tool{font-weight:700;font-family:ui-monospace,'DejaVu Sans Mono',monospace}"
+	".id{color:var(--muted);font-weight:400;font-size:11.5px}"
+	".resultfor{margin-top:4px;font-size:12.5px}"
+	".verdict{margin:4px 0;overflow-wrap:anywhere}"
+	".write{margin:6px 0 0;overflow-wrap:anywhere}.write a{color:inherit}"
+	".tag{display:inline-block;border-radius:4px;padding:0 6px;font-size:11.5px;background:#eef1f5;color:var(--muted)}"
+	".tag.new{background:var(--pass-bg);color:var(--pass)}"
+	"table.kv{border:0;background:none;width:auto;max-width:100%}"
+	"table.kv th{background:none;padding:2px 8px 2px 0;font-family:ui-monospace,'DejaVu Sans Mono',monospace;"
+	"color:#36425a;white-space:nowrap;border:0}"
+	"table.kv td{padding:2px 0;border:0;overflow-wrap:anywhere}"
+	"ol.items{margin:2px 0;padding-left:20px}"
+	"pre.diff span{display:block}pre.diff .add{background:#e6f4ea;color:#0f5323}"
+	"pre.diff .del{background:#fdecea;color:#8a1c1c}pre.diff .hunk{color:#5b6577}"
+	"pre.diff .note{color:var(--muted);font-style:italic}"
+	"table.loops td{white-space:nowrap}table.loops td:last-child,table.checks td{white-space:normal;"
+	"overflow-wrap:anywhere}"
+	"#timeline{overflow-x:auto}#timeline svg{min-width:760px}"
+	".refs{font-size:11.5px;color:var(--muted)}"
+	"@media (max-width:700px){main{padding:14px 10px 28px}.pair{grid-template-columns:minmax(0,1fr)}"
+	"h1{font-size:19px}td.what{width:auto}th,td{padding:4px 5px}}";
 
 static void card(struct buf *b, const char *k, const char *cls, const char *v)
 {
 	buf_adds(b, "<div class=\"card\"><div class=\"k\">");
-	esc(b, k);
+	html_esc(b, k);
 	buf_adds(b, "</div><div class=\"v ");
-	esc(b, cls);
+	html_esc(b, cls);
 	buf_adds(b, "\">");
-	esc(b, v);
+	html_esc(b, v);
 	buf_adds(b, "</div></div>\n");
 }
 
@@ -141,7 +118,7 @@ static void audit_banner(struct buf *b, const struct report_verify *vr)
 {
 	if (audit_ok(vr)) {
 		buf_adds(b, "<div class=\"audit ok\" id=\"audit\"><b>AUDIT_OK</b><span class=\"mono\">");
-		esc(b, vr->line + 8);
+		html_esc(b, vr->line + 8);
 		buf_adds(b, "</span><div>The trace and its result record verify (sfma-verify).</div></div>\n");
 	} else if (vr->status == 1 || strncmp(vr->line, "AUDIT_INVALID", 13) == 0) {
 		buf_adds(b, "<div class=\"audit invalid\" id=\"audit\" role=\"alert\"><b>AUDIT_INVALID</b>"
@@ -149,11 +126,11 @@ static void audit_banner(struct buf *b, const struct report_verify *vr)
 		const char *why = vr->line;
 		if (strncmp(why, "AUDIT_INVALID", 13) == 0)
 			why += 13 + strspn(why + 13, ": ");
-		esc(b, why);
+		html_esc(b, why);
 		buf_adds(b, "</span><div>This trace does not verify: nothing on this page can be trusted.</div></div>\n");
 	} else {
 		buf_adds(b, "<div class=\"audit unknown\" id=\"audit\" role=\"alert\"><b>NOT VERIFIED</b><span class=\"mono\">");
-		esc(b, vr->line);
+		html_esc(b, vr->line);
 		buf_printf(b, "</span><div>sfma-verify did not confirm this trace (exit %d): treat it as "
 		              "unverified.</div></div>\n", vr->status);
 	}
@@ -173,30 +150,40 @@ static void summary_cards(struct buf *b, const struct report_run *rep, const str
 		rv_visible(&vtext, verdict, strlen(verdict), 60);
 	card(b, "verdict", cls, verdict ? vtext.p : "unfinished");
 	buf_free(&vtext);
-	snprintf(v, sizeof v, "%.0f", num(f, "turns"));
+	snprintf(v, sizeof v, "%.0f", html_num(f, "turns"));
 	card(b, "turns", "", v);
-	snprintf(v, sizeof v, "%.0f", num(f, "modelCalls"));
-	if (num(f, "failedCalls") > 0)
-		snprintf(v + strlen(v), sizeof v - strlen(v), " (%.0f failed)", num(f, "failedCalls"));
+	snprintf(v, sizeof v, "%.0f", html_num(f, "modelCalls"));
+	if (html_num(f, "failedCalls") > 0)
+		snprintf(v + strlen(v), sizeof v - strlen(v), " (%.0f failed)", html_num(f, "failedCalls"));
 	card(b, "model calls", "", v);
-	snprintf(v, sizeof v, "%.0f", num(f, "hardTierFailures"));
-	card(b, "refused", num(f, "hardTierFailures") > 0 ? "bad" : "", v);
-	snprintf(v, sizeof v, "%.0f", num(f, "protocolRefusals"));
-	card(b, "invalid replies", num(f, "protocolRefusals") > 0 ? "bad" : "", v);
+	snprintf(v, sizeof v, "%.0f", html_num(f, "hardTierFailures"));
+	card(b, "refused", html_num(f, "hardTierFailures") > 0 ? "bad" : "", v);
+	snprintf(v, sizeof v, "%.0f", html_num(f, "protocolRefusals"));
+	card(b, "invalid replies", html_num(f, "protocolRefusals") > 0 ? "bad" : "", v);
 	if (json_is_number(json_object_get(f, "durationMs")))
-		snprintf(v, sizeof v, "%.3f s", num(f, "durationMs") / 1000);
+		snprintf(v, sizeof v, "%.3f s", html_num(f, "durationMs") / 1000);
 	else
 		snprintf(v, sizeof v, "unknown");
 	card(b, "duration", "", v);
 	json_t *u = json_object_get(f, "usage");
 	if (json_is_object(u))
-		snprintf(v, sizeof v, "%.0f / %.0f", num(u, "inputTokens"), num(u, "outputTokens"));
+		snprintf(v, sizeof v, "%.0f / %.0f", html_num(u, "inputTokens"), html_num(u, "outputTokens"));
 	else
 		snprintf(v, sizeof v, "not recorded");
 	card(b, "tokens in / out", "", v);
 	if (json_is_object(u)) {
-		snprintf(v, sizeof v, "%.0f", num(u, "cachedInputTokens"));
+		snprintf(v, sizeof v, "%.0f", html_num(u, "cachedInputTokens"));
 		card(b, "cached input tokens", "", v);
+		if (json_is_number(json_object_get(u, "costUsd"))) {
+			snprintf(v, sizeof v, "$%.4f", html_num(u, "costUsd"));
+			card(b, "cost", "", v);
+		}
+	}
+	const json_t *acc = json_object_get(f, "acceptance");
+	if (json_is_object(acc)) {
+		const json_t *passed = json_object_get(acc, "passed");
+		card(b, "acceptance", json_is_true(passed) ? "completed" : json_is_false(passed) ? "bad" : "",
+		     json_is_true(passed) ? "passed" : json_is_false(passed) ? "FAILED" : "not settled");
 	}
 	json_t *rec = json_object_get(f, "record");
 	if (json_is_object(rec))
@@ -206,31 +193,46 @@ static void summary_cards(struct buf *b, const struct report_run *rep, const str
 	card(b, "sealed", sealed && audit_ok(vr) ? "" : sealed ? "bad" : "halted",
 	     !sealed ? "no" : audit_ok(vr) ? "yes" : "unverified");
 	buf_adds(b, "</div>\n");
-	if (json_is_string(json_object_get(f, "summary"))) {
+	const json_t *all = json_object_get(f, "summaries");
+	if (json_array_size(all) > 1) {
+		/* every loop's last done */
+		buf_adds(b, "<div class=\"note\" id=\"summary\"><b>Summary</b> (each loop's done)<ul>");
+		size_t k;
+		json_t *one;
+		json_array_foreach(all, k, one) {
+			buf_printf(b, "<li><a href=\"#line-%.0f\">loop %.0f</a> ", html_num(one, "line"), html_num(one, "loop"));
+			html_lines(b, json_object_get(one, "summary"));
+			buf_adds(b, "</li>");
+		}
+		buf_adds(b, "</ul></div>\n");
+	} else if (json_is_string(json_object_get(f, "summary"))) {
 		buf_adds(b, "<div class=\"note\" id=\"summary\"><b>Summary</b> (the model's done)\n");
-		esc_text(b, json_object_get(f, "summary"), 0, 1);
+		html_lines(b, json_object_get(f, "summary"));
 		buf_adds(b, "</div>\n");
 	}
 	if (json_is_string(json_object_get(f, "error")) && !(verdict && strcmp(verdict, "completed") == 0)) {
 		buf_adds(b, "<div class=\"note why\" id=\"why\"><b>Why</b> ");
-		esc_text(b, json_object_get(f, "error"), 0, 1);
+		html_lines(b, json_object_get(f, "error"));
 		buf_adds(b, "</div>\n");
 	}
 	/* every refusal, each linked to its row: what a reviewer looks for first */
 	size_t i, shown = 0;
 	json_t *row;
 	json_array_foreach(rep->rows, i, row) {
-		if (!is(row, "kind", "verdict") || json_is_true(json_object_get(row, "pass")))
+		/* the judges fail work and the checks a done; only the hard tier
+		 * and the protocol refuse a call */
+		if (!html_is(row, "kind", "verdict") || json_is_true(json_object_get(row, "pass")) ||
+		    html_is(row, "tier", "soft") || html_is(row, "tier", "criteria") || html_is(row, "tier", "acceptance"))
 			continue;
 		if (!shown++)
 			buf_adds(b, "<div class=\"note why\" id=\"refusals\"><b>Refused</b><ul>");
-		buf_printf(b, "<li><a href=\"#line-%.0f\">", num(row, "line"));
-		if (num(row, "turn") >= 1)
-			buf_printf(b, "T%.0f", num(row, "turn"));
+		buf_printf(b, "<li><a href=\"#line-%.0f\">", html_num(row, "line"));
+		if (html_num(row, "turn") >= 1)
+			buf_printf(b, "T%.0f", html_num(row, "turn"));
 		else
-			buf_printf(b, "line %.0f", num(row, "line"));
+			buf_printf(b, "line %.0f", html_num(row, "line"));
 		buf_adds(b, "</a> ");
-		esc_text(b, json_object_get(row, "display"), 300, 0);
+		html_text(b, json_object_get(row, "display"), 300);
 		buf_adds(b, "</li>");
 		if (shown >= 50) {
 			buf_adds(b, "<li>(more in the table)</li>");
@@ -241,242 +243,251 @@ static void summary_cards(struct buf *b, const struct report_run *rep, const str
 		buf_adds(b, "</ul></div>\n");
 }
 
-/* ---- the timeline --------------------------------------------------------- */
+/* ---- acceptance and loops ------------------------------------------------- */
 
-#define SVG_W 1120
-#define LABEL_W 110
-#define PLOT_W (SVG_W - LABEL_W - 16)
+/* The acceptance checks: whether they passed, then each, how often it
+ * ran and passed, how it ended the last time and that run's output. */
+static void acceptance_section(struct buf *b, const struct report_run *rep)
+{
+	const json_t *a = json_object_get(rep->footer, "acceptance");
+	if (!json_is_object(a))
+		return;
+	const json_t *passed = json_object_get(a, "passed");
+	buf_adds(b, "<h2>Acceptance</h2>\n<div class=\"scroll\" id=\"acceptance\"><p>");
+	if (json_is_true(passed))
+		buf_adds(b, "<span class=\"badge pass\">passed</span>");
+	else if (json_is_false(passed))
+		buf_adds(b, "<span class=\"badge refused\">FAILED</span>");
+	else
+		buf_adds(b, "<span class=\"badge halt\">not settled</span>");
+	if (json_is_number(json_object_get(a, "commands")))
+		buf_printf(b, " %.0f check%s,", html_num(a, "commands"), html_num(a, "commands") == 1 ? "" : "s");
+	buf_printf(b, " %.0f attempt%s (the dones that ran them)</p>\n", html_num(a, "attempts"),
+	           html_num(a, "attempts") == 1 ? "" : "s");
+	buf_adds(b, "<table class=\"checks\"><thead><tr><th>#</th><th>command</th><th>ran</th><th>passed</th>"
+	            "<th>last</th></tr></thead><tbody>\n");
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(a, "checks"), i, c) {
+		const json_t *last = json_object_get(c, "last");
+		int ok = json_is_true(json_object_get(last, "pass"));
+		buf_printf(b, "<tr class=\"%s\"><td>%zu</td><td class=\"mono\">", ok ? "" : "refused", i + 1);
+		html_text(b, json_object_get(c, "cmd"), 300);
+		buf_printf(b, "</td><td>%.0f</td><td>%.0f</td><td><a href=\"#line-%.0f\"><span class=\"badge %s\">%s</span></a> ",
+		           html_num(c, "runs"), html_num(c, "passes"), html_num(last, "line"), ok ? "pass" : "refused",
+		           ok ? "passed" : "FAILED");
+		if (json_is_number(json_object_get(last, "exit")))
+			buf_printf(b, "exit %.0f", html_num(last, "exit"));
+		else
+			html_text(b, json_object_get(last, "reason"), 300);
+		if (json_is_number(json_object_get(c, "expected")))
+			buf_printf(b, " (expected %.0f)", html_num(c, "expected"));
+		if (json_is_string(json_object_get(last, "output"))) {
+			buf_adds(b, "<details><summary>output</summary><pre>");
+			html_lines(b, json_object_get(last, "output"));
+			buf_adds(b, "</pre></details>");
+		}
+		buf_adds(b, "</td></tr>\n");
+	}
+	buf_adds(b, "</tbody></table></div>\n");
+}
 
-struct turn_cell {
-	double turn;
-	uint64_t line;
-	int state; /* 0 none, 1 pass, 2 protocol refusal, 3 refused */
-	const json_t *what;
-	const json_t *tool;
-	const char *label; /* when there is no tool */
+#define LOOPS_MAX 16
+
+struct loop_sums {
+	int calls, failed, commands;
+	double turns_seen, last_turn, in, out, cost, busy_ms;
+	int priced;
 };
 
-static const char *state_fill(int s)
+/* Each loop's calls, tokens, cost and commands (and the runner's own). */
+static void loops_section(struct buf *b, const struct report_run *rep)
 {
-	static const char *const fill[] = {"#9aa5b8", "#2da44e", "#d4a72c", "#cf222e"};
-	return fill[s < 0 || s > 3 ? 0 : s];
-}
-
-static void svg_title(struct buf *b, const json_t *row)
-{
-	buf_adds(b, "<title>");
-	buf_printf(b, "line %.0f, %s: ", num(row, "line"), ndjson_text(row, "kind"));
-	esc_text(b, json_object_get(row, "display"), 300, 0);
-	buf_adds(b, "</title>");
-}
-
-static void nice_ticks(double total, double *step)
-{
-	static const double steps[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
-	                               30000, 60000, 120000, 300000, 600000, 1800000, 3600000, 7200000};
-	*step = steps[sizeof steps / sizeof *steps - 1];
-	for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
-		if (total / steps[i] <= 8) {
-			*step = steps[i];
-			break;
-		}
-}
-
-static void fmt_ms(char *out, size_t n, double ms)
-{
-	if (ms >= 1000)
-		snprintf(out, n, "%.3g s", ms / 1000);
-	else
-		snprintf(out, n, "%.0f ms", ms);
-}
-
-static void timeline(struct buf *b, const struct report_run *rep)
-{
-	size_t nrows = json_array_size(rep->rows), i;
+	struct loop_sums sum[LOOPS_MAX + 1];
+	memset(sum, 0, sizeof sum);
+	size_t i;
 	json_t *row;
-	/* turns: one cell each, coloured by the worst verdict in it */
-	struct turn_cell *cells = xcalloc(nrows + 1, sizeof *cells);
-	size_t ncells = 0;
-	double total = num(rep->footer, "durationMs");
-	int loops_max = 1;
+	int rows = 0;
 	json_array_foreach(rep->rows, i, row) {
-		double t = num(row, "t");
-		if (t > total)
-			total = t;
-		double loop = num(row, "loop");
-		if (loop > loops_max && loop <= 16)
-			loops_max = (int)loop;
-		if (!is(row, "row", "entry") || num(row, "loop") < 1)
+		if (!html_is(row, "row", "entry"))
 			continue;
-		double turn = num(row, "turn");
-		if (turn < 1)
-			continue;
-		if (!ncells || cells[ncells - 1].turn != turn) {
-			cells[ncells] = (struct turn_cell){.turn = turn, .line = (uint64_t)num(row, "line")};
-			ncells++;
-		}
-		struct turn_cell *c = &cells[ncells - 1];
-		if (is(row, "kind", "task")) {
-			c->what = json_object_get(row, "display");
-			c->tool = json_object_get(row, "tool");
-		}
-		if (is(row, "kind", "candidate") && !c->tool) {
-			c->what = json_object_get(row, "display");
-			c->label = "bootstrap";
-		}
-		if (is(row, "kind", "verdict") && is(row, "tier", "protocol") && !c->tool)
-			c->label = "invalid";
-		if (is(row, "kind", "verdict")) {
-			int s = json_is_true(json_object_get(row, "pass")) ? 1 : is(row, "tier", "protocol") ? 2 : 3;
-			if (s > c->state)
-				c->state = s;
-			if (!c->what)
-				c->what = json_object_get(row, "display");
-		}
-	}
-	if (total <= 0)
-		total = 1;
-	int lanes = 2 + loops_max; /* turns, model per loop, commands */
-	int lane_h = 34, top = 26;
-	int height = top + lanes * lane_h + 30;
-	buf_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" role=\"img\" "
-	              "aria-label=\"timeline of the run\" font-family=\"system-ui,'DejaVu Sans',sans-serif\" "
-	              "font-size=\"12\">\n", SVG_W, height);
-	/* lane labels and guides */
-	for (int l = 0; l < lanes; l++) {
-		int y = top + l * lane_h;
-		char label[32];
-		if (l == 0)
-			snprintf(label, sizeof label, "turns");
-		else if (l <= loops_max)
-			snprintf(label, sizeof label, loops_max > 1 ? "model, loop %d" : "model calls", l);
-		else
-			snprintf(label, sizeof label, "commands");
-		buf_printf(b, "<text x=\"0\" y=\"%d\" fill=\"#5b6577\">%s</text>\n", y + 21, label);
-		buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#e3e7ee\"/>\n", LABEL_W,
-		           y + lane_h, SVG_W, y + lane_h);
-	}
-	/* the turns lane: equal cells, in order */
-	double cw = ncells ? (double)PLOT_W / (double)ncells : PLOT_W;
-	for (size_t k = 0; k < ncells; k++) {
-		double x = LABEL_W + k * cw;
-		buf_printf(b, "<a href=\"#line-%llu\"><rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"24\" rx=\"4\" "
-		              "fill=\"%s\">", (unsigned long long)cells[k].line, x + 1, top + 5, cw - 2 > 1 ? cw - 2 : 1,
-		           state_fill(cells[k].state));
-		buf_printf(b, "<title>turn %.0f: ", cells[k].turn);
-		esc_text(b, cells[k].what, 300, 0);
-		buf_adds(b, "</title></rect>");
-		if (cw >= 34) {
-			buf_printf(b, "<text x=\"%.1f\" y=\"%d\" fill=\"#fff\" font-weight=\"600\" text-anchor=\"middle\">",
-			           x + cw / 2, top + 21);
-			buf_printf(b, "T%.0f", cells[k].turn);
-			if (cw >= 90 && json_is_string(cells[k].tool)) {
-				buf_adds(b, " ");
-				esc_text(b, cells[k].tool, 10, 0);
-			} else if (cw >= 90 && cells[k].label) {
-				buf_adds(b, " ");
-				esc(b, cells[k].label);
+		struct loop_sums *l = &sum[report_loop_of(row)];
+		if (html_is(row, "kind", "call")) {
+			l->calls++;
+			l->failed += !json_is_true(json_object_get(row, "ok"));
+			const json_t *u = json_object_get(row, "usage");
+			l->in += html_num(u, "inputTokens");
+			l->out += html_num(u, "outputTokens");
+			if (json_is_number(json_object_get(row, "costUsd"))) {
+				l->cost += html_num(row, "costUsd");
+				l->priced = 1;
 			}
-			buf_adds(b, "</text>");
+			l->busy_ms += html_num(row, "latencyMs");
+			double t = html_num(row, "turn");
+			if (!json_is_string(json_object_get(row, "purpose")) && t >= 1 && t != l->last_turn) {
+				l->turns_seen++;
+				l->last_turn = t;
+			}
+			rows++;
+		} else if (html_is(row, "kind", "verdict") && json_is_number(json_object_get(row, "durationMs"))) {
+			l->commands++;
+			l->busy_ms += html_num(row, "durationMs");
 		}
-		buf_adds(b, "</a>\n");
 	}
-	/* the time lanes, to scale */
-	int drawn = 0;
-	json_array_foreach(rep->rows, i, row) {
-		if (!is(row, "row", "entry"))
+	if (!rows)
+		return;
+	buf_adds(b, "<h2>Loops</h2>\n<div class=\"scroll\"><table class=\"loops\" id=\"loops\"><thead><tr><th>loop</th>"
+	            "<th>turns</th><th>model calls</th><th>tokens in / out</th><th>cost</th><th>commands</th>"
+	            "<th>busy</th><th>summary</th></tr></thead><tbody>\n");
+	const json_t *summaries = json_object_get(rep->footer, "summaries");
+	for (int k = 1; k <= LOOPS_MAX + 1; k++) {
+		int loop = k <= LOOPS_MAX ? k : 0;
+		struct loop_sums *l = &sum[loop];
+		if (!l->calls && !l->commands)
 			continue;
-		double t = num(row, "t"), dur = 0;
-		int lane;
-		const char *fill;
-		if (is(row, "kind", "call")) {
-			dur = num(row, "latencyMs") + num(row, "waitMs");
-			double loop = num(row, "loop");
-			lane = 1 + (loop >= 1 && loop <= loops_max ? (int)loop - 1 : 0);
-			fill = json_is_true(json_object_get(row, "ok")) ? "#3b6fd8" : "#cf222e";
-		} else if (is(row, "kind", "verdict") && json_is_number(json_object_get(row, "durationMs"))) {
-			dur = num(row, "durationMs");
-			lane = 1 + loops_max;
-			fill = json_is_true(json_object_get(row, "pass")) ? "#8e44ad" : "#cf222e";
-		} else {
-			continue;
-		}
-		/* a duration beyond a day in one entry is not drawable (nor real) */
-		if (!(dur > 0 && dur <= 86400000.0 && t >= 0 && t <= total))
-			continue;
-		double x0 = LABEL_W + (t - dur) / total * PLOT_W, w = dur / total * PLOT_W;
-		if (x0 < LABEL_W)
-			x0 = LABEL_W;
-		if (w < 1.5)
-			w = 1.5;
-		int y = top + lane * lane_h;
-		buf_printf(b, "<a href=\"#line-%.0f\"><rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"18\" rx=\"2\" "
-		              "fill=\"%s\" stroke=\"#fff\" stroke-width=\"1\">", num(row, "line"), x0, y + 8, w, fill);
-		svg_title(b, row);
-		buf_adds(b, "</rect></a>\n");
-		drawn++;
+		if (loop)
+			buf_printf(b, "<tr data-loop=\"%d\"><td><a href=\"#loop-%d\">loop %d</a></td>", loop, loop, loop);
+		else
+			buf_adds(b, "<tr data-loop=\"0\"><td><a href=\"#loop-0\">runner</a></td>");
+		buf_printf(b, "<td>%.0f</td><td>%d%s</td><td>%.0f / %.0f</td><td>", l->turns_seen, l->calls,
+		           l->failed ? " (some failed)" : "", l->in, l->out);
+		if (l->priced)
+			buf_printf(b, "$%.4f", l->cost);
+		else
+			buf_adds(b, "<span class=\"muted\">no pricing</span>");
+		buf_printf(b, "</td><td>%d</td><td>%.3f s</td><td>", l->commands, l->busy_ms / 1000);
+		size_t j;
+		json_t *one;
+		json_array_foreach(summaries, j, one)
+			if (html_num(one, "loop") == loop)
+				html_text(b, json_object_get(one, "summary"), 200);
+		buf_adds(b, "</td></tr>\n");
 	}
-	if (!drawn)
-		buf_printf(b, "<text x=\"%d\" y=\"%d\" fill=\"#5b6577\">no model latency or command duration above "
-		              "0 ms is recorded in this run</text>\n", LABEL_W + 8, top + lane_h + 21);
-	/* axis */
-	double step;
-	nice_ticks(total, &step);
-	int ay = top + lanes * lane_h;
-	for (double t = 0; t <= total + 1e-9 && t / step < 64; t += step) {
-		double x = LABEL_W + t / total * PLOT_W;
-		char label[32];
-		fmt_ms(label, sizeof label, t);
-		buf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#c9d0db\"/>"
-		              "<text x=\"%.1f\" y=\"%d\" fill=\"#5b6577\" text-anchor=\"%s\">%s</text>\n",
-		           x, top + lane_h, x, ay + 4, x, ay + 18, t == 0 ? "start" : "middle", label);
-	}
-	buf_adds(b, "</svg>\n");
-	buf_adds(b, "<div class=\"legend\">turns in order:<i style=\"background:#2da44e\"></i>passed"
-	            "<i style=\"background:#cf222e\"></i>refused<i style=\"background:#d4a72c\"></i>invalid reply"
-	            "<i style=\"background:#9aa5b8\"></i>no verdict &#183; to scale:"
-	            "<i style=\"background:#3b6fd8\"></i>model call latency"
-	            "<i style=\"background:#8e44ad\"></i>command duration</div>\n");
-	free(cells);
+	buf_adds(b, "</tbody></table></div>\n");
 }
 
 /* ---- the entries ------------------------------------------------------------ */
+
+/* The first line of a text, at most 90 characters, "..." when there is
+ * more: what a folded block says of itself. */
+static void first_line(struct buf *b, const json_t *text)
+{
+	size_t n;
+	const char *s = rv_str(text, &n);
+	const char *nl = s ? memchr(s, '\n', n) : NULL;
+	json_t *head = s ? json_stringn_nocheck(s, nl ? (size_t)(nl - s) : n) : NULL;
+	html_text(b, head, 90);
+	if (nl && (size_t)(nl - s) + 1 < n && json_string_length(head) <= 90)
+		buf_adds(b, " ...");
+	json_decref(head);
+}
 
 static void evidence_block(struct buf *b, const char *label, const json_t *text, const json_t *row)
 {
 	if (!json_is_string(text))
 		return;
 	buf_adds(b, "<details class=\"ev\"><summary>");
-	esc(b, label);
+	html_esc(b, label);
 	size_t i;
 	json_t *it;
 	json_array_foreach(json_object_get(row, "evidence"), i, it)
 		if (json_equal(json_object_get(it, "text"), (json_t *)text)) {
-			buf_printf(b, " (%.0f bytes%s)", num(it, "bytes"),
+			buf_printf(b, " (%.0f bytes%s)", html_num(it, "bytes"),
 			           json_is_true(json_object_get(it, "clipped")) ? ", clipped" : "");
 			break;
 		}
 	buf_adds(b, ": <span class=\"mono\">");
-	esc_text(b, text, 90, 0);
+	first_line(b, text);
 	buf_adds(b, "</span></summary><pre>");
-	esc_text(b, text, 0, 1);
+	html_lines(b, text);
 	buf_adds(b, "</pre></details>");
 }
 
-static void entry_row(struct buf *b, const json_t *row)
+/* A reply in the table: one line saying what it is, the reply in the
+ * provider's words below it (report_reply). */
+static void reply_block(struct buf *b, const json_t *row)
+{
+	const json_t *text = json_object_get(row, "reply");
+	if (!json_is_string(text))
+		return;
+	json_t *calls = report_reply_calls(row);
+	buf_adds(b, "<details class=\"ev\"><summary>reply");
+	size_t i;
+	json_t *it;
+	json_array_foreach(json_object_get(row, "evidence"), i, it)
+		if (json_equal(json_object_get(it, "text"), (json_t *)text)) {
+			buf_printf(b, " (%.0f bytes%s)", html_num(it, "bytes"),
+			           json_is_true(json_object_get(it, "clipped")) ? ", clipped" : "");
+			break;
+		}
+	buf_adds(b, ": <span class=\"mono\">");
+	if (calls) {
+		json_t *c;
+		json_array_foreach(calls, i, c) {
+			if (i)
+				buf_adds(b, ", ");
+			html_text(b, json_object_get(c, "name"), 40);
+		}
+	} else {
+		first_line(b, text);
+	}
+	buf_adds(b, "</span></summary>");
+	report_reply(b, row);
+	buf_adds(b, "</details>");
+	json_decref(calls);
+}
+
+/* A write: its diff against the last write of the path, or its content
+ * (marked new when there was no file). */
+static void write_block(struct buf *b, const json_t *row)
+{
+	const json_t *content = json_object_get(row, "content");
+	if (json_is_string(json_object_get(row, "diff"))) {
+		const json_t *st = json_object_get(row, "diffStat");
+		buf_printf(b, "<details class=\"ev\" open><summary>diff against <a href=\"#line-%.0f\">line %.0f</a>: "
+		              "+%.0f &#8722;%.0f lines</summary>", html_num(json_object_get(row, "previous"), "line"),
+		           html_num(json_object_get(row, "previous"), "line"), html_num(st, "added"), html_num(st, "removed"));
+		html_diff(b, json_object_get(row, "diff"));
+		buf_adds(b, "</details>");
+		return;
+	}
+	if (html_is(row, "kind", "mutation") && json_is_true(json_object_get(row, "newFile")))
+		evidence_block(b, "new file", content, row);
+	else if (html_is(row, "kind", "mutation") && json_is_true(json_object_get(row, "unchanged")))
+		evidence_block(b, "unchanged", content, row);
+	else
+		evidence_block(b, "content", content, row);
+}
+
+/* The entries a row rests on (its refs), each a link to its line. */
+static void refs_links(struct buf *b, const json_t *row, const json_t *ids)
+{
+	size_t i, shown = 0;
+	json_t *ref;
+	json_array_foreach(json_object_get(row, "refs"), i, ref) {
+		const json_t *line = json_is_string(ref) ? json_object_get(ids, json_string_value(ref)) : NULL;
+		if (!json_is_integer(line))
+			continue;
+		buf_printf(b, "%s<a href=\"#line-%lld\">line %lld</a>", shown++ ? ", " : "<div class=\"refs\">rests on ",
+		           (long long)json_integer_value(line), (long long)json_integer_value(line));
+		if (shown >= 16)
+			break;
+	}
+	if (shown)
+		buf_adds(b, "</div>");
+}
+
+static void entry_row(struct buf *b, const json_t *row, const json_t *ids)
 {
 	const char *kind = ndjson_text(row, "kind");
 	const char *cls = "";
 	const char *badge = NULL, *badge_cls = "";
-	if (is(row, "row", "invalid")) {
+	if (html_is(row, "row", "invalid")) {
 		cls = "invalid";
 		badge = "INVALID", badge_cls = "invalid";
 	} else if (strcmp(kind, "verdict") == 0) {
-		int pass = json_is_true(json_object_get(row, "pass"));
-		/* the soft tier fails work; only the hard tier refuses a call */
-		int soft = is(row, "tier", "soft") || is(row, "tier", "criteria");
-		cls = pass ? "" : "refused";
-		badge = pass ? "PASS" : soft ? "FAIL" : "REFUSED", badge_cls = pass ? "pass" : "refused";
+		badge = report_verdict_word(row, &badge_cls);
+		cls = strcmp(badge_cls, "refused") == 0 ? "refused" : "";
 	} else if (strcmp(kind, "call") == 0) {
 		cls = "call";
 		if (!json_is_true(json_object_get(row, "ok")))
@@ -487,36 +498,37 @@ static void entry_row(struct buf *b, const json_t *row)
 	} else if (strcmp(kind, "store") == 0 || strcmp(kind, "weight") == 0) {
 		cls = "quiet";
 	}
-	buf_printf(b, "<tr id=\"line-%.0f\" class=\"%s\" data-kind=\"", num(row, "line"), cls);
-	esc_text(b, json_object_get(row, "kind"), 64, 0); /* the trace's, even in an attribute */
-	buf_printf(b, "\"><td class=\"mono\">+%.3fs</td><td>%.0f</td><td>", num(row, "t") / 1000,
-	           num(row, "line"));
-	if (is(row, "row", "entry"))
-		buf_printf(b, "L%.0f", num(row, "loop"));
+	buf_printf(b, "<tr id=\"line-%.0f\" class=\"%s\" data-kind=\"", html_num(row, "line"), cls);
+	html_text(b, json_object_get(row, "kind"), 64); /* the trace's, even in an attribute */
+	buf_printf(b, "\"><td class=\"mono\">+%.3fs</td><td>%.0f</td><td>", html_num(row, "t") / 1000,
+	           html_num(row, "line"));
+	if (html_is(row, "row", "entry"))
+		buf_printf(b, "L%.0f", html_num(row, "loop"));
 	buf_adds(b, "</td><td>");
-	if (num(row, "turn") >= 1 && num(row, "loop") >= 1)
-		buf_printf(b, "T%.0f", num(row, "turn"));
+	if (html_num(row, "turn") >= 1 && html_num(row, "loop") >= 1)
+		buf_printf(b, "T%.0f", html_num(row, "turn"));
 	buf_adds(b, "</td><td>");
-	esc_text(b, json_object_get(row, "kind"), 20, 0);
+	html_text(b, json_object_get(row, "kind"), 20);
 	buf_adds(b, "</td><td class=\"what\">");
 	if (badge)
 		buf_printf(b, "<span class=\"badge %s\">%s</span> ", badge_cls, badge);
-	esc_text(b, json_object_get(row, "display"), 600, 0);
-	evidence_block(b, "reply", json_object_get(row, "reply"), row);
+	html_text(b, json_object_get(row, "display"), 600);
+	refs_links(b, row, ids);
+	reply_block(b, row);
 	evidence_block(b, "output", json_object_get(row, "output"), row);
 	evidence_block(b, "summary", json_object_get(row, "summary"), row);
-	evidence_block(b, "content", json_object_get(row, "content"), row);
+	write_block(b, row);
 	size_t i;
 	json_t *it;
 	json_array_foreach(json_object_get(row, "evidence"), i, it) {
-		if (is(it, "state", "present"))
+		if (html_is(it, "state", "present"))
 			continue;
 		buf_adds(b, "<div><span class=\"badge ");
-		buf_adds(b, is(it, "state", "altered") ? "error" : "halt");
+		buf_adds(b, html_is(it, "state", "altered") ? "error" : "halt");
 		buf_adds(b, "\">evidence ");
-		esc_text(b, json_object_get(it, "state"), 20, 0);
+		html_text(b, json_object_get(it, "state"), 20);
 		buf_adds(b, "</span> ");
-		esc_text(b, json_object_get(it, "field"), 60, 0);
+		html_text(b, json_object_get(it, "field"), 60);
 		buf_adds(b, "</div>");
 	}
 	buf_adds(b, "</td></tr>\n");
@@ -533,12 +545,12 @@ void report_page(struct buf *b, const char *ws, const struct report_run *rep, co
 	            "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'\">\n"
 	            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>sfma report: ");
 	if (name)
-		esc_text(b, json_object_get(rec, "name"), 80, 0);
+		html_text(b, json_object_get(rec, "name"), 80);
 	else
 		buf_printf(b, "run %ld", rep->run);
 	buf_adds(b, " &#8212; ");
 	if (verdict)
-		esc_text(b, json_object_get(rep->footer, "verdict"), 60, 0);
+		html_text(b, json_object_get(rep->footer, "verdict"), 60);
 	else
 		buf_adds(b, "unfinished");
 	buf_adds(b, "</title>\n<style>");
@@ -546,38 +558,51 @@ void report_page(struct buf *b, const char *ws, const struct report_run *rep, co
 	buf_adds(b, "</style>\n</head>\n<body>\n<main>\n<h1>sfma run report");
 	if (name) {
 		buf_adds(b, ": <span id=\"name\">");
-		esc_text(b, json_object_get(rec, "name"), 120, 0);
+		html_text(b, json_object_get(rec, "name"), 120);
 		buf_adds(b, "</span>");
 	}
 	buf_adds(b, "</h1>\n<p class=\"sub\">");
 	buf_printf(b, "run %ld of %zu", rep->run, rep->runs);
 	if (json_is_string(json_object_get(rep->header, "start"))) {
 		buf_adds(b, ", started ");
-		esc(b, ndjson_text(rep->header, "start"));
+		html_esc(b, ndjson_text(rep->header, "start"));
 	}
 	buf_adds(b, ", workspace <code>");
 	{
 		json_t *w = json_string(ws);
 		if (!w) /* not UTF-8: shown byte by byte */
 			w = json_stringn("(workspace name not UTF-8)", 26);
-		esc_text(b, w, 200, 0);
+		html_text(b, w, 200);
 		json_decref(w);
 	}
-	buf_printf(b, "</code>, trace lines %.0f&#8211;%.0f</p>\n", num(rep->footer, "firstLine"),
-	           num(rep->footer, "lastLine"));
+	buf_printf(b, "</code>, trace lines %.0f&#8211;%.0f</p>\n", html_num(rep->footer, "firstLine"),
+	           html_num(rep->footer, "lastLine"));
 	audit_banner(b, vr);
 	summary_cards(b, rep, vr);
-	buf_adds(b, "<h2>Timeline</h2>\n<div class=\"panel\">\n");
-	timeline(b, rep);
-	buf_adds(b, "</div>\n<h2>Entries</h2>\n<table>\n<thead><tr><th>time</th><th>line</th><th>loop</th>"
-	            "<th>turn</th><th>kind</th><th>what happened</th></tr></thead>\n<tbody>\n");
+	acceptance_section(b, rep);
+	buf_adds(b, "<h2>Timeline</h2>\n<div class=\"panel\" id=\"timeline\">\n");
+	report_timeline(b, rep);
+	buf_adds(b, "</div>\n");
+	loops_section(b, rep);
+	buf_adds(b, "<h2>Conversation</h2>\n<div id=\"conversation\">\n");
+	report_conversation(b, rep);
+	buf_adds(b, "</div>\n<h2>Entries</h2>\n<div class=\"scroll\"><table id=\"entries\">\n<thead><tr><th>time</th>"
+	            "<th>line</th><th>loop</th><th>turn</th><th>kind</th><th>what happened</th></tr></thead>\n<tbody>\n");
+	/* each entry's line by its id, for the links to what a row rests on */
+	json_t *ids = json_object();
 	size_t i;
 	json_t *row;
 	json_array_foreach(rep->rows, i, row)
-		entry_row(b, row);
-	buf_adds(b, "</tbody>\n</table>\n<footer>Made by sfma-report ");
-	esc(b, sfma_version());
+		if (json_is_string(json_object_get(row, "id")) && html_is(row, "row", "entry"))
+			json_object_set_new(ids, json_string_value(json_object_get(row, "id")),
+			                    json_integer((json_int_t)html_num(row, "line")));
+	json_array_foreach(rep->rows, i, row)
+		entry_row(b, row, ids);
+	json_decref(ids);
+	buf_adds(b, "</tbody>\n</table></div>\n<footer>Made by sfma-report ");
+	html_esc(b, sfma_version());
 	buf_adds(b, " from <code>.sfma/trace.jsonl</code>. Times are the run's clock anchors plus the recorded "
-	            "model latencies and command durations. This page loads nothing and runs no script.</footer>\n"
+	            "model latencies and command durations, each loop on its own clock. This page loads nothing "
+	            "and runs no script.</footer>\n"
 	            "</main>\n</body>\n</html>\n");
 }

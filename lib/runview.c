@@ -5,7 +5,9 @@
 #include "evidence.h"
 #include "ndjson.h"
 #include "record.h"
+#include "linediff.h"
 #include "sha.h"
+#include "tools.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -98,7 +100,22 @@ static int invisible(uint32_t cp)
 	       cp == 0xfeff;
 }
 
+static void visible(struct buf *out, const char *str, size_t n, size_t max_chars, int block);
+
 void rv_visible(struct buf *out, const char *str, size_t n, size_t max_chars)
+{
+	visible(out, str, n, max_chars, 0);
+}
+
+void rv_visible_block(struct buf *out, const char *str, size_t n)
+{
+	visible(out, str, n, 0, 1);
+}
+
+/* In a block the text keeps its lines (the caller splits them) and its
+ * tabs, and a backslash is itself: what is read there is the text, as a
+ * reviewer would read the file; the rest is made visible as on a row. */
+static void visible(struct buf *out, const char *str, size_t n, size_t max_chars, int block)
 {
 	const unsigned char *s = (const unsigned char *)str;
 	size_t chars = 0;
@@ -109,6 +126,11 @@ void rv_visible(struct buf *out, const char *str, size_t n, size_t max_chars)
 		}
 		chars++;
 		unsigned char c = s[i];
+		if (block && (c == '\t' || c == '\\')) {
+			buf_addc(out, (char)c);
+			i++;
+			continue;
+		}
 		if (c < 0x20 || c == 0x7f) {
 			if (c == '\n')
 				buf_adds(out, "\\n");
@@ -360,7 +382,8 @@ static void collect_refs(const struct rv_view *v, const json_t *entry, json_t *o
 }
 
 /* The text of the first item whose field name contains one of the words
- * (NULL: any), when its blob is present. */
+ * (NULL: any), when its blob is present; a word that begins with '=' is
+ * the whole name. */
 static json_t *evidence_text(const json_t *items, const char *const *words)
 {
 	size_t i;
@@ -372,24 +395,145 @@ static json_t *evidence_text(const json_t *items, const char *const *words)
 		if (!words)
 			return json_object_get(it, "text");
 		for (const char *const *w = words; *w; w++)
-			if (f && strstr(f, *w))
+			if (f && (**w == '=' ? strcmp(f, *w + 1) == 0 : strstr(f, *w) != NULL))
 				return json_object_get(it, "text");
 	}
 	return NULL;
 }
 
-/* A tool's output is kept as the message the model got,
- * {"toolResult":TEXT}: shown as its TEXT when the item is whole and is
- * exactly that; as it is otherwise. New reference. */
-static json_t *tool_result_text(json_t *shown)
+/* The runner's message as it was sent (sfma-formats(5), Evidence):
+ * {"toolResult":TEXT}, or after native calls the tool message
+ * {"results":[{"content","id","name"},...],"role":"tool"}. Returns the
+ * parsed message when the text is whole and is exactly one of them (new
+ * reference), else NULL. */
+static json_t *runner_message(const json_t *shown)
 {
 	size_t n;
 	const char *s = rv_str(shown, &n);
 	json_t *msg = s ? json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	if (json_is_string(json_object_get(msg, "toolResult")) && json_object_size(msg) == 1)
+		return msg;
+	json_t *results = json_object_get(msg, "results");
+	int tool = json_is_array(results) && json_array_size(results) > 0 && json_object_size(msg) == 2 &&
+	           str_is(json_object_get(msg, "role"), "tool");
+	size_t i;
+	json_t *r;
+	json_array_foreach(tool ? results : NULL, i, r)
+		tool &= json_is_object(r) && json_is_string(json_object_get(r, "content"));
+	if (tool)
+		return msg;
+	json_decref(msg);
+	return NULL;
+}
+
+/* A tool's output is kept as the message the model got: shown as its
+ * text - the toolResult, or the first result of a tool message (the one
+ * call carried out) - when the item is whole and is exactly that; as it
+ * is otherwise. New reference. */
+static json_t *tool_result_text(json_t *shown)
+{
+	json_t *msg = runner_message(shown);
 	json_t *text = json_object_get(msg, "toolResult");
-	json_t *out = json_is_string(text) && json_object_size(msg) == 1 ? json_incref(text) : json_incref(shown);
+	if (!text)
+		text = json_object_get(json_array_get(json_object_get(msg, "results"), 0), "content");
+	json_t *out = json_incref(text ? text : shown);
 	json_decref(msg);
 	return out;
+}
+
+/* The message a call sent, in the runner's words: sent (its text) and,
+ * for a tool message, sentResults [{"id","name","content"}]. */
+static void decode_sent(json_t *row, json_t *shown)
+{
+	json_t *msg = runner_message(shown);
+	json_t *results = json_object_get(msg, "results");
+	if (results) {
+		json_t *list = json_array();
+		size_t i;
+		json_t *r;
+		json_array_foreach(results, i, r) {
+			json_t *one = json_object();
+			static const char *const keys[] = {"id", "name", "content"};
+			for (size_t k = 0; k < 3; k++)
+				if (json_is_string(json_object_get(r, keys[k])))
+					json_object_set(one, keys[k], json_object_get(r, keys[k]));
+			json_array_append_new(list, one);
+		}
+		json_object_set_new(row, "sentResults", list);
+	}
+	json_object_set_new(row, "sent", tool_result_text(shown));
+	json_decref(msg);
+}
+
+/* One provider call object, read leniently when tools_from_native cannot
+ * read them all: its name, and its input as an object when it is one (or
+ * JSON text of one), else as it came. New reference, or NULL. */
+static json_t *native_call_shown(const json_t *c)
+{
+	json_t *fn = json_object_get(c, "function"), *fc = json_object_get(c, "functionCall");
+	json_t *name = json_object_get(c, "name");
+	json_t *input = json_object_get(c, "input");
+	if (json_is_object(fn)) {
+		name = json_object_get(fn, "name");
+		input = json_object_get(fn, "arguments");
+	} else if (json_is_object(fc)) {
+		name = json_object_get(fc, "name");
+		input = json_object_get(fc, "args");
+	} else if (!input) {
+		input = json_object_get(c, "arguments");
+	}
+	if (!json_is_string(name))
+		return NULL;
+	json_t *out = json_pack("{s:O}", "name", name);
+	size_t n;
+	const char *text = rv_str(input, &n);
+	json_t *parsed = text ? json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	if (json_is_object(parsed))
+		json_object_set_new(out, "input", parsed);
+	else {
+		json_decref(parsed);
+		if (input)
+			json_object_set(out, "input", input);
+	}
+	const char *id = json_string_value(json_object_get(c, "id"));
+	if (!id)
+		id = json_string_value(json_object_get(c, "call_id"));
+	if (id)
+		json_object_set_new(out, "id", json_string(id));
+	return out;
+}
+
+/* A native reply is kept as {"native":[...],"provider":P,"text":T}, the
+ * provider's objects as received: shown as its text (replyText) and its
+ * calls by name and input (replyCalls), read as sfma-model reads them
+ * (lib/tools.h), else each as leniently as it can be. */
+static void decode_reply(json_t *row, const json_t *shown)
+{
+	size_t n;
+	const char *s = rv_str(shown, &n);
+	json_t *blob = s && n && s[0] == '{' ? json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	json_t *native = json_object_get(blob, "native"), *text = json_object_get(blob, "text");
+	const char *provider = json_string_value(json_object_get(blob, "provider"));
+	if (!json_is_array(native) || !json_is_string(text) || !provider || json_object_size(blob) != 3) {
+		json_decref(blob);
+		return;
+	}
+	json_object_set(row, "replyText", text);
+	json_object_set_new(row, "replyProvider", json_string(provider));
+	struct sfma_err e;
+	json_t *calls = tools_from_native(provider, native, &e);
+	if (!calls) {
+		calls = json_array();
+		size_t i;
+		json_t *c;
+		json_array_foreach(native, i, c) {
+			json_t *one = json_is_object(c) ? native_call_shown(c) : NULL;
+			if (one)
+				json_array_append_new(calls, one);
+		}
+	}
+	json_object_set_new(row, "replyCalls", calls);
+	json_decref(blob);
 }
 
 /* ---- rows --------------------------------------------------------------- */
@@ -403,6 +547,9 @@ void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip)
 	v->run = run;
 	v->clip = clip ? clip : 4096;
 	v->tasks = json_object();
+	v->writes = json_object();
+	v->summaries = json_array();
+	v->acceptance = json_array();
 }
 
 void rv_view_free(struct rv_view *v)
@@ -413,7 +560,43 @@ void rv_view_free(struct rv_view *v)
 	json_decref(v->verdict);
 	json_decref(v->summary);
 	json_decref(v->halt_error);
+	json_decref(v->writes);
+	json_decref(v->write_paths);
+	json_decref(v->summaries);
+	json_decref(v->acceptance);
 	memset(v, 0, sizeof *v);
+}
+
+/* The last write of each path: what a later write of it is shown against. */
+static void note_write(struct rv_view *v, const json_t *data, uint64_t line_no)
+{
+	const char *path = json_string_value(json_object_get(data, "path"));
+	const char *sha;
+	if (!path || !is_digest(data, &sha))
+		return;
+	json_object_set_new(v->writes, path,
+	                    json_pack("{s:s, s:o, s:I, s:b}", "sha256", sha, "bytes",
+	                              num_json(json_number_value(json_object_get(data, "bytes"))), "line",
+	                              (json_int_t)line_no, "applied", !json_is_false(json_object_get(data, "applied"))));
+}
+
+void rv_note_earlier(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
+{
+	/* Only a line that names a mutation is worth parsing. */
+	if (!memmem(line, len, "\"mutation\"", 10))
+		return;
+	struct sfma_err e;
+	json_t *entry = ndjson_parse(line, len, &e);
+	json_t *data = json_object_get(entry, "data");
+	if (str_is(json_object_get(entry, "kind"), "mutation") && json_is_object(data))
+		note_write(v, data, line_no);
+	json_decref(entry);
+}
+
+void rv_pass_writes(struct rv_view *from, struct rv_view *to)
+{
+	json_decref(to->writes);
+	to->writes = json_incref(from->writes);
 }
 
 static int terminal_state(const char *to)
@@ -481,7 +664,7 @@ static void copy_if(json_t *row, const char *key, const json_t *from, const char
 		json_object_set_new(row, key, tidy(x, 0));
 }
 
-static void add_usage(struct rv_view *v, const json_t *u)
+static void add_usage(struct rv_view *v, const json_t *u, const json_t *cost)
 {
 	static const char *const keys[] = {"inputTokens", "outputTokens", "cachedInputTokens"};
 	if (!json_is_object(u))
@@ -494,6 +677,10 @@ static void add_usage(struct rv_view *v, const json_t *u)
 			json_object_set_new(v->usage, keys[i],
 			    num_json(json_number_value(json_object_get(v->usage, keys[i])) + d));
 	}
+	double c;
+	if (num_in(cost, 0, 1e9, &c))
+		json_object_set_new(v->usage, "costUsd",
+		                    json_real(json_number_value(json_object_get(v->usage, "costUsd")) + c));
 }
 
 static void short_hex(struct buf *b, const json_t *s)
@@ -524,11 +711,13 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	if (json_is_string(purpose)) {
 		copy_if(row, "purpose", data, "purpose");
 		copy_if(row, "task", data, "task");
-		json_object_set_new(row, "turn", json_integer(v->turn));
+		json_object_set_new(row, "turn", json_integer(v->slot && v->loop_turn[v->slot] ? v->loop_turn[v->slot]
+		                                                                              : v->turn));
 		if (!ok)
 			v->failed_calls++;
 	} else if (ok) {
 		v->turn++;
+		v->loop_turn[v->slot] = v->turn;
 		json_object_set_new(row, "turn", json_integer(v->turn));
 	} else {
 		v->failed_calls++;
@@ -543,9 +732,13 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	copy_if(row, "errorClass", data, "errorClass");
 	copy_if(row, "requestBytes", data, "requestBytes");
 	copy_if(row, "toolCalls", data, "toolCalls");
+	copy_if(row, "costUsd", data, "costUsd");
+	copy_if(row, "stop", data, "stop");
+	copy_if(row, "stopReason", data, "stopReason");
+	copy_if(row, "drained", data, "drained");
 	if (json_is_object(json_object_get(data, "usage"))) {
 		json_object_set_new(row, "usage", tidy(json_object_get(data, "usage"), 0));
-		add_usage(v, json_object_get(data, "usage"));
+		add_usage(v, json_object_get(data, "usage"), json_object_get(data, "costUsd"));
 	}
 	if (json_is_string(purpose)) {
 		add_str(d, purpose);
@@ -581,6 +774,9 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	if (num_in(json_object_get(u, "inputTokens"), 0, 1e15, &in) &&
 	    num_in(json_object_get(u, "outputTokens"), 0, 1e15, &out))
 		buf_printf(d, ", tokens in %.0f out %.0f", in, out);
+	double cost;
+	if (num_in(json_object_get(data, "costUsd"), 0, 1e9, &cost))
+		buf_printf(d, ", $%.4f", cost);
 	double waited, native;
 	if (num_in(json_object_get(data, "waitMs"), 1, DURATION_MS_MAX, &waited))
 		buf_printf(d, ", after waiting %.0f ms", waited);
@@ -618,13 +814,66 @@ static void soft_row(json_t *row, const json_t *data, struct buf *d)
 	add_str(d, json_object_get(data, "reason"));
 }
 
+/* An acceptance check's verdict (sfma-formats(5)): the check, its exit
+ * against the one expected; counted per check, never as a refusal of the
+ * hard tier. */
+static void acceptance_row(struct rv_view *v, json_t *row, const json_t *data, struct buf *d)
+{
+	const json_t *a = json_object_get(data, "acceptance");
+	const json_t *run = json_object_get(data, "run");
+	double index = 0, expected = 0, code;
+	int have_index = num_in(json_object_get(a, "index"), 0, 1e6, &index) && index == floor(index);
+	num_in(json_object_get(a, "expected"), -1e9, 1e9, &expected);
+	copy_if(row, "cmd", a, "cmd");
+	copy_if(row, "exit", a, "exit");
+	copy_if(row, "expected", a, "expected");
+	if (json_is_object(run)) {
+		copy_if(row, "timedOut", run, "timedOut");
+		copy_if(row, "durationMs", run, "durationMs");
+	}
+	buf_adds(d, "acceptance ");
+	if (have_index)
+		buf_printf(d, "check %.0f: ", index + 1);
+	add_str(d, json_object_get(a, "cmd"));
+	if (json_is_false(json_object_get(a, "ran"))) {
+		buf_adds(d, ": did not run: ");
+		add_str(d, json_object_get(data, "reason"));
+	} else if (num_in(json_object_get(a, "exit"), -1e9, 1e9, &code)) {
+		buf_printf(d, ": exit %.0f (expected %.0f)", code, expected);
+		if (json_is_true(json_object_get(run, "timedOut")))
+			buf_adds(d, ", timed out");
+	} else {
+		buf_adds(d, ": ");
+		add_str(d, json_object_get(data, "reason"));
+	}
+	if (!have_index || index >= 64)
+		return;
+	/* the check's standing: how often it ran, how it ended the last time */
+	while (json_array_size(v->acceptance) <= (size_t)index)
+		json_array_append_new(v->acceptance, json_pack("{s:I, s:i, s:i}", "index",
+		                                               (json_int_t)json_array_size(v->acceptance), "runs", 0,
+		                                               "passes", 0));
+	json_t *c = json_array_get(v->acceptance, (size_t)index);
+	int pass = json_is_true(json_object_get(data, "pass"));
+	copy_if(c, "cmd", a, "cmd");
+	copy_if(c, "expected", a, "expected");
+	json_object_set_new(c, "runs", json_integer(json_integer_value(json_object_get(c, "runs")) + 1));
+	json_object_set_new(c, "passes", json_integer(json_integer_value(json_object_get(c, "passes")) + pass));
+	json_object_set_new(c, "last", json_pack("{s:b, s:O?, s:O?}", "pass", pass, "exit", json_object_get(a, "exit"),
+	                                         "reason", json_object_get(data, "reason")));
+}
+
 static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, const json_t *data, struct buf *d)
 {
 	int pass = json_is_true(json_object_get(data, "pass"));
 	copy_if(row, "tier", data, "tier");
 	json_object_set_new(row, "pass", json_boolean(pass));
+	/* a soft verdict no judge could give: neither pass nor fail */
+	if (str_is(json_object_get(data, "tier"), "soft") && json_is_null(json_object_get(data, "pass")))
+		json_object_set_new(row, "unjudged", json_true());
 	copy_if(row, "reason", data, "reason");
 	copy_if(row, "judge", data, "judge");       /* the soft tier's */
+	copy_if(row, "acceptance", data, "acceptance");
 	copy_if(row, "producer", data, "producer");
 	if (str_is(json_object_get(data, "tier"), "soft") || str_is(json_object_get(data, "tier"), "criteria")) {
 		soft_row(row, data, d);
@@ -637,6 +886,10 @@ static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, con
 		copy_if(row, "tool", task, "tool");
 		copy_if(row, "path", task, "path");
 		copy_if(row, "cmd", task, "cmd");
+	}
+	if (str_is(json_object_get(data, "tier"), "acceptance")) {
+		acceptance_row(v, row, data, d);
+		return;
 	}
 	json_t *run = json_object_get(data, "run");
 	if (json_is_object(run)) {
@@ -659,7 +912,8 @@ static void row_verdict(struct rv_view *v, json_t *row, const json_t *entry, con
 		buf_adds(d, ": ");
 	}
 	add_str(d, json_object_get(data, "reason"));
-	if (json_is_true(json_object_get(run, "timedOut")))
+	/* sfma-exec's reason names a timeout itself; an older one did not */
+	if (json_is_true(json_object_get(run, "timedOut")) && !(reason && strstr(reason, "timed out")))
 		buf_adds(d, " (timed out)");
 }
 
@@ -708,12 +962,32 @@ static void row_weight(json_t *row, const json_t *data, struct buf *d)
 	json_object_set_new(row, "endpoints", tidy(data, 0));
 	int first = 1;
 	json_object_foreach((json_t *)data, name, ep) {
+		if (strcmp(name, "reset") == 0 && json_is_object(ep) && !json_object_get(ep, "calls")) {
+			/* an operator's `sfma endpoints --reset` since the run before */
+			const char *reset;
+			json_t *by;
+			json_object_foreach(ep, reset, by) {
+				buf_printf(d, "%sendpoint %s reset", first ? "" : "; ", reset);
+				if (json_is_string(json_object_get(by, "by"))) {
+					buf_adds(d, " by ");
+					add_str(d, json_object_get(by, "by"));
+				}
+				if (json_is_string(json_object_get(by, "at"))) {
+					buf_adds(d, " at ");
+					add_str(d, json_object_get(by, "at"));
+				}
+				first = 0;
+			}
+			continue;
+		}
 		double calls = 0, fails = 0, lat = 0;
 		num_in(json_object_get(ep, "calls"), 0, 1e15, &calls);
 		num_in(json_object_get(ep, "failures"), 0, 1e15, &fails);
 		num_in(json_object_get(ep, "latencyMsEwma"), 0, 1e12, &lat);
-		buf_printf(d, "%s%s: %.0f calls, %.0f failures, latency %.1f ms", first ? "" : "; ", name, calls,
-		           fails, lat);
+		/* the endpoint's standing over every run of the workspace
+		 * (memory.json), not this run's calls */
+		buf_printf(d, "%sendpoint %s: %.0f calls so far (all runs), %.0f failures, latency %.1f ms",
+		           first ? "" : "; ", name, calls, fails, lat);
 		first = 0;
 	}
 }
@@ -840,6 +1114,28 @@ static void row_confinement(json_t *row, json_t *data, struct buf *d)
 	}
 }
 
+/* When the entry's loop was ready for its next step: its own clock, or,
+ * for a loop not seen yet, when loops began (the adoption); the runner's
+ * own steps follow everything before them. */
+static double loop_ready(const struct rv_view *v)
+{
+	if (!v->slot)
+		return v->t_ms;
+	return v->loop_seen[v->slot] ? v->loop_t[v->slot] : v->loops_start;
+}
+
+/* A step of dur ms that began at start: the row's tStart; the entry is
+ * served at its end, or after the entry before it, whichever is later. */
+static double took(struct rv_view *v, json_t *row, double start, double dur)
+{
+	json_object_set_new(row, "tStart", num_json(round(start * 1000) / 1000));
+	if (start + dur > v->t_ms)
+		v->t_ms = start + dur;
+	v->loop_t[v->slot] = v->t_ms;
+	v->loop_seen[v->slot] = 1;
+	return start + dur;
+}
+
 /* What each kind of entry shows: its row's own members and its text d. */
 static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind kind, json_t *data, uint64_t line_no,
                      struct buf *d)
@@ -887,12 +1183,14 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		add_str(d, json_object_get(data, "text"));
 	} else if (kind == K_CALL) {
 		row_call(v, row, data, d);
-		double lat, wait;
-		if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
-			v->t_ms += lat;
-		if (num_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait))
-			v->t_ms += wait;
+		double lat = 0, wait = 0;
+		num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat);
+		num_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait);
+		/* sent when its loop was ready, after the wait; served no
+		 * earlier than the entry before it */
+		took(v, row, loop_ready(v) + wait, lat);
 	} else if (kind == K_CANDIDATE) {
+		v->loops_start = v->t_ms;
 		copy_if(row, "mission", data, "mission");
 		buf_adds(d, "adopted: ");
 		add_str(d, json_object_get(data, "mission"));
@@ -920,8 +1218,16 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		row_verdict(v, row, entry, data, d);
 		double dur;
 		json_t *run = json_object_get(data, "run");
-		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur))
-			v->t_ms += dur;
+		/* one command at a time: after its loop was ready and the
+		 * command before it had ended */
+		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur)) {
+			double ready = loop_ready(v);
+			v->exec_free = took(v, row, ready > v->exec_free ? ready : v->exec_free, dur);
+		}
+		if (json_is_array(json_object_get(data, "paths"))) {
+			json_decref(v->write_paths);
+			v->write_paths = json_incref(json_object_get(data, "paths"));
+		}
 	} else if (kind == K_MUTATION) {
 		copy_if(row, "path", data, "path");
 		copy_if(row, "bytes", data, "bytes");
@@ -983,16 +1289,36 @@ static void row_evidence(struct rv_view *v, json_t *row, json_t *entry, enum kin
 	if (json_array_size(items)) {
 		json_object_set(row, "evidence", items);
 		static const char *const reply_w[] = {"reply", "response", "text", NULL};
-		static const char *const out_w[] = {"output", "stdout", "result", NULL};
+		static const char *const out_w[] = {"=output", "stdout", "result", NULL};
+		static const char *const seen_w[] = {"=outputs", NULL};
 		static const char *const sum_w[] = {"summary", NULL};
 		static const char *const content_w[] = {"content", NULL};
 		json_t *t = NULL;
 		/* By key only: a call's other items are what was sent (the
 		 * prompt, the message), never its reply. */
-		if (kind == K_CALL && (t = evidence_text(items, reply_w)))
+		static const char *const prompt_w[] = {"=prompt", NULL};
+		static const char *const sent_w[] = {"=message", NULL};
+		static const char *const said_w[] = {"=text", NULL};
+		if (kind == K_CALL && (t = evidence_text(items, reply_w))) {
 			json_object_set(row, "reply", t);
+			decode_reply(row, t);
+		}
+		if (kind == K_CALL && (t = evidence_text(items, prompt_w)))
+			json_object_set(row, "prompt", t);
+		if (kind == K_CALL && (t = evidence_text(items, sent_w)))
+			decode_sent(row, t);
+		if (kind == K_TASK && (t = evidence_text(items, said_w)))
+			json_object_set(row, "text", t);
 		if (kind == K_VERDICT && (t = evidence_text(items, out_w)))
 			json_object_set_new(row, "output", tool_result_text(t));
+		/* what a judge of done saw of the outputs, when kept whole */
+		size_t sn;
+		const char *st = kind == K_VERDICT ? rv_str(evidence_text(items, seen_w), &sn) : NULL;
+		json_t *seen = st ? json_loadb(st, sn, JSON_REJECT_DUPLICATES, NULL) : NULL;
+		if (json_is_array(seen))
+			json_object_set_new(row, "outputsSeen", seen);
+		else
+			json_decref(seen);
 		if ((t = evidence_text(items, sum_w))) {
 			json_object_set(row, "summary", t);
 			json_decref(v->summary);
@@ -1002,6 +1328,120 @@ static void row_evidence(struct rv_view *v, json_t *row, json_t *entry, enum kin
 			json_object_set(row, "content", t);
 	}
 	json_decref(items);
+}
+
+/* A write against what the path held before: the earlier write of it in
+ * the trace, or a new file when its verdict found no file there. The diff
+ * only of contents kept whole (each at most the view's clip, so the diff
+ * is bounded by them: no limit of its own). */
+#define DIFF_CONTEXT 3
+
+static const json_t *item_of(const json_t *row, const char *field)
+{
+	size_t i;
+	json_t *it;
+	json_array_foreach(json_object_get(row, "evidence"), i, it)
+		if (str_is(json_object_get(it, "field"), field))
+			return it;
+	return NULL;
+}
+
+static void diff_into(json_t *row, const char *was, size_t wn, const char *now, size_t nn)
+{
+	struct buf b = {0};
+	struct linediff_stats st;
+	line_diff(&b, was, wn, now, nn, DIFF_CONTEXT, 0, &st);
+	if (st.truncated) {
+		/* longer than a diff is made for: the content is shown instead */
+		buf_free(&b);
+		return;
+	}
+	json_object_set_new(row, "diff", lossy_string((const unsigned char *)(b.p ? b.p : ""), b.len, 0));
+	json_object_set_new(row, "diffStat", json_pack("{s:I, s:I}", "added", (json_int_t)st.added, "removed",
+	                                               (json_int_t)st.removed));
+	buf_free(&b);
+}
+
+static void row_diff(struct rv_view *v, json_t *row, const json_t *data, uint64_t line_no)
+{
+	const char *path = json_string_value(json_object_get(data, "path"));
+	const char *sha;
+	if (!path || !is_digest(data, &sha))
+		return;
+	const json_t *now_item = item_of(row, "content");
+	size_t nn = 0;
+	const char *now = json_is_false(json_object_get(now_item, "clipped")) ? rv_str(json_object_get(now_item, "text"), &nn)
+	                                                                     : NULL;
+	json_t *prev = json_object_get(v->writes, path);
+	if (prev) {
+		json_object_set(row, "previous", prev);
+		const char *psha = json_string_value(json_object_get(prev, "sha256"));
+		if (psha && strcmp(psha, sha) == 0) {
+			json_object_set_new(row, "unchanged", json_true());
+		} else if (now && psha) {
+			json_t *was = evidence_item(v, "previous", psha, json_number_value(json_object_get(prev, "bytes")));
+			size_t wn = 0;
+			const char *w = str_is(json_object_get(was, "state"), "present") &&
+			                json_is_false(json_object_get(was, "clipped")) ? rv_str(json_object_get(was, "text"), &wn)
+			                                                               : NULL;
+			if (w)
+				diff_into(row, w, wn, now, nn);
+			json_decref(was);
+		}
+	} else {
+		/* the host facts the write's gate rested on: its path's kind */
+		const char *kind = NULL;
+		size_t i;
+		json_t *pth;
+		json_array_foreach(v->write_paths, i, pth)
+			if (str_is(json_object_get(pth, "path"), path))
+				kind = json_string_value(json_object_get(pth, "kind"));
+		if (kind && strcmp(kind, "missing") == 0) {
+			json_object_set_new(row, "newFile", json_true()); /* its content is all of it */
+		} else if (kind) {
+			json_object_set_new(row, "previousUnknown", json_true());
+		}
+	}
+	json_decref(v->write_paths);
+	v->write_paths = NULL;
+	note_write(v, data, line_no);
+}
+
+/* Each loop's last done: a done the acceptance checks refused is
+ * followed by the one that counts. */
+static void note_summary(struct rv_view *v, const json_t *row, uint64_t line_no)
+{
+	json_t *one = json_pack("{s:i, s:I, s:O}", "loop", v->slot, "line", (json_int_t)line_no, "summary",
+	                        json_object_get(row, "summary"));
+	size_t i;
+	json_t *s;
+	json_array_foreach(v->summaries, i, s) {
+		json_int_t loop = json_integer_value(json_object_get(s, "loop"));
+		if (loop == v->slot) {
+			json_array_set_new(v->summaries, i, one);
+			return;
+		}
+		if (loop > v->slot) { /* in the order of the loops */
+			json_array_insert_new(v->summaries, i, one);
+			return;
+		}
+	}
+	json_array_append_new(v->summaries, one);
+}
+
+/* The output of a check's last run, and the line it is on. */
+static void note_acceptance_output(struct rv_view *v, const json_t *row, uint64_t line_no)
+{
+	double index;
+	const json_t *a = json_object_get(row, "acceptance");
+	if (!num_in(json_object_get(a, "index"), 0, 63, &index) || index != floor(index))
+		return;
+	json_t *last = json_object_get(json_array_get(v->acceptance, (size_t)index), "last");
+	if (!last)
+		return;
+	json_object_set_new(last, "line", json_integer((json_int_t)line_no));
+	if (json_is_string(json_object_get(row, "output")))
+		json_object_set(last, "output", json_object_get(row, "output"));
 }
 
 json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no)
@@ -1036,10 +1476,27 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 	copy_if(row, "class", entry, "class");
 	copy_if(row, "refs", entry, "refs");
 
+	double loop;
+	v->slot = num_in(json_object_get(entry, "loop"), 0, RV_LOOPS - 1, &loop) && loop == floor(loop) ? (int)loop : 0;
 	struct buf d = {0};
 	row_kind(v, row, entry, kind, data, line_no, &d);
+	if (v->slot && kind != K_CALL) {
+		/* the loop's own turn, its own clock: loops interleave */
+		if (v->loop_turn[v->slot])
+			json_object_set_new(row, "turn", json_integer(v->loop_turn[v->slot]));
+		if (v->loop_t[v->slot] < v->t_ms)
+			v->loop_t[v->slot] = v->t_ms;
+		v->loop_seen[v->slot] = 1;
+	}
 	set_time(v, row);
 	row_evidence(v, row, entry, kind, data);
+	if (kind == K_MUTATION && data)
+		row_diff(v, row, data, line_no);
+	if (kind == K_TASK && str_is(json_object_get(row, "tool"), "done") &&
+	    json_is_string(json_object_get(row, "summary")))
+		note_summary(v, row, line_no);
+	if (kind == K_VERDICT && str_is(json_object_get(row, "tier"), "acceptance"))
+		note_acceptance_output(v, row, line_no);
 	/* one line of text: an inbox message or an unknown entry can be large */
 	if (d.len > DISPLAY_MAX) {
 		size_t cut = DISPLAY_MAX;
@@ -1207,6 +1664,28 @@ json_t *rv_footer(const struct rv_view *v, const json_t *record)
 	                                                                          : v->usage;
 	json_object_set_new(row, "usage", usage ? tidy(usage, 0) : json_null());
 	json_object_set(row, "summary", v->summary ? v->summary : json_null());
+	json_object_set(row, "summaries", v->summaries);
+	/* the checks as the trace shows them; whether they passed, as the
+	 * record says when it seals the run */
+	json_t *acc = json_object_get(record, "acceptance");
+	double commands = 0;
+	if (!seals || !num_in(json_object_get(acc, "commands"), 0, 1e6, &commands))
+		commands = 0;
+	if (json_array_size(v->acceptance) || commands > 0) {
+		json_t *a = json_pack("{s:O}", "checks", v->acceptance);
+		if (seals && json_is_object(acc)) {
+			copy_if(a, "commands", acc, "commands");
+			copy_if(a, "attempts", acc, "attempts");
+			json_object_set(a, "passed", json_object_get(acc, "passed") ? json_object_get(acc, "passed")
+			                                                            : json_null());
+		} else {
+			json_t *first = json_array_get(v->acceptance, 0);
+			json_object_set(a, "attempts", json_object_get(first, "runs"));
+		}
+		json_object_set_new(row, "acceptance", a);
+	} else {
+		json_object_set_new(row, "acceptance", json_null());
+	}
 	json_object_set(row, "error", v->halt_error ? v->halt_error : json_null());
 	if (seals) {
 		json_t *r = json_object();

@@ -56,6 +56,11 @@ long rv_pick(const struct rv_splitter *s, long n);
 /* The state of one run being read, row by row. */
 struct evidence_store;
 
+/* Loops a view keeps a clock and a turn for: the runner's own (0) and
+ * loops 1..16 (maxLoops); an entry of any other loop counts as the
+ * runner's. */
+#define RV_LOOPS 17
+
 struct rv_view {
 	int sfma_dirfd;         /* <workspace>/.sfma, for evidence; -1: none */
 	struct evidence_store *store; /* its evidence, read only (lib/evidence.h) */
@@ -63,7 +68,21 @@ struct rv_view {
 	long run;               /* 1-based run number shown in rows */
 	int have_start;
 	double start_wall_ms;
-	double t_ms;            /* derived time since the run began */
+	double t_ms;            /* derived time since the run began: when the
+	                         * planner served the entry (trace order) */
+	/* Each loop's own clock: when its next request went out. A loop's
+	 * model calls and commands follow one another; different loops'
+	 * overlap, and the stage that runs commands runs one at a time. */
+	double loop_t[RV_LOOPS];
+	int loop_seen[RV_LOOPS];
+	long loop_turn[RV_LOOPS]; /* the turn of each loop's last reply */
+	double exec_free;       /* when the last command ended */
+	double loops_start;     /* when loops other than the first began: the adoption */
+	int slot;               /* the loop of the entry being read (0..RV_LOOPS-1) */
+	json_t *writes;         /* path -> {"sha256","bytes","line","applied"}: its last write */
+	json_t *write_paths;    /* the "paths" of the last write's verdict (host facts) */
+	json_t *summaries;      /* [{"loop","line","summary"}...]: each loop's last done's summary */
+	json_t *acceptance;     /* [{"index","cmd","expected","runs","passes","last":{...}}...]: each check */
 	long turn, calls, failed_calls, refused, protocol_refusals;
 	int terminal;           /* a lifecycle reached a verdict */
 	int closed;             /* ... and a clock-anchor followed it */
@@ -81,6 +100,13 @@ struct rv_view {
 
 void rv_view_init(struct rv_view *v, int sfma_dirfd, long run, size_t clip);
 void rv_view_free(struct rv_view *v);
+
+/* Note what an entry of an earlier run wrote (a mutation's path and
+ * digest), so that a write of this run is shown against it. Any other
+ * line is ignored; nothing is shown. */
+void rv_note_earlier(struct rv_view *v, const char *line, size_t len, uint64_t line_no);
+/* Hand the writes a finished view knows on to the view of the next run. */
+void rv_pass_writes(struct rv_view *from, struct rv_view *to);
 
 /* The row of one trace line (its bytes, its 1-based number). Always returns
  * a new object: {"row":"entry",...} or {"row":"invalid","error":...}. */
@@ -127,6 +153,10 @@ int rv_load_record(int sfma_dirfd, json_t **record, struct sfma_err *e);
  * characters are kept, then "..." (0: no limit). Appends to out. */
 struct buf;
 void rv_visible(struct buf *out, const char *s, size_t n, size_t max_chars);
+/* The same for a line of a block of text (a file's content, a command's
+ * output, a diff, shown as lines): tabs and backslashes are kept as they
+ * are, everything else as rv_visible makes it. No limit. */
+void rv_visible_block(struct buf *out, const char *s, size_t n);
 
 /* Pointer and length of a JSON string (NUL bytes included), or NULL. */
 const char *rv_str(const json_t *v, size_t *len);

@@ -1,5 +1,6 @@
 /* sign.c - Ed25519 over libcrypto's EVP interface. */
 #include "sign.h"
+#include "sha.h"
 
 #include <openssl/bio.h>
 #include <openssl/pem.h>
@@ -167,4 +168,20 @@ long base64_decode(const char *in, size_t n, unsigned char *out, size_t cap)
 	if (acc != 0)
 		return -1;
 	return (long)len;
+}
+
+int ed25519_fingerprint(EVP_PKEY *key, char out[ED25519_FINGERPRINT_LEN + 1])
+{
+	unsigned char *der = NULL;
+	int n = i2d_PUBKEY(key, &der);
+	if (n <= 0) {
+		strcpy(out, "unknown");
+		return -1;
+	}
+	char hex[SHA256_HEX_LEN + 1];
+	sha256_hex(der, (size_t)n, hex);
+	OPENSSL_free(der);
+	memcpy(out, hex, ED25519_FINGERPRINT_LEN);
+	out[ED25519_FINGERPRINT_LEN] = '\0';
+	return 0;
 }

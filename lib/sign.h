@@ -32,6 +32,13 @@ int ed25519_verify(EVP_PKEY *key, const void *msg, size_t n, const unsigned char
 /* 1 if both hold the same public key. */
 int ed25519_same_public(EVP_PKEY *a, EVP_PKEY *b);
 
+/* The key's fingerprint as people compare it: the first 16 lowercase hex
+ * digits of the SHA-256 of its SubjectPublicKeyInfo DER (what
+ * `openssl pkey -pubin -outform DER | sha256sum` prints). 0, or -1 when
+ * the key cannot be encoded (out is then "unknown"). */
+#define ED25519_FINGERPRINT_LEN 16
+int ed25519_fingerprint(EVP_PKEY *key, char out[ED25519_FINGERPRINT_LEN + 1]);
+
 /* Standard base64 with padding (new string). */
 char *base64_encode(const unsigned char *in, size_t n);
 /* Decode strict base64 into out (capacity cap); returns the length or -1. */

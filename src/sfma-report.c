@@ -35,7 +35,9 @@ static const char usage_text[] =
 	"  -o FILE    write the page to FILE (atomically, mode 0600) instead of standard output\n"
 	"  --run N    the Nth run (1 is the first, -1 the last; default -1)\n";
 
-#define CLIP_BYTES 8192
+/* Evidence text kept per item: the conversation shows it whole up to
+ * this (a system prompt, a command's output), then clipped. */
+#define CLIP_BYTES 65536
 #define VERIFY_OUTPUT_MAX (64u << 10)
 
 /* ---- verification -------------------------------------------------------- */
@@ -157,9 +159,26 @@ static void load_run(const char *ws, long pick, struct report *rep, int sfma_dir
 	struct rv_view v;
 	rv_view_init(&v, sfma_dirfd, i + 1, CLIP_BYTES);
 	rep->rows = json_array();
+	struct line_reader lr;
+	/* what the runs before it wrote: a write is shown against it */
+	if (run->first_line > 1) {
+		if (lseek(fd, 0, SEEK_SET) < 0)
+			die("%s/.sfma/trace.jsonl: seek: %s", ws, strerror(errno));
+		lr_init(&lr, fd, RV_MAX_LINE);
+		for (uint64_t seen = 0; seen < run->first_line - 1;) {
+			char *line;
+			size_t len;
+			int rc = lr_next(&lr, &line, &len, &e);
+			if (rc == 0 || (rc < 0 && (lr.torn || !lr_skip_line(&lr))))
+				break;
+			seen++;
+			if (rc == 1)
+				rv_note_earlier(&v, line, len, seen);
+		}
+		lr_free(&lr);
+	}
 	if (lseek(fd, (off_t)run->offset, SEEK_SET) < 0)
 		die("%s/.sfma/trace.jsonl: seek: %s", ws, strerror(errno));
-	struct line_reader lr;
 	lr_init(&lr, fd, RV_MAX_LINE);
 	uint64_t line_no = run->first_line - 1;
 	while (line_no < run->last_line) {

@@ -378,6 +378,21 @@ static json_t *json_visible(const char *s, size_t n)
 	return v;
 }
 
+/* The record's acceptance checks, when the manifest had any: how many,
+ * the dones that ran them, whether the last passed (1, 0; -1 unsettled,
+ * as in a dry run). */
+static int acceptance_of(const struct row *r, long long *checks, long long *attempts, int *passed)
+{
+	const json_t *a = field(r, "acceptance");
+	if (!json_is_object(a) || !ndjson_integer(json_object_get(a, "commands"), checks) || *checks <= 0)
+		return 0;
+	if (!ndjson_integer(json_object_get(a, "attempts"), attempts) || *attempts < 0)
+		*attempts = 0;
+	const json_t *p = json_object_get(a, "passed");
+	*passed = json_is_true(p) ? 1 : json_is_false(p) ? 0 : -1;
+	return 1;
+}
+
 static void print_json(const struct row *r)
 {
 	json_t *o = json_object();
@@ -402,6 +417,12 @@ static void print_json(const struct row *r)
 	}
 	if ((v = field(r, "dryRun")) && json_is_boolean(v))
 		json_object_set(o, "dryRun", (json_t *)v);
+	long long checks, attempts;
+	int passed;
+	if (acceptance_of(r, &checks, &attempts, &passed))
+		json_object_set_new(o, "acceptance", json_pack("{s:I, s:I, s:o}", "commands", (json_int_t)checks, "attempts",
+		                                               (json_int_t)attempts, "passed",
+		                                               passed < 0 ? json_null() : json_boolean(passed)));
 	json_object_set_new(o, "verify", json_string(status_word[r->status]));
 	if (r->status == ST_VERIFIED) {
 		json_object_set_new(o, "signature", json_string(r->signature));
@@ -429,8 +450,9 @@ static size_t width_of(const char *s)
 	return w;
 }
 
-/* The cells of a text line: name, verdict, turns, calls, tokens, verify. */
-#define CELLS 6
+/* The cells of a text line: name, verdict, turns, calls, tokens,
+ * acceptance, verify. */
+#define CELLS 7
 struct cells {
 	char *text[CELLS];
 	int colour[CELLS];
@@ -476,26 +498,38 @@ static void make_cells(const struct row *r, struct cells *c)
 			buf_printf(&b, " cached %lld", cached);
 	}
 	c->text[4] = xstrdup(b.p ? b.p : "");
+	long long checks, attempts;
+	int passed;
+	buf_reset(&b);
+	if (acceptance_of(r, &checks, &attempts, &passed)) {
+		buf_printf(&b, "acceptance %s (%lld check%s, %lld attempt%s)",
+		           passed > 0 ? "passed" : passed == 0 ? "FAILED" : "unsettled", checks, checks == 1 ? "" : "s",
+		           attempts, attempts == 1 ? "" : "s");
+		/* like the verdict, a claim only a verified record makes */
+		if (r->status == ST_VERIFIED && passed >= 0)
+			c->colour[5] = passed ? C_GREEN : C_RED;
+	}
+	c->text[5] = xstrdup(b.p ? b.p : "");
 	buf_reset(&b);
 	switch (r->status) {
 	case ST_VERIFIED:
 		buf_printf(&b, "verified %s", r->detail);
-		c->colour[5] = C_GREEN;
+		c->colour[6] = C_GREEN;
 		break;
 	case ST_UNSEALED:
 		buf_printf(&b, "UNSEALED: %s", r->detail);
-		c->colour[5] = C_YELLOW;
+		c->colour[6] = C_YELLOW;
 		break;
 	case ST_INVALID:
 		buf_printf(&b, "INVALID: %s", r->detail);
-		c->colour[5] = C_RED;
+		c->colour[6] = C_RED;
 		break;
 	case ST_NO_RECORD:
 		buf_printf(&b, "NO RECORD: %s", r->detail);
-		c->colour[5] = C_RED;
+		c->colour[6] = C_RED;
 		break;
 	}
-	c->text[5] = b.p;
+	c->text[6] = b.p;
 }
 
 static void print_text(const struct opts *o, struct row *rows, size_t n)

@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,22 @@ static _Noreturn void invalid(const char *fmt, ...)
 		if (*p == '\n')
 			*p = ' ';
 	fprintf(stderr, "AUDIT_INVALID: %s\n", text);
+	exit(1);
+}
+
+/* AUDIT_INVALID: reason, then one line of detail "sfma-verify: ..." for a
+ * person: the first line is the one scripts match. */
+static _Noreturn void invalid_because(const char *reason, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static _Noreturn void invalid_because(const char *reason, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "AUDIT_INVALID: %s\n", reason);
+	warning("%s", text);
 	exit(1);
 }
 
@@ -178,14 +195,37 @@ static _Noreturn void bad_trusted_head(void)
 	cli_usage_error(usage_text, "--trusted-head: HEX:COUNT, 64 lowercase hex digits and a count >= 1");
 }
 
+/* 1 if path names a file in an existing .sfma directory: a record that
+ * should be there (a workspace's own), not a mistyped operand. */
+static int in_sfma_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return 0;
+	char *dir = xmalloc((size_t)(slash - path) + 1);
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	const char *base = strrchr(dir, '/');
+	base = base ? base + 1 : dir;
+	struct stat st;
+	int yes = strcmp(base, ".sfma") == 0 && stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+	free(dir);
+	return yes;
+}
+
 /* Where the record and the workspace are: a directory is a workspace; a
  * file is a result record inside <workspace>/.sfma/. Returns 1 for a
  * workspace. */
 static int locate(const char *target, char **record_path, char **workspace)
 {
 	struct stat st;
-	if (stat(target, &st) < 0)
+	/* A path that is not there is a mistyped operand, not a record that
+	 * fails to verify: said plainly, exit 2, and never AUDIT_INVALID. */
+	if (stat(target, &st) < 0) {
+		if ((errno == ENOENT || errno == ENOTDIR) && !in_sfma_dir(target))
+			die_status(2, "%s: no such workspace or record", target);
 		invalid("%s: %s", target, strerror(errno));
+	}
 	if (S_ISDIR(st.st_mode)) {
 		*workspace = xstrdup(target);
 		*record_path = xmalloc(strlen(target) + 32);
@@ -424,10 +464,23 @@ static const char *check_signature(json_t *integrity, json_t *signature, EVP_PKE
 	 * and the embedded key must be the same key. */
 	const char *word = "untrusted-key";
 	if (trusted) {
-		if (!ed25519_verify(trusted, msg.p, msg.len, sig, (size_t)siglen))
+		char want[ED25519_FINGERPRINT_LEN + 1], found[ED25519_FINGERPRINT_LEN + 1];
+		ed25519_fingerprint(trusted, want);
+		ed25519_fingerprint(embedded, found);
+		int same = ed25519_same_public(trusted, embedded);
+		if (!ed25519_verify(trusted, msg.p, msg.len, sig, (size_t)siglen)) {
+			/* The contract's line stays exactly what scripts match
+			 * (tests/fixtures/interop/README.md); which keys were
+			 * compared follows on a line of its own. */
+			if (!same)
+				invalid_because("invalid audit signature",
+				                "expected key %s (SFMA_AUDIT_PUBLIC_KEY), the record is signed with key %s "
+				                "(integrity.signature.publicKey; SHA-256 of each SubjectPublicKeyInfo, "
+				                "first 16 hex)", want, found);
 			invalid("invalid audit signature");
-		if (!ed25519_same_public(trusted, embedded))
-			invalid("embedded public key is not the trusted key");
+		}
+		if (!same)
+			invalid("embedded public key is not the trusted key (expected %s, found %s)", want, found);
 		word = "trusted";
 	}
 	if (!ed25519_verify(embedded, msg.p, msg.len, sig, (size_t)siglen))

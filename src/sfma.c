@@ -559,8 +559,12 @@ static int supervise(pid_t pid[N_STAGES])
 			for (int s = 0; s < N_STAGES; s++) {
 				if (gone[s] || s == PLAN)
 					continue;
-				warning("stage %s still running %d s after the planner ended; killing it",
-				      stage_prog[s], GRACE_SECONDS);
+				/* After the operator's own ^C a stage still busy
+				 * (a model call in flight) is what they asked to
+				 * stop: no news to them. */
+				if (!interrupted)
+					warning("stage %s still running %d s after the planner ended; killing it",
+					        stage_prog[s], GRACE_SECONDS);
 				kill(pid[s], SIGKILL);
 			}
 			killed = true;

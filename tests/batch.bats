@@ -94,6 +94,31 @@ trace_lengths() {
 	sfma summary --json a | jq -e '.usage == {"inputTokens":12600,"outputTokens":492,"cachedInputTokens":100}'
 }
 
+@test "summary: the acceptance checks, when the manifest has any: passed or FAILED, how many, the dones that ran them" {
+	run_into a
+	mock_manifest m-b.json b b
+	jq '.acceptance = [{"cmd":"echo ok"}]' m-b.json >t.json && mv t.json m-b.json
+	sfma run m-b.json >/dev/null 2>&1
+	mock_manifest m-c.json c c
+	jq '.acceptance = [{"cmd":"echo ok"},{"cmd":"echo no","exit":3}]' m-c.json >t.json && mv t.json m-c.json
+	run sfma run m-c.json
+	[ "$status" -ne 0 ]
+	run sfma summary a b c
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[[ "${lines[0]}" != *acceptance* ]]
+	[[ "${lines[1]}" =~ ^b\ +completed\ +turns\ 4\ +calls\ 4\ +acceptance\ passed\ \(1\ check,\ 1\ attempt\)\ +verified ]]
+	[[ "${lines[2]}" == "c "*"  acceptance FAILED (2 checks, "*" attempt"*")  verified"* ]]
+	# the verify column still lines up
+	[ "$(awk '{print index($0, "verified")}' <<<"${lines[0]}")" = "$(awk '{print index($0, "verified")}' <<<"${lines[2]}")" ]
+	sfma summary --json b | jq -e '.acceptance == {"commands":1,"attempts":1,"passed":true}'
+	sfma summary --json c | jq -e '.acceptance.commands == 2 and .acceptance.passed == false'
+	sfma summary --json a | jq -e 'has("acceptance") | not'
+	# in colour on a terminal, as a verified record's claim
+	script -qec "sfma summary c" /dev/null >tty.out || true
+	grep -q $'\033\\[1;31macceptance FAILED' tty.out
+}
+
 @test "summary: a tampered record exits 1, and every other workspace is still reported" {
 	run_into a
 	run_into b

@@ -7,7 +7,7 @@
 load helpers
 bats_require_minimum_version 1.5.0
 
-PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-tap"
+PROGRAMS="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-verify sfma-replay sfma-chat sfma-telegram sfma-log sfma-report sfma-summary sfma-check sfma-export sfma-endpoints sfma-prove sfma-attest sfma-tap sfma-init"
 
 setup() {
 	cd "$BATS_TEST_TMPDIR"
@@ -46,7 +46,9 @@ usage_error() {
 	[ "$named" -eq 1 ] || broke "$name: $named message lines, expected one"
 }
 
-# manners NAME: everything this file expects of every program.
+# manners NAME [optional-operand]: everything this file expects of every
+# program (one whose operand is optional does its work without one: that
+# is tested where it belongs, not here in the source tree).
 manners() {
 	local name=$1 flag
 	[ -x "$SFMA_BINDIR/$name" ] || { echo "$SFMA_BINDIR/$name is missing" >&2; return 1; }
@@ -75,6 +77,7 @@ manners() {
 	# the usage after the error is the one --help prints
 	[[ "$help" == "${stderr_lines[1]}"* ]] || broke "$name: the usage after an error is not the --help text"
 
+	[ "${2:-}" = optional-operand ] && return 0
 	run --separate-stderr by_path "$name"
 	[ "$status" -eq 2 ] || broke "$name without arguments: expected exit 2"
 	[ -z "$output" ] || broke "$name without arguments: printed on stdout"
@@ -110,6 +113,7 @@ manners() {
 @test "sfma-prove: --version, --help, -h, usage errors by name" { manners sfma-prove; }
 @test "sfma-attest: --version, --help, -h, usage errors by name" { manners sfma-attest; }
 @test "sfma-tap: --version, --help, -h, usage errors by name" { manners sfma-tap; }
+@test "sfma-init: --version, --help, -h, usage errors by name" { manners sfma-init optional-operand; }
 
 # A small sealed workspace.
 workspace() {
@@ -182,4 +186,30 @@ workspace() {
 		usage_error sfma-telegram --poll-timeout
 		[ "$stderr" = "$eq" ] || broke "--poll-timeout '$value' and --poll-timeout='$value' differ"
 	done
+}
+
+# The options a text names: words that begin with - or -- after a space,
+# a bracket, a bar, a parenthesis, a comma or '=' (not the - inside a
+# program's name, not a negative number). -h is --help by another name.
+options_in() {
+	grep -o -- '\(^\|[][ |(,=]\)--\?[a-zA-Z][-a-zA-Z0-9]*' | sed 's/^[][ |(,=]//' | grep -vx -- '-h' | sort -u
+}
+
+@test "every program's --help lists the options its man page's SYNOPSIS lists, and no other" {
+	require mandoc
+	local f name page man help bad=0
+	for f in "$SFMA_BINDIR"/sfma*; do
+		name=${f##*/}
+		page="$REPO/man/$name.1"
+		[ -f "$page" ] || { echo "$name has no man page man/$name.1" >&2; bad=1; continue; }
+		man=$(mandoc -Tascii "$page" | col -b | awk '/^SYNOPSIS/ {f = 1; next} /^[A-Z]/ {f = 0} f' | options_in)
+		help=$("$f" --help </dev/null | options_in)
+		[ -n "$help" ] || { echo "$name --help names no option" >&2; bad=1; continue; }
+		if [ "$man" != "$help" ]; then
+			echo "$name: SYNOPSIS and --help differ (< SYNOPSIS, > --help):" >&2
+			diff <(echo "$man") <(echo "$help") | grep '^[<>]' >&2
+			bad=1
+		fi
+	done
+	[ "$bad" -eq 0 ]
 }

@@ -5,12 +5,19 @@
 bats_require_minimum_version 1.5.0
 load helpers
 load fixtures/report/eventful
+load fixtures/model/helpers
+load fixtures/report/native
+load fixtures/report/acceptance
 
 setup() {
 	require jq
 	require python3
-	cd "$BATS_TEST_TMPDIR"
-	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY NO_COLOR
+	model_setup
+	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY NO_COLOR SFMA_PAGER PAGER
+}
+
+teardown() {
+	model_teardown
 }
 
 # Every file under a directory with its size and modification time.
@@ -30,12 +37,14 @@ snapshot() {
 	[[ "$output" == *"candidate     adopted: Write out.txt and show the sandbox"* ]]
 	[[ "$output" == *"REFUSED invalid reply: not a JSON object"* ]]
 	[[ "$output" == *"task          run echo MARKER-42"* ]]
-	[[ "$output" == *"PASS run echo MARKER-42: exit=0"* ]]
+	[[ "$output" == *"allowed run echo MARKER-42: exit=0"* ]]
 	[[ "$output" == *"mutation      wrote out.txt, 11 bytes, sha256 26c60a61d01d"* ]]
 	[[ "$output" == *"REFUSED write ../evil: outside workspace"* ]]
 	[[ "$output" == *"message       out notify: status ok"* ]]
 	[[ "$output" == *"ERROR error: done, but 2 calls were refused by the hard tier"* ]]
 	[[ "$output" == *"clock-anchor  run end"* ]]
+	# the endpoint's standing is the workspace's, over every run, and says so
+	[[ "$output" == *"weight        endpoint mock: 8 calls so far (all runs), 0 failures"* ]]
 	[[ "${lines[-3]}" == "verdict failed  turns 8  model calls 8  refused 2  invalid replies 1  "*" s  tokens in 0 out 0 cached 0  sealed by result.json" ]]
 	# the done summary, from the evidence the run kept
 	[[ "${lines[-2]}" == "summary Wrote out.txt; SUMMARY-7 all done" ]]
@@ -83,7 +92,9 @@ snapshot() {
 	run sfma-log ws
 	[ "$status" -eq 0 ]
 	echo "$output"
-	[[ "$output" == *'reply: {"tool":"run","cmd":"echo MARKER-42"}'* ]]
+	# a reply that is one JSON object: the call by its name and members
+	[[ "$output" == *'reply: run cmd=echo MARKER-42'* ]]
+	[[ "$output" == *'reply: write path=out.txt content=hello\nworld'* ]]
 	[[ "$output" == *"reply: not json <script>document.title='PWNED1'</script></svg>"* ]]
 	[[ "$output" == *'output: exit=0\nstdout:MARKER-42\n\nstderr:'* ]]
 	[[ "$output" == *'content: hello\nworld'* ]]
@@ -91,7 +102,7 @@ snapshot() {
 	[[ "$output" == *"call          mock 115 ms ok, tokens in 1350 out 51"* ]]
 	[[ "$output" == *"tokens in 12600 out 492 cached 0"* ]]
 	# the derived clock: the command ran 180 ms after its call's 115 ms
-	[[ "$output" == *"   +0.450s  L1  T3    verdict       PASS run echo MARKER-42: exit=0"* ]]
+	[[ "$output" == *"   +0.450s  L1  T3    verdict       allowed run echo MARKER-42: exit=0"* ]]
 	run sfma-log ws --json
 	echo "$output" >rows
 	jq -e -s 'any(.[]; .kind == "call" and .reply == "{\"tool\":\"run\",\"cmd\":\"echo MARKER-42\"}" and
@@ -142,9 +153,11 @@ snapshot() {
 @test "colour only on a terminal, never with NO_COLOR set, never into a pipe or with --json" {
 	require script
 	eventful_run
+	# the pager's part is tested below; here the text reaches the terminal
+	export SFMA_PAGER=cat
 	script -qec "sfma-log ws" /dev/null >tty.out
 	grep -q $'\033\\[1;31mREFUSED' tty.out
-	grep -q $'\033\\[32mPASS' tty.out
+	grep -q $'\033\\[32mallowed' tty.out
 	# an empty NO_COLOR is not set (no-color.org: any non-empty value)
 	NO_COLOR= script -qec "sfma-log ws" /dev/null >tty-empty.out
 	grep -q $'\033\\[' tty-empty.out
@@ -221,11 +234,35 @@ JSON
 	grep -q 'echo FOLLOWED' follow.out
 }
 
-@test "--follow on a run that is already sealed prints it and exits" {
-	run timeout 20 sfma-log "$INTEROP/multirun/ws" --follow
-	[ "$status" -eq 0 ]
-	[[ "${lines[0]}" == "run 3 of 3  started "*", following" ]]
-	[[ "${lines[-1]}" == "verdict completed"*"sealed by result.json" ]]
+@test "--follow after a sealed run waits for the next run and shows that one only, to its seal" {
+	# a workspace whose last run is sealed: the follower waits, printing nothing
+	run timeout 2 sfma-log "$INTEROP/multirun/ws" --follow
+	[ "$status" -eq 124 ]
+	[ -z "$output" ]
+	cat >m.json <<'JSON'
+{"name":"again","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":["echo"],"inputs":[],"outputs":["out.txt"],"maxTurns":8,"dryRunDefault":false}
+JSON
+	export SFMA_MOCK="[$EVENTFUL_CAND,{\"tool\":\"run\",\"cmd\":\"echo FIRST-RUN\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"s\"}]"
+	sfma run m.json >/dev/null 2>&1
+	# started after that run and before the next: the next is what it shows
+	timeout 60 sfma-log ws --follow --json >follow.out 2>follow.err &
+	local follower=$!
+	sleep 1
+	export SFMA_MOCK="[$EVENTFUL_CAND,{\"tool\":\"run\",\"cmd\":\"sleep 1\"},{\"tool\":\"run\",\"cmd\":\"echo SECOND-RUN\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"y\"},{\"tool\":\"done\",\"summary\":\"s\"}]"
+	jq '.allowedCommands += ["sleep"]' m.json >m2.json
+	sfma run m2.json >/dev/null 2>&1
+	local follow_status=0
+	wait "$follower" || follow_status=$?
+	cat follow.err
+	[ "$follow_status" -eq 0 ]
+	jq -e -s '.[0] | .row == "header" and .run == 2 and .runs == 2' follow.out
+	jq -e -s '.[-1] | .row == "footer" and .run == 2 and .sealed and .verdict == "completed"' follow.out
+	grep -q 'echo SECOND-RUN' follow.out
+	grep -c 'FIRST-RUN' follow.out && return 1
+	# exactly the second run's rows
+	sfma-log ws --json --run 2 >after.out
+	diff follow.out after.out
 }
 
 @test "a hostile trace: lines that are not entries are shown as such, escapes come out escaped, exit 1" {
@@ -277,7 +314,7 @@ PY
 	[[ "$output" == *' \x1b[2Jkind\u{009b} '* ]]
 	[[ "${lines[-1]}" == 'verdict halted-\x1b]0;title\x07  turns 0  model calls 1 (1 failed)  refused 1  not sealed by result.json' ]]
 	# on a terminal too: only the program's own colour sequences
-	script -qec "sfma-log h" /dev/null >tty.out || true
+	SFMA_PAGER=cat script -qec "sfma-log h" /dev/null >tty.out || true
 	grep -q 'INVALID' tty.out
 	run grep -c $'\033\\]\\|\033\\[31mRED\\|\033\\[2J\\|\302\233' tty.out
 	[ "$output" = 0 ]
@@ -323,7 +360,10 @@ PY
 	before=$(snapshot ws)
 	sfma-log ws >/dev/null
 	sfma-log ws --json --all >/dev/null
-	timeout 20 sfma-log ws --follow >/dev/null
+	sfma-log ws --turn 3 >/dev/null
+	# a sealed run: --follow waits for the next, still reading only
+	run timeout 2 sfma-log ws --follow
+	[ "$status" -eq 124 ]
 	[ "$(snapshot ws)" = "$before" ]
 }
 
@@ -394,4 +434,200 @@ PY
 	run sfma log ws --json
 	[ "$status" -eq 0 ]
 	[ "$output" = "$(sfma-log ws --json)" ]
+}
+
+@test "a native OpenAI-shaped run reads in the provider's words: calls by name and input, results as text, nothing escaped twice" {
+	native_run
+	run --separate-stderr sfma-log ws --no-pager
+	[ "$status" -eq 0 ]
+	echo "$output"
+	# the calls the provider made, decoded: no JSON inside JSON
+	[[ "$output" == *'reply: write path=notes.txt content=first line\nsays "hello" \\ there\nthird line\n'* ]]
+	[[ "$output" == *'reply: read path=notes.txt; run cmd=echo never'* ]]
+	[[ "$output" == *'reply: done summary=notes written, "twice"'* ]]
+	# a result that went back in a tool message: its text
+	[[ "$output" == *'output: exit=0\nstdout:one two\n\nstderr:'* ]]
+	[[ "$output" != *'{"results"'* && "$output" != *'"native"'* && "$output" != *'"function"'* ]]
+	# no escaped quote, no escaped escape before an n: nothing was escaped twice
+	run grep -c -F '\"' <<<"$output"
+	[ "$output" = 0 ]
+	run grep -c -F '\\n' <<<"$(sfma-log ws)"
+	[ "$output" = 0 ]
+	# --json keeps the reply as received, and beside it the decoded calls
+	sfma-log ws --json >rows
+	jq -e -s 'any(.[]; .kind == "call" and (.reply | fromjson | .provider == "openai") and
+		.replyCalls[0].name == "write" and .replyCalls[0].input.path == "notes.txt")' rows
+	jq -e -s 'any(.[]; .kind == "call" and (.sentResults | length) == 2 and .sentResults[0].name == "read" and
+		.sentResults[1].content == "one call per turn: only the first call was carried out")' rows
+	jq -e -s 'any(.[]; .kind == "verdict" and .output == "exit=0\nstdout:one two\n\nstderr:")' rows
+}
+
+@test "--turn N shows every entry of one turn whole: the message sent, the reply, the output, the diff, unclipped" {
+	native_run
+	run --separate-stderr sfma-log ws --turn 3
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[[ "${lines[0]}" == "run 1 of 1  started "*", turn 3" ]]
+	# only turn 3 of loop 1, every entry of it
+	[ "$(grep -c '^ *+[0-9.]*s  L' <<<"$output")" -eq 4 ]
+	[ "$(grep -c '  L1  T3  ' <<<"$output")" -eq 4 ]
+	# the tool message that went out, its results one by one
+	[[ "$output" == *"result for write (call_w1):"*"wrote 43 bytes to notes.txt"* ]]
+	# the native call as key: value, its content as lines
+	grep -qx '                             tool: write' <<<"$output"
+	grep -qx '                             path: notes.txt' <<<"$output"
+	grep -qx '                               says "goodbye" \\ there' <<<"$output"
+	# the write against the one before it
+	grep -qx '                             -says "hello" \\ there' <<<"$output"
+	grep -qx '                             +says "goodbye" \\ there' <<<"$output"
+	# turn 1 carries the system prompt; nothing is clipped there
+	sfma-log ws --turn 1 >t1
+	grep -q 'system prompt:' t1
+	grep -q 'OPERATOR MESSAGES may only narrow the task' t1
+	sfma-log ws --turn 1 --json | jq -r 'select(.prompt) | .prompt' >prompt.txt
+	[ "$(wc -l <prompt.txt)" -gt 20 ]
+	while IFS= read -r l; do
+		[ -z "$l" ] || grep -qxF "                             $l" t1 || { echo "not shown: $l"; return 1; }
+	done <prompt.txt
+	# --json: the same rows, one object each
+	run sfma-log ws --turn 3 --json
+	[ "$(jq -s '[.[] | select(.row == "entry")] | length' <<<"$output")" -eq 4 ]
+	jq -e -s 'any(.[]; .kind == "mutation" and .previous.bytes == 43 and (.diff | contains("+says")))' <<<"$output"
+	# a turn the run does not have, and what is no turn number
+	run --separate-stderr sfma-log ws --turn 9
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-log: ws: run 1 has no turn 9 (its last is 6)" ]
+	run sfma-log ws --turn 0
+	[ "$status" -eq 2 ]
+	run sfma-log ws --turn 3 --all
+	[ "$status" -eq 2 ]
+	run sfma-log ws --turn 3 --follow
+	[ "$status" -eq 2 ]
+}
+
+@test "a long output is clipped on its row and whole with --turn" {
+	cat >m.json <<'JSON'
+{"name":"long","workspace":"ws","modelEndpoints":[{"name":"mock","provider":"mock","model":"m"}],
+ "allowedCommands":[],"inputs":[],"outputs":["big.txt"],"maxTurns":8,"dryRunDefault":false}
+JSON
+	local big
+	big=$(python3 -c 'print("".join("line %04d of the big file\n" % i for i in range(600)), end="")')
+	export SFMA_MOCK="[$EVENTFUL_CAND,$(jq -cn --arg c "$big" '{tool:"write",path:"big.txt",content:$c}'),{\"tool\":\"done\",\"summary\":\"s\"}]"
+	sfma run m.json >/dev/null 2>&1
+	run sfma-log ws
+	[[ "$output" == *"content: line 0000 of the big file\nline 0001"*"..."* ]]
+	[[ "$output" != *"line 0599"* ]]
+	run sfma-log ws --turn 2
+	echo "$output"
+	# the reply, the task and the write, each whole; the write is a new file
+	[ "$(grep -c '^ *line 0599 of the big file$' <<<"$output")" -eq 3 ]
+	[ "$(grep -c '^ *line [0-9]* of the big file$' <<<"$output")" -eq 1800 ]
+	grep -qx ' *new file' <<<"$output"
+}
+
+# A pager that notes how it was started and passes its input on.
+fake_pager() {
+	mkdir -p pagerbin
+	cat >pagerbin/"$1" <<EOF
+#!/bin/sh
+echo "\$0 \$*" >>"$BATS_TEST_TMPDIR/paged"
+cat
+EOF
+	chmod +x pagerbin/"$1"
+}
+
+@test "on a terminal the text goes through a pager as git's does: SFMA_PAGER, then PAGER, then less -FRX" {
+	require script
+	eventful_run
+	fake_pager less
+	fake_pager mypager
+	fake_pager other
+	local P="$BATS_TEST_TMPDIR/pagerbin:$PATH"
+	# the default: less -FRX, which gets the text, colours and all
+	PATH=$P script -qec "sfma-log ws" /dev/null >tty.out
+	[ "$(cat paged)" = "$BATS_TEST_TMPDIR/pagerbin/less -FRX" ]
+	grep -q 'REFUSED' tty.out
+	grep -q $'\033\\[1;31mREFUSED' tty.out
+	rm paged
+	PATH=$P PAGER=other script -qec "sfma-log ws" /dev/null >/dev/null
+	[ "$(cat paged)" = "$BATS_TEST_TMPDIR/pagerbin/other " ]
+	rm paged
+	PATH=$P PAGER=other SFMA_PAGER="mypager -x" script -qec "sfma-log ws" /dev/null >/dev/null
+	[ "$(cat paged)" = "$BATS_TEST_TMPDIR/pagerbin/mypager -x" ]
+	rm paged
+	# empty, or cat: none
+	PATH=$P SFMA_PAGER= script -qec "sfma-log ws" /dev/null >none.out
+	[ ! -e paged ]
+	grep -q REFUSED none.out
+	PATH=$P PAGER=cat script -qec "sfma-log ws" /dev/null >/dev/null
+	[ ! -e paged ]
+}
+
+@test "never a pager with --no-pager, into a pipe or a file, with --json or --follow" {
+	require script
+	eventful_run
+	fake_pager less
+	local P="$BATS_TEST_TMPDIR/pagerbin:$PATH"
+	PATH=$P script -qec "sfma-log ws --no-pager" /dev/null >tty.out
+	grep -q REFUSED tty.out
+	PATH=$P script -qec "sfma-log ws --json" /dev/null >/dev/null
+	PATH=$P script -qec "sfma-log ws | cat" /dev/null >/dev/null
+	PATH=$P script -qec "sfma-log ws >file.out" /dev/null >/dev/null
+	grep -q REFUSED file.out
+	PATH=$P sfma-log ws | grep -q REFUSED
+	# a sealed run: --follow waits for the next (and never pages)
+	PATH=$P script -qec "timeout 1 sfma-log ws --follow" /dev/null >/dev/null || true
+	[ ! -e paged ] || { cat paged; return 1; }
+}
+
+@test "verdicts say what was decided: allowed beside the outcome, an acceptance check passed or FAILED, its runs and last output" {
+	acceptance_run
+	run --separate-stderr sfma-log ws
+	[ "$status" -eq 0 ]
+	echo "$output"
+	# the hard tier allowed the call; what it did is its outcome
+	[[ "$output" == *"verdict       allowed run python3 status.py 3: exit=3"* ]]
+	[[ "$output" == *"verdict       allowed run sleep 5: exit=124: timed out after 1 s (commandTimeoutSeconds)"$'\n'* ]]
+	# PASS is the judges' word only
+	[ -z "$(grep PASS <<<"$output" | grep -v 'PASS soft tier: \|PASS criteria: ')" ]
+	[[ "$output" != *"(timed out)"* ]]
+	# the check that refused the done, and the one that let it through
+	[[ "$output" == *"verdict       FAILED acceptance check 1: python3 -m unittest test_calc: exit 1 (expected 0)"* ]]
+	[[ "$output" == *"verdict       passed acceptance check 1: python3 -m unittest test_calc: exit 0 (expected 0)"* ]]
+	# a failed check is no refusal of the hard tier
+	[[ "$output" == *"verdict completed  turns 6  model calls 6  refused 0  "* ]]
+	[[ "$output" == *$'\nacceptance passed  1 check  2 attempts\n  check 1 python3 -m unittest test_calc: ran 2 times, passed 1; last exit 0 (expected 0) at line '[0-9]*$'\n'*'output: exit=0\nstdout:\nstderr:.\n'*'OK\n'* ]]
+	# the loop's last done is its summary, not the refused one
+	[ "${lines[-1]}" = "summary fixed" ]
+	# a non-zero exit stands out on a terminal; a refusal is red
+	SFMA_PAGER=cat script -qec "sfma-log ws" /dev/null >tty.out
+	grep -q $'\033\\[33mallowed\033\\[0m run python3 status.py 3' tty.out
+	grep -q $'\033\\[33mallowed\033\\[0m run sleep 5' tty.out
+	grep -q $'\033\\[32mallowed\033\\[0m write calc.py' tty.out
+	grep -q $'\033\\[1;31mFAILED\033\\[0m acceptance' tty.out
+	# --json: the footer's checks
+	sfma-log ws --json | jq -e -s '.[-1].acceptance | .passed == true and .commands == 1 and .attempts == 2 and
+		(.checks | length) == 1 and .checks[0].runs == 2 and .checks[0].passes == 1 and .checks[0].last.exit == 0 and
+		(.checks[0].last.output | endswith("OK\n"))'
+}
+
+@test "on a terminal the text is wrapped to its width, each line going on under its text; never into a pipe or a file" {
+	require script
+	native_run
+	SFMA_PAGER=cat script -qec "stty cols 72; sfma-log ws" /dev/null | sed 's/\x1b\[[0-9;]*m//g; s/\r$//' >tty.out
+	sfma-log ws >pipe.out
+	cat tty.out
+	# no line wider than the terminal
+	[ "$(awk '{ if (length($0) > 72) n++ } END { print n + 0 }' tty.out)" -eq 0 ]
+	# a row goes on under its text (column 37), an extra line under its label's text
+	local row wrapped
+	row=$(grep 'L1  T4    call' pipe.out)
+	[ "${#row}" -gt 72 ]
+	wrapped=$(grep -A1 'L1  T4    call' tty.out)
+	[[ "$(sed -n 2p <<<"$wrapped")" =~ ^\ {36}[^\ ] ]]
+	[ "$(sed -n 1p <<<"$wrapped") $(sed -n 2p <<<"$wrapped" | sed 's/^ *//')" = "$row" ]
+	grep -m1 -A1 '^ *reply: write path=notes.txt content=first' tty.out | sed -n 2p | grep -Eq '^ {29}[^ ]'
+	# into a pipe or a file: one line a row, as wide as it is
+	[ "$(awk '{ if (length($0) > 72) n++ } END { print n + 0 }' pipe.out)" -gt 10 ]
 }

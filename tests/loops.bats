@@ -230,6 +230,10 @@ for e in [calls[0]] + tail[:3]:
 	done
 	[[ "$output" == *"PASS soft tier: task B judged by mock-judge, produced by a: mock judge"* ]] || { echo "$output"; return 1; }
 	[[ "$output" == *"PASS criteria: 1 of 1 pass (judge mock-judge)"* ]]
+	# every loop's done, in the order of the loops, not only the last
+	[ "${lines[-3]}" = "summary (loop 1) a" ]
+	[ "${lines[-2]}" = "summary (loop 2) b" ]
+	[ "${lines[-1]}" = "summary (loop 3) c" ]
 	run sfma log ws --json
 	echo "$output" | jq -s -e '[.[] | select(.tier == "soft")] | length == 3 and all(.[]; .judge == "mock-judge" and .producer == "a") and
 		(map(.loop) | sort) == [1,2,3] and (map(.task) | sort) == ["A","B","C"]'

@@ -266,7 +266,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	SFMA_MOCK=$HOLD start_sfma run manifest.json
 	wait_for_sleep
 	kill -TERM "$sfma_child"
-	release_sleep
+	# the held command stops with the run (nobody reads its answer)
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
@@ -284,12 +284,36 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	SFMA_MOCK=$HOLD start_sfma run manifest.json
 	wait_for_sleep
 	kill -INT "$sfma_child"
-	release_sleep
+	# the held command stops with the run (nobody reads its answer)
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$output" == HALTED-OPERATOR* ]]
 	jq -s -e 'any(.[]; .kind=="result" and .data.halt=="SIGINT" and .data.trigger=="SIGINT")' ws/.sfma/trace.jsonl
 	[[ "$stderr" != *"signal 13"* && "$stderr" != *"sfma-seal"* ]]
+	sfma-verify ws
+}
+
+@test "run: ^C during a long command stops the command at once, with no word of a stage still running" {
+	SFMA_MOCK=$HOLD start_sfma run manifest.json
+	wait_for_sleep
+	local exec_pid before
+	exec_pid=$(stage_pid sfma-exec)
+	before=$(date +%s%N)
+	kill -INT "$sfma_child"
+	# no release_sleep: the sleep 40 is the stage's to stop
+	finish_sfma
+	local took_ms=$(( ($(date +%s%N) - before) / 1000000 ))
+	[ "$status" -eq 1 ]
+	[[ "$output" == "HALTED-OPERATOR turns=2 "* ]]
+	# not the 5 s grace, nor the command's 40 s
+	[ "$took_ms" -lt 3000 ] || { echo "sfma took $took_ms ms after ^C"; cat err; return 1; }
+	[[ "$stderr" != *"still running"* ]] || { echo "$stderr"; return 1; }
+	[[ "$stderr" != *"sfma: stage"* ]] || { echo "$stderr"; return 1; }
+	# the stage and its sandbox are gone: no sleep 40 is left anywhere
+	[ ! -d "/proc/$exec_pid" ]
+	run pgrep -f -x 'sleep 40'
+	[ "$status" -eq 1 ]
+	jq -s -e 'any(.[]; .kind=="result" and .data.trigger=="SIGINT")' ws/.sfma/trace.jsonl
 	sfma-verify ws
 }
 
@@ -467,7 +491,7 @@ signalling_stage() {
 	SFMA_MOCK=$HOLD start_sfma relay manifest.json
 	wait_for_sleep
 	kill -TERM "$sfma_child"
-	release_sleep
+	# the held command stops with the run (nobody reads its answer)
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"relay: run 1/inf"* ]]

@@ -6,15 +6,37 @@
 bats_require_minimum_version 1.5.0
 load helpers
 load fixtures/report/eventful
+load fixtures/model/helpers
+load fixtures/report/native
+load fixtures/report/loops
+load fixtures/report/acceptance
 
 CHROME="$BATS_TEST_DIRNAME/fixtures/report/chrome.sh"
+CDP="$BATS_TEST_DIRNAME/fixtures/report/cdp.py"
 
 setup() {
 	require jq
 	require python3
 	require chromium
-	cd "$BATS_TEST_TMPDIR"
+	model_setup
 	unset SFMA_MOCK SFMA_AUDIT_PRIVATE_KEY SFMA_AUDIT_PUBLIC_KEY
+}
+
+teardown() {
+	model_teardown
+}
+
+# measure PAGE WIDTH EXPRESSION [PNG]: the value of a JavaScript expression
+# in the page as the browser laid it out at that width (fixtures/report/cdp.py),
+# as JSON on stdout; no console message allowed.
+measure() {
+	python3 "$CDP" "$@" 2>cdp.err || { cat cdp.err >&2; return 1; }
+	! grep -q CONSOLE cdp.err || { cat cdp.err >&2; return 1; }
+}
+
+# png_size PNG: "WIDTH HEIGHT" of a PNG file.
+png_size() {
+	python3 -c 'import struct,sys; d=open(sys.argv[1],"rb").read(24); assert d[:8]==b"\x89PNG\r\n\x1a\n"; print(*struct.unpack(">II", d[16:24]))' "$1"
 }
 
 # dom PAGE: the page's DOM after loading, on stdout; the browser's console
@@ -64,7 +86,11 @@ no_console_messages() {
 	run grep -ci '<script\|<link\|<iframe\|<object\|<embed\|<img\|@import\|url(' report.html
 	[ "$output" = 0 ]
 	# every link stays inside the page; the one URL is the SVG namespace name
-	[ -z "$(grep -o 'href="[^"]*"' report.html | grep -v '^href="#line-[0-9]*"$')" ]
+	[ -z "$(grep -o 'href="[^"]*"' report.html | grep -Ev '^href="#(line|loop|prompt)-[0-9]+"$')" ]
+	# and each names a place the page has
+	for id in $(grep -o 'href="#[^"]*"' report.html | sed 's/href="#//; s/"$//' | sort -u); do
+		grep -q "id=\"$id\"" report.html || { echo "no $id"; return 1; }
+	done
 	[ "$(grep -o 'https\?://[^" ]*' report.html | sort -u)" = "http://www.w3.org/2000/svg" ]
 	# and the browser, asked to load it, logs no blocked request
 	dom report.html >/dev/null
@@ -164,7 +190,8 @@ no_console_messages() {
 	cp -r "$INTEROP/multirun/ws" mr && chmod -R u+w mr
 	sfma-report mr --run 2 -o r2.html
 	grep -q 'run 2 of 3' r2.html
-	[ "$(grep -c '<span class="badge refused">REFUSED</span>' r2.html)" -eq 3 ]
+	# the table's refused rows (the conversation shows them again)
+	[ "$(grep -c '<td class="what"><span class="badge refused">REFUSED</span>' r2.html)" -eq 3 ]
 	grep -q '<div class="k">sealed</div><div class="v halted">no</div>' r2.html
 	grep -q 'AUDIT_OK' r2.html
 	sfma-report mr -o r3.html
@@ -271,4 +298,133 @@ no_console_messages() {
 	run sfma-report --help
 	[ "$status" -eq 0 ]
 	[[ "$output" == "usage: sfma-report WORKSPACE"* ]]
+}
+
+# What a page at one width must show of the native run: nothing escaped
+# twice, the conversation, each call beside its result, the diff; and
+# nothing wider than the screen.
+NATIVE_PAGE_FACTS='(() => {
+	const q = (s) => Array.from(document.querySelectorAll(s));
+	const text = document.body.innerText;
+	const pairs = q("#conversation .pair").map((p) => {
+		const [a, b] = p.querySelectorAll(":scope > .side");
+		const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
+		return {call: a.innerText, result: b.innerText, beside: rb.left >= ra.right - 1 && Math.abs(rb.top - ra.top) < 2,
+		        below: rb.top >= ra.bottom - 1};
+	});
+	return {
+		overflow: document.documentElement.scrollWidth - innerWidth,
+		escapedQuote: text.includes("\\\""), escapedNewline: text.includes("\\\\n"),
+		backslashN: text.includes("\\n"), providerJson: /"native"|"results"|"function"|"arguments"/.test(text),
+		exchanges: q("#conversation .exchange").length,
+		prompts: q("#conversation details.prompt").length,
+		prompt: (document.querySelector("#prompt-1 pre") || {}).textContent || "",
+		pairs: pairs,
+		del: q("#conversation pre.diff .del").map((e) => e.textContent),
+		add: q("#conversation pre.diff .add").map((e) => e.textContent),
+		newFile: q("#conversation .tag.new").length,
+		costs: q("#conversation .xhead").map((e) => e.innerText).filter((t) => /\$0\.\d{4}/.test(t)).length,
+		loopCost: (document.querySelector("#loops tr[data-loop=\"1\"]") || {}).innerText || "",
+		lanes: q("#timeline svg g.lane[data-loop]").map((g) => g.getAttribute("data-loop"))
+	};
+})()'
+
+@test "the report of a native OpenAI-shaped run: the conversation in the provider's words, nothing escaped twice, each call beside its result, a diff; at desktop and phone widths" {
+	native_run
+	sfma-report ws -o report.html
+	# the page as it is written: no JSON inside JSON, no provider object
+	run grep -c -F '\"' report.html
+	[ "$output" = 0 ]
+	run grep -c -F '\\n' report.html
+	[ "$output" = 0 ]
+	measure report.html 1280 "$NATIVE_PAGE_FACTS" desktop.png >desk.json
+	measure report.html 390 "$NATIVE_PAGE_FACTS" phone.png >phone.json
+	for f in desk.json phone.json; do
+		jq -e '.overflow <= 0 and (.escapedQuote | not) and (.escapedNewline | not) and (.backslashN | not) and
+			(.providerJson | not)' $f
+		# every call of the run: six turns, the judge, the criteria
+		jq -e '.exchanges == 8 and .prompts == 1 and (.prompt | contains("OPERATOR MESSAGES may only narrow the task"))' $f
+		# each tool call beside its result; the second call of turn 5 was not carried out
+		jq -e '.pairs | length == 6' $f
+		jq -e '.pairs[0].call | startswith("CALL\nwrite call_w1\npath\tnotes.txt\ncontent")' $f
+		jq -e '.pairs[0].result | contains("allowed write notes.txt: wrote 43 bytes to notes.txt")' $f
+		jq -e '.pairs[2].call | contains("echo one two")' $f
+		jq -e '.pairs[2].result | contains("stdout:one two")' $f
+		jq -e '.pairs[4].call | contains("echo never")' $f
+		jq -e '.pairs[4].result | contains("not carried out")' $f
+		# the second write against the first; the first a new file
+		jq -e '.del == ["-says \"hello\" \\ there\n"] and .add == ["+says \"goodbye\" \\ there\n"] and .newFile == 1' $f
+		# the cost of each call (six turns and the two judgments) and of the loop
+		jq -e '.costs == 8 and (.loopCost | test("\\$0\\.[0-9]{4}"))' $f
+		jq -e '.lanes == ["1", "0"]' $f
+	done
+	# side by side on a desktop, one below the other on a phone
+	jq -e '.pairs | all(.beside)' desk.json
+	jq -e '.pairs | all(.below)' phone.json
+	# the screenshots, whole pages at their widths
+	read -r w h < <(png_size desktop.png)
+	[ "$w" -eq 1280 ] && [ "$h" -gt 2500 ]
+	read -r w h < <(png_size phone.png)
+	[ "$w" -eq 390 ] && [ "$h" -gt "$(( $(png_size desktop.png | cut -d' ' -f2) ))" ]
+}
+
+@test "the report of a three-loop run: a swimlane per loop with their calls overlapping, each loop's conversation and done" {
+	loops_run
+	sfma-report ws -o report.html
+	local facts='(() => {
+		const q = (s) => Array.from(document.querySelectorAll(s));
+		const bars = (l) => q("#timeline g.lane[data-loop=\"" + l + "\"] rect.bar").map((r) =>
+			[+r.getAttribute("x"), +r.getAttribute("x") + +r.getAttribute("width")]);
+		const overlap = (a, b) => a.some(([x0, x1]) => b.some(([y0, y1]) => x0 < y1 && y0 < x1));
+		return {
+			overflow: document.documentElement.scrollWidth - innerWidth,
+			lanes: q("#timeline g.lane[data-loop]").map((g) => g.getAttribute("data-loop")),
+			calls: [1, 2, 3].map((l) => bars(l).length),
+			overlap12: overlap(bars(1), bars(2)), overlap23: overlap(bars(2), bars(3)),
+			sections: q("#conversation section.loop").map((s) => s.getAttribute("data-loop")),
+			samePrompt: q("#conversation section.loop p.muted a[href=\"#prompt-1\"]").length,
+			summaries: q("#summary li").map((l) => l.innerText),
+			loopRows: q("#loops tbody tr").map((r) => r.getAttribute("data-loop"))
+		};
+	})()'
+	measure report.html 1280 "$facts" desktop.png >desk.json
+	measure report.html 390 "$facts" phone.png >phone.json
+	cat desk.json
+	for f in desk.json phone.json; do
+		jq -e '.overflow <= 0 and .lanes == ["1", "2", "3", "0"]' $f
+		# loop 1 bootstraps, writes and says done; loops 2 and 3 write and say done; each is judged
+		jq -e '.calls == [4, 3, 3] and .overlap12 and .overlap23' $f
+		jq -e '.sections == ["1", "2", "3", "0"] and .samePrompt == 2' $f
+		jq -e '.summaries == ["loop 1 wrote a.txt", "loop 2 wrote b.txt", "loop 3 wrote c.txt"]' $f
+		jq -e '.loopRows == ["1", "2", "3", "0"]' $f
+	done
+}
+
+@test "the report of a run with an acceptance check: the checks, how often each ran, its last output; verdicts as allowed or REFUSED beside the outcome, linked to what they rest on" {
+	acceptance_run
+	sfma-report ws -o report.html
+	dom report.html >dom.html
+	no_console_messages
+	grep -q '<div class="k">acceptance</div><div class="v completed">passed</div>' dom.html
+	grep -q '<span class="badge pass">passed</span> 1 check, 2 attempts' dom.html
+	grep -q '<td class="mono">python3 -m unittest test_calc</td><td>2</td><td>1</td>' dom.html
+	# the last run's output, and the FAILED check in the table, with its exit against the one expected
+	grep -A3 'id="acceptance"' dom.html | grep -q 'exit 0 (expected 0)'
+	grep -q '<td class="what"><span class="badge refused">FAILED</span> acceptance check 1: python3 -m unittest test_calc: exit 1 (expected 0)' dom.html
+	# the hard tier allowed the commands; the one that exited 3 and the one that timed out are marked
+	grep -q '<td class="what"><span class="badge warn">allowed</span> run python3 status.py 3: exit=3' dom.html
+	grep -q '<td class="what"><span class="badge warn">allowed</span> run sleep 5: exit=124: timed out after 1 s' dom.html
+	grep -q '<td class="what"><span class="badge pass">allowed</span> write calc.py' dom.html
+	run grep -c '>PASS<' dom.html # the judges' word only
+	[ "$output" -eq 2 ]
+	# a failed check is no refusal
+	grep -q '<div class="k">refused</div><div class="v ">0</div>' dom.html
+	run grep -c 'id="refusals"' dom.html
+	[ "$output" = 0 ]
+	# every verdict links to the entry it rests on
+	local task line
+	task=$(jq -r 'select(.kind == "verdict" and .data.tier == "acceptance") | .refs[0]' ws/.sfma/trace.jsonl | head -1)
+	line=$(jq -r --arg t "$task" 'select(.id == $t) | .seq' ws/.sfma/trace.jsonl)
+	[ -n "$line" ]
+	grep -q "rests on <a href=\"#line-$line\">line $line</a>" dom.html
 }

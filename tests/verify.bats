@@ -3,6 +3,7 @@
 # interop fixtures, a tampering suite, --trusted-head, and hostile input.
 
 load helpers
+bats_require_minimum_version 1.5.0
 
 setup() {
 	require jq
@@ -59,11 +60,31 @@ invalid() {
 	[ "$output" = 'AUDIT_OK signature=trusted entries=16 head=6072d571e7521ae5a441149549589a5dffbd37b7f944a8def54b6aec54a446ab' ]
 }
 
-@test "the wrong key fails exactly as the README says" {
+# The fingerprint of a public key PEM file as sfma-verify prints it.
+fingerprint() {
+	openssl pkey -pubin -in "$1" -outform DER | sha256sum | cut -c1-16
+}
+
+@test "the wrong key fails exactly as the README says, then names the key expected and the key found" {
 	fixture signed
-	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/other-public.pem") run sfma-verify signed
+	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/other-public.pem") run --separate-stderr sfma-verify signed
 	[ "$status" -eq 1 ]
-	[ "$output" = "AUDIT_INVALID: invalid audit signature" ]
+	# the README's line, exactly, first: scripts match it
+	[ "${stderr_lines[0]}" = "AUDIT_INVALID: invalid audit signature" ]
+	[ "${#stderr_lines[@]}" -eq 2 ]
+	local want found
+	want=$(fingerprint "$INTEROP/signed/other-public.pem")
+	found=$(fingerprint "$INTEROP/signed/trusted-public.pem")
+	[ "$want" != "$found" ]
+	[[ "${stderr_lines[1]}" == "sfma-verify: expected key $want (SFMA_AUDIT_PUBLIC_KEY), the record is signed with key $found "* ]]
+	# a signature that is simply bad under the right key has nothing more to say
+	jq '.integrity.headHash = "0000000000000000000000000000000000000000000000000000000000000000"' \
+		signed/.sfma/result.json >r && cp r signed/.sfma/result.json
+	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/trusted-public.pem") run --separate-stderr sfma-verify signed
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "AUDIT_INVALID: "* ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	fixture signed
 	# stdout stays empty: the line is on stderr
 	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/other-public.pem") run sh -c 'sfma-verify signed 2>/dev/null'
 	[ -z "$output" ]
@@ -244,10 +265,14 @@ edit_record() {
 	run sfma-verify signed
 	[ "$status" -eq 0 ]
 	[[ "$output" == "AUDIT_OK signature=untrusted-key "* ]]
-	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/trusted-public.pem") invalid signed 'invalid audit signature'
+	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/trusted-public.pem") run --separate-stderr sfma-verify signed
+	[ "$status" -eq 1 ]
+	[ "${stderr_lines[0]}" = "AUDIT_INVALID: invalid audit signature" ]
+	[[ "${stderr_lines[1]}" == "sfma-verify: expected key $(fingerprint "$INTEROP/signed/trusted-public.pem") (SFMA_AUDIT_PUBLIC_KEY), the record is signed with key $(fingerprint k2pub.pem) "* ]]
 	# A valid signature by the trusted key with another key embedded.
 	jq --arg pem "$(cat k2pub.pem)" '.integrity.signature.publicKey = ($pem + "\n")' rec > "$R"
-	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/trusted-public.pem") invalid signed 'embedded public key is not the trusted key'
+	SFMA_AUDIT_PUBLIC_KEY=$(cat "$INTEROP/signed/trusted-public.pem") invalid signed \
+		"embedded public key is not the trusted key (expected $(fingerprint "$INTEROP/signed/trusted-public.pem"), found $(fingerprint k2pub.pem))"
 	# A trusted key that is not a key
 	cp rec "$R"
 	SFMA_AUDIT_PUBLIC_KEY=nonsense invalid signed 'SFMA_AUDIT_PUBLIC_KEY: not a PEM public key'
@@ -427,7 +452,7 @@ PY
 		rm $F && mkdir $F; hostile; restore
 	done
 	rm ours/.sfma/trace.jsonl; hostile; restore
-	hostile nonexistent
+	# (a path that is not there is a usage error: its own test)
 	touch plainfile; hostile plainfile
 	# a million empty lines: refused at the first, quickly and in bounded memory
 	head -c 1000000 /dev/zero | tr '\0' '\n' > ours/.sfma/trace.jsonl; hostile
@@ -676,4 +701,23 @@ null
 	[ "$output" = '"x"' ]
 	[ "$(wc -l < err)" -eq 3 ]
 	grep -q '^sfma-verify: line 1: invalid JSON' err
+}
+
+@test "a workspace or record that is not there is said plainly: exit 2, never AUDIT_INVALID" {
+	run --separate-stderr sfma-verify nothere
+	[ "$status" -eq 2 ]
+	[ -z "$output" ]
+	[ "$stderr" = "sfma-verify: nothere: no such workspace or record" ]
+	touch afile
+	run --separate-stderr sfma-verify afile/result.json
+	[ "$status" -eq 2 ]
+	[ "$stderr" = "sfma-verify: afile/result.json: no such workspace or record" ]
+	# a workspace's own record missing is still the record's fault
+	fixture unsigned
+	rm unsigned/.sfma/result.json
+	run --separate-stderr sfma-verify unsigned/.sfma/result.json
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "AUDIT_INVALID: unsigned/.sfma/result.json: No such file or directory" ]
+	run sfma verify nothere
+	[ "$status" -eq 2 ]
 }

@@ -1150,13 +1150,22 @@ static int supervise(struct sandbox *s, long long timeout_ms, const struct comma
 	int64_t deadline = mono_ms() + timeout_ms;
 	int exited = 0, reaped = 0, status = 0, out_open = 1, err_open = 1, rep_open = 1;
 	int reported = -1; /* the command's exit code, as init reported it */
+	int abandoned = 0;  /* the answer's reader went away */
 	while ((!exited && reported < 0) || out_open || err_open) {
-		struct pollfd pf[5] = {
+		struct pollfd pf[6] = {
 			{.fd = out_open ? s->out : -1, .events = POLLIN},
 			{.fd = err_open ? s->err : -1, .events = POLLIN},
 			{.fd = rep_open ? s->rep : -1, .events = POLLIN},
 			{.fd = exited ? -1 : s->pidfd, .events = POLLIN},
 			{.fd = s->listener, .events = POLLIN},
+			/* The reader of our answers: POLLERR is reported for the
+			 * write end of a pipe or FIFO once no reader is left
+			 * (fs/pipe.c pipe_poll), asked for or not. The planner
+			 * that wanted this command has gone (a halt, ^C, a
+			 * crash): nobody will read what it does, so it stops
+			 * now, not at its timeout. A file or a terminal never
+			 * reports it. */
+			{.fd = exited || abandoned ? -1 : STDOUT_FILENO, .events = 0},
 		};
 		int64_t left = deadline - mono_ms();
 		if (left <= 0 && !exited && !o->timed_out) {
@@ -1170,7 +1179,7 @@ static int supervise(struct sandbox *s, long long timeout_ms, const struct comma
 				exited = reaped = 1;
 			wait_ms = wait_ms > 20 ? 20 : wait_ms;
 		}
-		int n = poll(pf, 5, wait_ms);
+		int n = poll(pf, 6, wait_ms);
 		if (n < 0 && errno != EINTR) {
 			kill(s->pid, SIGKILL);
 			unavailable(o, "poll", errno);
@@ -1206,6 +1215,10 @@ static int supervise(struct sandbox *s, long long timeout_ms, const struct comma
 		}
 		if (pf[3].revents)
 			exited = 1;
+		if (pf[5].revents & (POLLERR | POLLHUP)) {
+			abandoned = 1;
+			kill(s->pid, SIGKILL); /* init, and with it its PID namespace */
+		}
 		/* A call waits for its answer; the hang-up comes when no process
 		 * under the filter is left (kernel/seccomp.c seccomp_notify_poll). */
 		if ((pf[4].revents & POLLIN && notify_answer(s->listener, s->cg, lim->memory_bytes, s->born_ns) < 0) ||

@@ -171,7 +171,9 @@ CHECKER static size_t check_shown(const char *what, const char *p, size_t n, int
 		size_t k = utf8_seq(s + i, n - i);
 		FUZZ_CHECK(k, "%s: byte %zu (0x%02x) is not UTF-8", what, i, s[i]);
 		uint32_t cp = code_point(s + i, k);
-		FUZZ_CHECK(!(cp < 0x20 && !(newlines && cp == '\n')) && cp != 0x7f && !(cp >= 0x80 && cp <= 0x9f),
+		/* text kept as lines (a block, a <pre>) keeps its tabs too */
+		FUZZ_CHECK(!(cp < 0x20 && !(newlines && (cp == '\n' || cp == '\t'))) && cp != 0x7f &&
+		               !(cp >= 0x80 && cp <= 0x9f),
 		           "%s: control character U+%04X at byte %zu, after \"%.*s\"", what, (unsigned)cp, i,
 		           (int)(i < 60 ? i : 60), p + i - (i < 60 ? i : 60));
 		FUZZ_CHECK(!((cp >= 0x200b && cp <= 0x200f) || cp == 0x2028 || cp == 0x2029 ||
@@ -238,7 +240,7 @@ CHECKER static void check_page(const struct buf *b, size_t rows)
 	static const char *const tags[] = {"!DOCTYPE", "html", "head", "meta", "title", "style", "body", "main",
 	                                   "h1", "h2", "p", "code", "div", "b", "span", "svg", "text", "line",
 	                                   "a", "rect", "table", "thead", "tbody", "tr", "th", "td", "details",
-	                                   "summary", "pre", "ul", "li", "footer", "i"};
+	                                   "summary", "pre", "ul", "li", "footer", "i", "g", "h3", "ol", "section"};
 	check_shown("page", b->p, b->len, 1);
 	size_t table_rows = 0;
 	for (size_t i = 0; i < b->len; i++) {
@@ -322,16 +324,36 @@ static void render_log(const json_t *rows, const json_t *header, const json_t *f
 {
 	for (int colour = 0; colour < 2; colour++) {
 		struct buf text = {0};
-		log_text_header(&text, header, colour, colour);
+		log_text_header(&text, header, colour, colour ? "following" : NULL);
 		size_t i;
 		json_t *row;
-		json_array_foreach(rows, i, row)
+		json_array_foreach(rows, i, row) {
 			log_text_row(&text, row, colour);
+			log_text_row_full(&text, row, colour); /* --turn */
+		}
 		log_text_footer(&text, footer, colour);
 		if (colour)
 			check_coloured(text.p, text.len);
 		else
 			check_shown("text", text.p, text.len, 1);
+		/* wrapped to a terminal's width: no line is wider */
+		struct buf wrapped = {0};
+		log_text_wrap(&wrapped, text.p ? text.p : "", text.len, 40);
+		if (!colour) {
+			size_t cols = 0;
+			for (size_t k = 0; k < wrapped.len; k++) {
+				if (wrapped.p[k] == '\n') {
+					cols = 0;
+					continue;
+				}
+				cols += ((unsigned char)wrapped.p[k] & 0xc0) != 0x80;
+				FUZZ_CHECK(cols <= 40, "wrapped text: a line wider than 40 columns at byte %zu", k);
+			}
+			check_shown("wrapped text", wrapped.p ? wrapped.p : "", wrapped.len, 1);
+		} else {
+			check_coloured(wrapped.p ? wrapped.p : "", wrapped.len);
+		}
+		buf_free(&wrapped);
 		buf_free(&text);
 	}
 	struct buf line = {0};
