@@ -524,6 +524,27 @@ static void close_to(struct flow *f)
 	f->start = f->end;
 }
 
+/* f's reader has gone (a planner killed, a stage dead): its writer must
+ * learn it as it would without the tap between them, at once and not at
+ * its next write - sfma-exec stops a running command when nobody is left
+ * to read its answer. So the flow ends both ways: what it had of a line
+ * is recorded as torn, and its writer's pipe is closed (EPIPE there). */
+static void reader_gone(struct flow *f, int record)
+{
+	f->broken = 1;
+	close_to(f);
+	if (f->from < 0)
+		return;
+	f->ended = 1;
+	close(f->from);
+	f->from = -1;
+	if (record && f->hash.bytes > 0) {
+		struct obs_line l;
+		obs_stream_tail(&f->hash, &l);
+		record_line(f, &l, 1);
+	}
+}
+
 /* 1 once the planner has ended its side of every pipe: it sends nothing
  * more, and reads nothing more from the stages (sfma-plan closes a
  * stage's input when it is done with it, at the end of the run). */
@@ -550,8 +571,8 @@ static int all_ended(void)
  * sent them last is delivered. */
 static void run(void (*close_part)(void))
 {
-	struct pollfd pfd[2 * OBS_STAGES_MAX];
-	int map[2 * OBS_STAGES_MAX], closed = 0, blocked = 0;
+	struct pollfd pfd[4 * OBS_STAGES_MAX];
+	int map[4 * OBS_STAGES_MAX], closed = 0, blocked = 0;
 	while (!all_ended()) {
 		if (!closed && planner_done()) {
 			/* A planner that never made the workspace reads nothing: what
@@ -575,6 +596,12 @@ static void run(void (*close_part)(void))
 			} else if (f->from >= 0 && f->start == f->end) {
 				pfd[n] = (struct pollfd){.fd = f->from, .events = POLLIN};
 				map[n++] = i;
+				/* No event asked: a pipe's write end reports POLLERR
+				 * once its reader has closed (pipe(7)). */
+				if (f->to >= 0) {
+					pfd[n] = (struct pollfd){.fd = f->to, .events = 0};
+					map[n++] = i;
+				}
 			}
 		}
 		if (n == 0 && !blocked)
@@ -591,6 +618,8 @@ static void run(void (*close_part)(void))
 			struct flow *f = &T.flows[map[k]];
 			if (pfd[k].fd == f->from && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
 				read_flow(f, !closed);
+			else if (pfd[k].fd == f->to && (pfd[k].revents & POLLERR))
+				reader_gone(f, !closed);
 		}
 		blocked = flush_records(0) < 0;
 		for (int i = 0; i < T.nflows && !blocked; i++)

@@ -616,7 +616,9 @@ sfma-verify: expected key $(openssl pkey -pubin -in other.pem -outform DER | sha
 	[ "$(cat run2.status)" -eq 1 ] || { cat run2.out run2.err; return 1; }
 	# no summary line: it would name a record this run did not write
 	[ ! -s run2.out ] || { cat run2.out; return 1; }
-	grep -q '^sfma-chain: .*/ws/.sfma/trace.jsonl: write: No space left on device$' run2.err
+	# (the trace's writer, or the observer's, whichever appends first)
+	grep -Eq '^sfma-(chain|tap): .*/ws/.sfma/(trace|observed)\.jsonl: write: No space left on device$' run2.err ||
+		{ cat run2.err; return 1; }
 	grep -q '^sfma-plan: the run was not sealed' run2.err
 	# Each stage that stopped on the full disk said why, and the planner
 	# repeats that, never a death; no message names a thing twice.
