@@ -598,6 +598,18 @@ int main(int argc, char **argv)
 	struct out o = {.o = &opts};
 	int sfma_dirfd = -1;
 	int fd = open_trace(ws, opts.follow, &sfma_dirfd);
+	/* Text for a person on a terminal goes through the pager; never rows
+	 * for a program, never a run followed as it happens. */
+	/* On a terminal the text is wrapped to its width (under the row's
+	 * text, not at column 0), before any pager takes the terminal's place. */
+	struct winsize ws_size;
+	if (!opts.json && isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws_size) == 0)
+		opts.width = ws_size.ws_col;
+	/* The pager is started before sfma-log confines itself, which then
+	 * may start nothing: the pager is the operator's program, not ours. */
+	const char *pager = pager_command();
+	if (pager && !opts.no_pager && !opts.json && !opts.follow && isatty(STDOUT_FILENO))
+		pager_start(pager);
 	/* Read-only on the workspace, once it exists (--follow may wait for
 	 * it): sfma(1), CONFINEMENT. */
 	const char *const reads[] = { ws, NULL };
@@ -618,16 +630,6 @@ int main(int argc, char **argv)
 		if (first < 0)
 			die("%s: no run %ld (the trace holds %zu)", ws, opts.run, split.n);
 	}
-	/* Text for a person on a terminal goes through the pager; never rows
-	 * for a program, never a run followed as it happens. */
-	/* On a terminal the text is wrapped to its width (under the row's
-	 * text, not at column 0), before any pager takes the terminal's place. */
-	struct winsize ws_size;
-	if (!opts.json && isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws_size) == 0)
-		opts.width = ws_size.ws_col;
-	const char *pager = pager_command();
-	if (pager && !opts.no_pager && !opts.json && !opts.follow && isatty(STDOUT_FILENO))
-		pager_start(pager);
 
 	struct ctx cx = {.ws = ws, .fd = fd, .sfma_dirfd = sfma_dirfd, .torn = torn, .o = &o, .split = &split};
 	/* --follow follows the last run; a run chosen that is not the last
