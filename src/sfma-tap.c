@@ -580,9 +580,13 @@ static void run(void (*close_part)(void))
 			if (blocked && flush_records(0) < 0)
 				T.nwaiting = 0;
 			blocked = 0;
+			/* What a stage still says goes to nobody: its output is
+			 * closed, as the planner's own end would be without the
+			 * tap, so a stage still working (a command running after
+			 * ^C) learns at once that nobody reads its answer. */
 			for (int i = 0; i < T.nflows; i++)
 				if (strcmp(T.flows[i].dir, "in") == 0)
-					close_to(&T.flows[i]);
+					reader_gone(&T.flows[i], 1);
 			close_part();
 			closed = 1;
 			continue;

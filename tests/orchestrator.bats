@@ -226,7 +226,9 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[ "$(tr '\0' ' ' <"/proc/$p/cmdline")" = "$SFMA_BINDIR/sfma-mem $PWD/ws " ]
 	tr '\0' '\n' <"/proc/$p/environ" | grep -qx SFMA_ERROR_LINE=1
 	kill -KILL "$p"
-	release_sleep
+	# the planner ends the run: sfma-exec, whose answer nobody is left to
+	# read, may already have stopped the command and gone
+	if stage_pid sfma-exec >/dev/null 2>&1; then release_sleep; fi
 	finish_sfma
 	[ "$status" -eq 1 ]
 	[[ "$output" == "FAILED turns="* ]]
