@@ -25,6 +25,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,6 +368,18 @@ static int usage_of(const struct row *r, long long *in, long long *out, long lon
 	return *in > 0 || *out > 0 || *cached > 0;
 }
 
+/* The run's cost in US dollars, when its endpoints were priced (the
+ * record's usage.costUsd, the sum of its calls'): 1, or 0 without one. */
+static int cost_of(const struct row *r, double *usd)
+{
+	const json_t *u = field(r, "usage");
+	const json_t *c = json_is_object(u) ? json_object_get(u, "costUsd") : NULL;
+	if (!json_is_number(c))
+		return 0;
+	*usd = json_number_value(c);
+	return isfinite(*usd) && *usd >= 0 && *usd < 1e12;
+}
+
 static json_t *json_visible(const char *s, size_t n)
 {
 	if (utf8_text_ok(s, n))
@@ -414,6 +427,13 @@ static void print_json(const struct row *r)
 		if (cached >= 0)
 			json_object_set_new(u, "cachedInputTokens", json_integer(cached));
 		json_object_set_new(o, "usage", u);
+	}
+	double usd;
+	if (cost_of(r, &usd)) {
+		json_t *u = json_object_get(o, "usage");
+		if (!u)
+			json_object_set_new(o, "usage", u = json_object());
+		json_object_set_new(u, "costUsd", json_real(usd));
 	}
 	if ((v = field(r, "dryRun")) && json_is_boolean(v))
 		json_object_set(o, "dryRun", (json_t *)v);
@@ -497,6 +517,9 @@ static void make_cells(const struct row *r, struct cells *c)
 		if (cached > 0)
 			buf_printf(&b, " cached %lld", cached);
 	}
+	double usd;
+	if (cost_of(r, &usd) && usd > 0)
+		buf_printf(&b, "%scost $%.4f", b.len ? " " : "", usd);
 	c->text[4] = xstrdup(b.p ? b.p : "");
 	long long checks, attempts;
 	int passed;

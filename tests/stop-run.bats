@@ -132,6 +132,11 @@ ep() { # ep NAME PATH [EXTRA_JSON]
 		{ jq .usage ws/.sfma/result.json; return 1; }
 	audit_ok
 	replays_ok 1
+	# the cost where the runs are listed: sfma summary, text and --json
+	run sfma summary ws
+	[[ "${lines[0]}" == *" cost \$0.0015 "* ]] || { echo "$output"; return 1; }
+	run sfma summary --json ws
+	jq -e '.usage.costUsd > 0.00149 and .usage.costUsd < 0.00151' <<<"${lines[0]}" >/dev/null || { echo "$output"; return 1; }
 	# The same against a ceiling of two calls' worth: the third is not made.
 	stop_server
 	rm -rf ws && mkdir ws
