@@ -429,7 +429,8 @@ static void print_json(const struct row *r)
 		json_object_set_new(o, "usage", u);
 	}
 	double usd;
-	if (cost_of(r, &usd)) {
+	/* like the tokens, only a cost there is: the mock's records say 0 */
+	if (cost_of(r, &usd) && usd > 0) {
 		json_t *u = json_object_get(o, "usage");
 		if (!u)
 			json_object_set_new(o, "usage", u = json_object());
