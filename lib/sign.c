@@ -52,6 +52,19 @@ EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e)
 	return load_pem(pem, n, 0, e);
 }
 
+EVP_PKEY *ed25519_private_take_env(const char *var, struct sfma_err *e)
+{
+	e->text[0] = '\0';
+	char *pem = getenv(var);
+	if (!pem || !*pem)
+		return NULL;
+	size_t n = strlen(pem);
+	EVP_PKEY *key = load_pem(pem, n, 1, e);
+	explicit_bzero(pem, n);
+	unsetenv(var);
+	return key;
+}
+
 EVP_PKEY *ed25519_public_from_exact_pem(const char *pem, size_t n, struct sfma_err *e)
 {
 	EVP_PKEY *key = load_pem(pem, n, 0, e);

@@ -13,6 +13,12 @@
 EVP_PKEY *ed25519_private_from_pem(const char *pem, size_t n, struct sfma_err *e);
 EVP_PKEY *ed25519_public_from_pem(const char *pem, size_t n, struct sfma_err *e);
 
+/* The private key held by environment variable var, taken: its bytes
+ * are wiped in place and the variable unset whatever they hold, so that
+ * no later child or core dump has them. NULL with e->text empty when var
+ * is unset or empty; NULL with e filled when it is no Ed25519 key. */
+EVP_PKEY *ed25519_private_take_env(const char *var, struct sfma_err *e);
+
 /* The same for a key embedded in a record, which must be exactly one
  * block in the form ed25519_public_pem writes (and the earlier runner
  * did): the BEGIN line, the base64 of the SPKI in lines of 64, the END

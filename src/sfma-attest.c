@@ -60,19 +60,13 @@ static const char usage_text[] =
 	"       sfma-attest --statement WORKSPACE\n"
 	"       sfma-attest --version | --help\n";
 
-/* The signing key from the environment, wiped there and unset at once
- * (as sfma-seal takes it); NULL when there is none. */
+/* The signing key from the environment, taken as sfma-seal takes it;
+ * NULL when there is none. */
 static EVP_PKEY *take_signing_key(void)
 {
-	char *pem = getenv("SFMA_AUDIT_PRIVATE_KEY");
 	struct sfma_err e;
-	if (!pem || !*pem)
-		return NULL;
-	size_t n = strlen(pem);
-	EVP_PKEY *key = ed25519_private_from_pem(pem, n, &e);
-	explicit_bzero(pem, n);
-	unsetenv("SFMA_AUDIT_PRIVATE_KEY");
-	if (!key)
+	EVP_PKEY *key = ed25519_private_take_env("SFMA_AUDIT_PRIVATE_KEY", &e);
+	if (!key && e.text[0])
 		die("SFMA_AUDIT_PRIVATE_KEY: %s", e.text);
 	return key;
 }

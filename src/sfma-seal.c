@@ -46,19 +46,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Load the signing key from the environment, then wipe the variable's
- * bytes in place and unset it, so no later child or core dump holds it. */
+/* The signing key, taken from the environment (ed25519_private_take_env:
+ * wiped and unset, so no later child or core dump holds it). */
 static EVP_PKEY *take_signing_key(void)
 {
-	char *pem = getenv("SFMA_AUDIT_PRIVATE_KEY");
 	struct sfma_err e;
-	if (!pem || !*pem)
-		return NULL;
-	size_t n = strlen(pem);
-	EVP_PKEY *key = ed25519_private_from_pem(pem, n, &e);
-	explicit_bzero(pem, n);
-	unsetenv("SFMA_AUDIT_PRIVATE_KEY");
-	if (!key)
+	EVP_PKEY *key = ed25519_private_take_env("SFMA_AUDIT_PRIVATE_KEY", &e);
+	if (!key && e.text[0])
 		die("SFMA_AUDIT_PRIVATE_KEY: %s; refusing to write an unsigned record", e.text);
 	return key;
 }

@@ -697,15 +697,9 @@ static const char usage_text[] =
 /* The key from the environment, its bytes wiped and the variable unset. */
 static void take_key(void)
 {
-	char *pem = getenv("SFMA_OBSERVER_PRIVATE_KEY");
 	struct sfma_err e;
-	if (!pem || !*pem)
-		return;
-	size_t n = strlen(pem);
-	T.key = ed25519_private_from_pem(pem, n, &e);
-	explicit_bzero(pem, n);
-	unsetenv("SFMA_OBSERVER_PRIVATE_KEY");
-	if (!T.key)
+	T.key = ed25519_private_take_env("SFMA_OBSERVER_PRIVATE_KEY", &e);
+	if (!T.key && e.text[0])
 		die("SFMA_OBSERVER_PRIVATE_KEY: %s; refusing to observe without the key given", e.text);
 }
 
