@@ -64,25 +64,7 @@ script() { # script same|distinct
 	done
 	printf ',{"tool":"done","summary":"read them"}]'
 }
-once() { # once BINDIR: wall time of one run in 0.1 ms, in a workspace of its own
-	d=$(mktemp -d "$tmp/run.XXXXXX")
-	echo "$d" >"$tmp/last"
-	# The inputs are links: the run only reads them, and each file the
-	# bench makes is one more inode freed at its end.
-	cp -rl inputs "$d/ws"
-	cp m.json "$d/"
-	# The workspace's files are on disk before the run starts, as they
-	# would be: a run that syncs its file system must not pay for them.
-	sync
-	t0=$(date +%s%N)
-	(cd "$d" && "$1/sfma" run m.json --apply >/dev/null 2>&1) || { echo "run failed" >&2; exit 1; }
-	t1=$(date +%s%N)
-	echo $(( (t1 - t0) / 100000 ))
-}
-# median FILE: the median of the times in FILE, in ms; best FILE: the least.
-median() { sort -n "$1" | awk '{ t[NR] = $1 } END { printf "%.1f", (NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2) / 10 }'; }
-best() { sort -n "$1" | awk 'NR == 1 { printf "%.1f", $1 / 10 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+. "$SRC/tests/bench/runs.subr"
 for kind in same distinct; do
 	SFMA_MOCK=$(script $kind)
 	export SFMA_MOCK

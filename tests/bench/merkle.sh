@@ -142,19 +142,7 @@ JSON
 cand='{"mission":"m","successCriteria":[],"loopRoles":[{"name":"r","duty":"d"}],"firstTasks":[],"schedule":[]}'
 SFMA_MOCK=$(printf '[%s' "$cand"; i=0; while [ $i -lt 98 ]; do printf ',{"tool":"read","path":"f%d.txt"}' "$i"; i=$((i + 1)); done; printf ',{"tool":"done","summary":"read them"}]')
 export SFMA_MOCK
-once() { # once BINDIR: wall time of one run in 0.1 ms, in a workspace of its own
-	d=$(mktemp -d "$tmp/run.XXXXXX")
-	echo "$d" >"$tmp/last"
-	cp -rl inputs "$d/ws"
-	cp m.json "$d/"
-	sync
-	t0=$(date +%s%N)
-	(cd "$d" && "$1/sfma" run m.json --apply >/dev/null 2>&1) || { echo "run failed" >&2; exit 1; }
-	t1=$(date +%s%N)
-	echo $(( (t1 - t0) / 100000 ))
-}
-median() { sort -n "$1" | awk '{ t[NR] = $1 } END { printf "%.1f", (NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2) / 10 }'; }
-best() { sort -n "$1" | awk 'NR == 1 { printf "%.1f", $1 / 10 }'; }
+. "$here/runs.subr"
 : >without
 : >with
 r=0

@@ -44,20 +44,7 @@ script() { # script reads|commands
 	fi
 	printf ',{"tool":"done","summary":"done"}]'
 }
-once() { # once BINDIR: wall time of one run in 0.1 ms, in a workspace of its own
-	d=$(mktemp -d "$tmp/run.XXXXXX")
-	echo "$d" >"$tmp/last"
-	cp -rl inputs "$d/ws"
-	cp m.json "$d/"
-	sync
-	t0=$(date +%s%N)
-	(cd "$d" && "$1/sfma" run m.json --apply >/dev/null 2>&1) || { echo "run failed" >&2; exit 1; }
-	t1=$(date +%s%N)
-	echo $(( (t1 - t0) / 100000 ))
-}
-median() { sort -n "$1" | awk '{ t[NR] = $1 } END { printf "%.1f", (NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2) / 10 }'; }
-best() { sort -n "$1" | awk 'NR == 1 { printf "%.1f", $1 / 10 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+. "$SRC/tests/bench/runs.subr"
 over=0
 for kind in reads commands; do
 	SFMA_MOCK=$(script $kind)
