@@ -48,6 +48,7 @@
  * Refusals thus read EACCES from Landlock (a path, a port) and EPERM from
  * seccomp (exec, a socket family). */
 #include "confine.h"
+#include "beside.h"
 #include "ndjson.h"
 
 #include <errno.h>
@@ -412,16 +413,7 @@ static const char *interp_path(char *buf, size_t cap)
 /* The program name in this program's directory, into buf. */
 static const char *beside(const char *name, char *buf, size_t cap)
 {
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return NULL;
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return NULL;
-	*slash = '\0';
-	return snprintf(buf, cap, "%s/%s", self, name) < (int)cap ? buf : NULL;
+	return beside_self(name, buf, cap) == 0 ? buf : NULL;
 }
 
 /* The program name as execvp(3) finds it on PATH, and when it is a

@@ -455,6 +455,17 @@ int ndjson_print(FILE *out, const json_t *v)
 	return 0;
 }
 
+int ndjson_number_in(const json_t *v, double lo, double hi, double *out)
+{
+	if (!json_is_number(v))
+		return 0;
+	double d = json_number_value(v);
+	if (!isfinite(d) || d < lo || d > hi)
+		return 0;
+	*out = d;
+	return 1;
+}
+
 int ndjson_integer(const json_t *v, long long *out)
 {
 	double d;

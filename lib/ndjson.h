@@ -74,6 +74,9 @@ int ndjson_print(FILE *out, const json_t *v);
  * number with an integral value in [INT64_MIN/2, INT64_MAX/2], else 0. */
 int ndjson_integer(const json_t *v, long long *out);
 
+/* A finite number in [lo, hi]: 1 and *out set, else 0 (*out untouched). */
+int ndjson_number_in(const json_t *v, double lo, double hi, double *out);
+
 /* 1 if v is a string whose characters are exactly s, compared as the whole
  * JSON string: "task\u0000x" is not "task", as strcmp on
  * json_string_value() would have it. */

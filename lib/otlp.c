@@ -44,23 +44,11 @@ static int str_is(const json_t *v, const char *s)
 	return ndjson_string_is(v, s);
 }
 
-/* A finite number in [lo, hi], or 0. */
-static int num_in(const json_t *v, double lo, double hi, double *out)
-{
-	if (!json_is_number(v))
-		return 0;
-	double d = json_number_value(v);
-	if (!isfinite(d) || d < lo || d > hi)
-		return 0;
-	*out = d;
-	return 1;
-}
-
 /* A whole number in [lo, hi], or 0. */
 static int int_in(const json_t *v, double lo, double hi, long long *out)
 {
 	double d;
-	if (!num_in(v, lo, hi, &d) || d != floor(d))
+	if (!ndjson_number_in(v, lo, hi, &d) || d != floor(d))
 		return 0;
 	*out = (long long)d;
 	return 1;
@@ -75,7 +63,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 static uint64_t duration_ns(const json_t *v)
 {
 	double ms;
-	if (!num_in(v, 0, DURATION_MS_MAX, &ms))
+	if (!ndjson_number_in(v, 0, DURATION_MS_MAX, &ms))
 		return 0;
 	return (uint64_t)llround(ms * 1e6);
 }
@@ -126,7 +114,7 @@ static void set_double(json_t *attrs, const char *key, double d)
 static void set_double_of(json_t *attrs, const char *key, const json_t *v, double lo, double hi)
 {
 	double d;
-	if (num_in(v, lo, hi, &d))
+	if (ndjson_number_in(v, lo, hi, &d))
 		set_double(attrs, key, d);
 }
 
@@ -568,7 +556,7 @@ static int read_usage(const json_t *u, double v[U_N], int present[U_N])
 {
 	int any = 0;
 	for (int k = 0; k < U_N; k++) {
-		present[k] = num_in(json_object_get(u, usage_keys[k]), 0, COUNT_MAX, &v[k]) && v[k] == floor(v[k]);
+		present[k] = ndjson_number_in(json_object_get(u, usage_keys[k]), 0, COUNT_MAX, &v[k]) && v[k] == floor(v[k]);
 		if (!present[k])
 			v[k] = 0;
 		any |= present[k];
@@ -1127,7 +1115,7 @@ static void on_anchor(struct run *r, const json_t *data)
 {
 	double ms;
 	/* 0 is OTLP's "unknown time": an anchor at the epoch tells none */
-	if (!num_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &ms) || ms <= 0 || r->nan >= UINT32_MAX)
+	if (!ndjson_number_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &ms) || ms <= 0 || r->nan >= UINT32_MAX)
 		return;
 	/* in integers: ms * 1e6 as a double would lose the low digits */
 	double whole = floor(ms);
@@ -1337,7 +1325,7 @@ static void finish_run_span(struct otlp_ws *w, struct span *s)
 	 * lines, ending in this entry? */
 	const json_t *in = json_object_get(w->record, "integrity");
 	double entries;
-	int sealed = num_in(json_object_get(in, "entries"), 1, 9007199254740991.0, &entries) &&
+	int sealed = ndjson_number_in(json_object_get(in, "entries"), 1, 9007199254740991.0, &entries) &&
 	             entries == (double)r->last_line && r->last_hash[0] &&
 	             str_is(json_object_get(in, "headHash"), r->last_hash);
 	set_bool(a, "sfma.record.sealed", sealed);

@@ -57,18 +57,6 @@ static void add_str(struct buf *b, const json_t *v)
 		buf_add(b, s, n);
 }
 
-/* A finite number in [lo, hi] from v, or 0 (and *ok unset). */
-static int num_in(const json_t *v, double lo, double hi, double *out)
-{
-	if (!json_is_number(v))
-		return 0;
-	double d = json_number_value(v);
-	if (!isfinite(d) || d < lo || d > hi)
-		return 0;
-	*out = d;
-	return 1;
-}
-
 /* A number as JSON: an integer when it is one (so 12 prints as 12, not 12.0). */
 static json_t *num_json(double d)
 {
@@ -348,7 +336,7 @@ static int is_digest(const json_t *o, const char **sha)
 	const char *s = rv_str(json_object_get(o, "sha256"), &n);
 	double bytes;
 	if (!json_is_object(o) || !s || !is_sha256_hex(s, n) ||
-	    !num_in(json_object_get(o, "bytes"), 0, 9007199254740991.0, &bytes) || bytes != floor(bytes))
+	    !ndjson_number_in(json_object_get(o, "bytes"), 0, 9007199254740991.0, &bytes) || bytes != floor(bytes))
 		return 0;
 	*sha = s;
 	return 1;
@@ -673,12 +661,12 @@ static void add_usage(struct rv_view *v, const json_t *u, const json_t *cost)
 		v->usage = json_pack("{s:i, s:i, s:i}", keys[0], 0, keys[1], 0, keys[2], 0);
 	for (size_t i = 0; i < 3; i++) {
 		double d;
-		if (num_in(json_object_get(u, keys[i]), 0, 1e15, &d))
+		if (ndjson_number_in(json_object_get(u, keys[i]), 0, 1e15, &d))
 			json_object_set_new(v->usage, keys[i],
 			    num_json(json_number_value(json_object_get(v->usage, keys[i])) + d));
 	}
 	double c;
-	if (num_in(cost, 0, 1e9, &c))
+	if (ndjson_number_in(cost, 0, 1e9, &c))
 		json_object_set_new(v->usage, "costUsd",
 		                    json_real(json_number_value(json_object_get(v->usage, "costUsd")) + c));
 }
@@ -750,14 +738,14 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	}
 	add_str(d, json_object_get(data, "endpoint"));
 	double lat;
-	if (num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
+	if (ndjson_number_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat))
 		buf_printf(d, " %.0f ms", lat);
 	if (ok) {
 		buf_adds(d, " ok");
 	} else {
 		buf_adds(d, " failed");
 		double st;
-		if (num_in(json_object_get(data, "status"), 0, 999, &st))
+		if (ndjson_number_in(json_object_get(data, "status"), 0, 999, &st))
 			buf_printf(d, " (HTTP %.0f)", st);
 		if (json_is_string(json_object_get(data, "errorClass"))) {
 			buf_adds(d, " [");
@@ -771,16 +759,16 @@ static void row_call(struct rv_view *v, json_t *row, const json_t *data, struct 
 	}
 	json_t *u = json_object_get(data, "usage");
 	double in, out;
-	if (num_in(json_object_get(u, "inputTokens"), 0, 1e15, &in) &&
-	    num_in(json_object_get(u, "outputTokens"), 0, 1e15, &out))
+	if (ndjson_number_in(json_object_get(u, "inputTokens"), 0, 1e15, &in) &&
+	    ndjson_number_in(json_object_get(u, "outputTokens"), 0, 1e15, &out))
 		buf_printf(d, ", tokens in %.0f out %.0f", in, out);
 	double cost;
-	if (num_in(json_object_get(data, "costUsd"), 0, 1e9, &cost))
+	if (ndjson_number_in(json_object_get(data, "costUsd"), 0, 1e9, &cost))
 		buf_printf(d, ", $%.4f", cost);
 	double waited, native;
-	if (num_in(json_object_get(data, "waitMs"), 1, DURATION_MS_MAX, &waited))
+	if (ndjson_number_in(json_object_get(data, "waitMs"), 1, DURATION_MS_MAX, &waited))
 		buf_printf(d, ", after waiting %.0f ms", waited);
-	if (num_in(json_object_get(data, "toolCalls"), 1, 1e6, &native))
+	if (ndjson_number_in(json_object_get(data, "toolCalls"), 1, 1e6, &native))
 		buf_printf(d, ", %.0f native call%s", native, native == 1 ? "" : "s");
 }
 
@@ -822,8 +810,8 @@ static void acceptance_row(struct rv_view *v, json_t *row, const json_t *data, s
 	const json_t *a = json_object_get(data, "acceptance");
 	const json_t *run = json_object_get(data, "run");
 	double index = 0, expected = 0, code;
-	int have_index = num_in(json_object_get(a, "index"), 0, 1e6, &index) && index == floor(index);
-	num_in(json_object_get(a, "expected"), -1e9, 1e9, &expected);
+	int have_index = ndjson_number_in(json_object_get(a, "index"), 0, 1e6, &index) && index == floor(index);
+	ndjson_number_in(json_object_get(a, "expected"), -1e9, 1e9, &expected);
 	copy_if(row, "cmd", a, "cmd");
 	copy_if(row, "exit", a, "exit");
 	copy_if(row, "expected", a, "expected");
@@ -838,7 +826,7 @@ static void acceptance_row(struct rv_view *v, json_t *row, const json_t *data, s
 	if (json_is_false(json_object_get(a, "ran"))) {
 		buf_adds(d, ": did not run: ");
 		add_str(d, json_object_get(data, "reason"));
-	} else if (num_in(json_object_get(a, "exit"), -1e9, 1e9, &code)) {
+	} else if (ndjson_number_in(json_object_get(a, "exit"), -1e9, 1e9, &code)) {
 		buf_printf(d, ": exit %.0f (expected %.0f)", code, expected);
 		if (json_is_true(json_object_get(run, "timedOut")))
 			buf_adds(d, ", timed out");
@@ -981,9 +969,9 @@ static void row_weight(json_t *row, const json_t *data, struct buf *d)
 			continue;
 		}
 		double calls = 0, fails = 0, lat = 0;
-		num_in(json_object_get(ep, "calls"), 0, 1e15, &calls);
-		num_in(json_object_get(ep, "failures"), 0, 1e15, &fails);
-		num_in(json_object_get(ep, "latencyMsEwma"), 0, 1e12, &lat);
+		ndjson_number_in(json_object_get(ep, "calls"), 0, 1e15, &calls);
+		ndjson_number_in(json_object_get(ep, "failures"), 0, 1e15, &fails);
+		ndjson_number_in(json_object_get(ep, "latencyMsEwma"), 0, 1e12, &lat);
 		/* the endpoint's standing over every run of the workspace
 		 * (memory.json), not this run's calls */
 		buf_printf(d, "%sendpoint %s: %.0f calls so far (all runs), %.0f failures, latency %.1f ms",
@@ -996,7 +984,7 @@ static void row_weight(json_t *row, const json_t *data, struct buf *d)
 static void row_anchor(struct rv_view *v, json_t *row, const json_t *data, uint64_t line_no, struct buf *d)
 {
 	double wall;
-	int have = num_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &wall);
+	int have = ndjson_number_in(json_object_get(data, "wallMs"), 0, WALL_MS_MAX, &wall);
 	copy_if(row, "wallMs", data, "wallMs");
 	copy_if(row, "source", data, "source");
 	const char *role;
@@ -1098,7 +1086,7 @@ static void row_confinement(json_t *row, json_t *data, struct buf *d)
 	double abi;
 	if (json_is_false(json_object_get(data, "reported")) || !ll)
 		buf_adds(d, ": not reported");
-	else if (num_in(ll, 1, 255, &abi))
+	else if (ndjson_number_in(ll, 1, 255, &abi))
 		buf_printf(d, ": Landlock %.0f", abi);
 	else
 		buf_adds(d, ": Landlock unavailable");
@@ -1184,8 +1172,8 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 	} else if (kind == K_CALL) {
 		row_call(v, row, data, d);
 		double lat = 0, wait = 0;
-		num_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat);
-		num_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait);
+		ndjson_number_in(json_object_get(data, "latencyMs"), 0, DURATION_MS_MAX, &lat);
+		ndjson_number_in(json_object_get(data, "waitMs"), 0, DURATION_MS_MAX, &wait);
 		/* sent when its loop was ready, after the wait; served no
 		 * earlier than the entry before it */
 		took(v, row, loop_ready(v) + wait, lat);
@@ -1220,7 +1208,7 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		json_t *run = json_object_get(data, "run");
 		/* one command at a time: after its loop was ready and the
 		 * command before it had ended */
-		if (num_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur)) {
+		if (ndjson_number_in(json_object_get(run, "durationMs"), 0, DURATION_MS_MAX, &dur)) {
 			double ready = loop_ready(v);
 			v->exec_free = took(v, row, ready > v->exec_free ? ready : v->exec_free, dur);
 		}
@@ -1236,7 +1224,7 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		buf_adds(d, json_is_false(json_object_get(data, "applied")) ? "recorded (dry run) " : "wrote ");
 		add_str(d, json_object_get(data, "path"));
 		double bytes;
-		if (num_in(json_object_get(data, "bytes"), 0, 9007199254740991.0, &bytes))
+		if (ndjson_number_in(json_object_get(data, "bytes"), 0, 9007199254740991.0, &bytes))
 			buf_printf(d, ", %.0f bytes", bytes);
 		if (json_is_string(json_object_get(data, "sha256"))) {
 			buf_adds(d, ", sha256 ");
@@ -1253,8 +1241,8 @@ static void row_kind(struct rv_view *v, json_t *row, json_t *entry, enum kind ki
 		copy_if(row, "afterBytes", data, "afterBytes");
 		copy_if(row, "elided", data, "elided");
 		double b = 0, a = 0;
-		num_in(json_object_get(data, "beforeBytes"), 0, 1e15, &b);
-		num_in(json_object_get(data, "afterBytes"), 0, 1e15, &a);
+		ndjson_number_in(json_object_get(data, "beforeBytes"), 0, 1e15, &b);
+		ndjson_number_in(json_object_get(data, "afterBytes"), 0, 1e15, &a);
 		buf_printf(d, "context %.0f -> %.0f bytes, %zu elided", b, a,
 		           json_array_size(json_object_get(data, "elided")));
 	} else if (kind == K_CONFINEMENT) {
@@ -1434,7 +1422,7 @@ static void note_acceptance_output(struct rv_view *v, const json_t *row, uint64_
 {
 	double index;
 	const json_t *a = json_object_get(row, "acceptance");
-	if (!num_in(json_object_get(a, "index"), 0, 63, &index) || index != floor(index))
+	if (!ndjson_number_in(json_object_get(a, "index"), 0, 63, &index) || index != floor(index))
 		return;
 	json_t *last = json_object_get(json_array_get(v->acceptance, (size_t)index), "last");
 	if (!last)
@@ -1477,7 +1465,7 @@ json_t *rv_row(struct rv_view *v, const char *line, size_t len, uint64_t line_no
 	copy_if(row, "refs", entry, "refs");
 
 	double loop;
-	v->slot = num_in(json_object_get(entry, "loop"), 0, RV_LOOPS - 1, &loop) && loop == floor(loop) ? (int)loop : 0;
+	v->slot = ndjson_number_in(json_object_get(entry, "loop"), 0, RV_LOOPS - 1, &loop) && loop == floor(loop) ? (int)loop : 0;
 	struct buf d = {0};
 	row_kind(v, row, entry, kind, data, line_no, &d);
 	if (v->slot && kind != K_CALL) {
@@ -1530,7 +1518,7 @@ int rv_record_seals(const json_t *record, uint64_t last_line, const char *last_h
 {
 	json_t *in = json_object_get(record, "integrity");
 	double entries;
-	if (!num_in(json_object_get(in, "entries"), 1, 9007199254740991.0, &entries) || entries != (double)last_line)
+	if (!ndjson_number_in(json_object_get(in, "entries"), 1, 9007199254740991.0, &entries) || entries != (double)last_line)
 		return 0;
 	return !last_hash || !*last_hash || str_is(json_object_get(in, "headHash"), last_hash);
 }
@@ -1669,7 +1657,7 @@ json_t *rv_footer(const struct rv_view *v, const json_t *record)
 	 * record says when it seals the run */
 	json_t *acc = json_object_get(record, "acceptance");
 	double commands = 0;
-	if (!seals || !num_in(json_object_get(acc, "commands"), 0, 1e6, &commands))
+	if (!seals || !ndjson_number_in(json_object_get(acc, "commands"), 0, 1e6, &commands))
 		commands = 0;
 	if (json_array_size(v->acceptance) || commands > 0) {
 		json_t *a = json_pack("{s:O}", "checks", v->acceptance);

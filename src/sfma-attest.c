@@ -26,6 +26,7 @@
  * Exit 0 with the envelope (or Statement) on stdout as one canonical
  * JSON line, 1 when the workspace does not verify or there is no key, 2
  * on usage errors. */
+#include "beside.h"
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
@@ -75,16 +76,9 @@ static EVP_PKEY *take_signing_key(void)
  * exit 0). Its reasons go to stderr as it says them. */
 static void must_verify(const char *ws)
 {
-	char self[PATH_MAX], prog[PATH_MAX + 16];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		die("/proc/self/exe: %s", n < 0 ? strerror(errno) : "empty");
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		die("%s: no directory to find sfma-verify in", self);
-	*slash = '\0';
-	snprintf(prog, sizeof prog, "%s/sfma-verify", self);
+	char prog[PATH_MAX + 16];
+	if (beside_self("sfma-verify", prog, sizeof prog) < 0)
+		die("/proc/self/exe: %s (no directory to find sfma-verify in)", strerror(errno));
 	pid_t pid = fork();
 	if (pid < 0)
 		die("fork: %s", strerror(errno));

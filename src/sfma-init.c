@@ -9,6 +9,7 @@
  * which the loader ignores (sfma-manifest(5)); the real endpoint to
  * switch to is one of them. An existing manifest is never overwritten.
  * Exit 0, 1 when the file exists or cannot be written, 2 on usage errors. */
+#include "beside.h"
 #include "cli.h"
 #include "errors.h"
 #include "ndjson.h"
@@ -38,19 +39,11 @@ static const char usage_text[] =
 static void schema_path(char *out, size_t n)
 {
 	snprintf(out, n, "%s", SCHEMA_DEFAULT);
-	char self[PATH_MAX];
-	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (len <= 0)
-		return;
-	self[len] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	static const char *const beside[] = {"/../share/sfma/" SCHEMA_NAME, "/../schema/" SCHEMA_NAME};
+	static const char *const beside[] = {"../share/sfma/" SCHEMA_NAME, "../schema/" SCHEMA_NAME};
 	for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
 		char candidate[PATH_MAX + 64], real[PATH_MAX];
-		snprintf(candidate, sizeof candidate, "%s%s", self, beside[i]);
+		if (beside_self(beside[i], candidate, sizeof candidate) < 0)
+			return;
 		if (realpath(candidate, real)) {
 			snprintf(out, n, "%s", real);
 			return;

@@ -11,6 +11,7 @@
  * this reads the run and writes the page. Exit 0, 1 on an unreadable
  * trace or a failed write, 2 on usage errors. */
 #include "atomic.h"
+#include "beside.h"
 #include "buf.h"
 #include "cli.h"
 #include "confine.h"
@@ -46,18 +47,11 @@ static const char usage_text[] =
  * keep its one-line verdict (stdout and stderr together, bounded). */
 static void run_verify(const char *ws, struct report_verify *out)
 {
-	char self[PATH_MAX], prog[PATH_MAX + 16];
+	char prog[PATH_MAX + 16];
 	out->status = -1;
 	snprintf(out->line, sizeof out->line, "sfma-verify could not be run");
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
+	if (beside_self("sfma-verify", prog, sizeof prog) < 0)
 		return;
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(prog, sizeof prog, "%s/sfma-verify", self);
 	if (access(prog, X_OK) != 0) {
 		snprintf(out->line, sizeof out->line, "sfma-verify not found beside sfma-report (%.900s)", prog);
 		return;

@@ -10,6 +10,7 @@
  * its control characters made visible. Exit 0 when every workspace holds
  * a record that verifies, 1 when any does not (invalid, unsealed, or no
  * record at all), 2 on usage errors. */
+#include "beside.h"
 #include "buf.h"
 #include "cli.h"
 #include "confine.h"
@@ -86,17 +87,8 @@ static size_t cpus_allowed(void)
  * workspace. */
 static void find_verify(struct opts *o)
 {
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		die("/proc/self/exe: %s", n < 0 ? strerror(errno) : "empty");
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	if (!slash || snprintf(o->verify_prog, sizeof o->verify_prog, "%s/sfma-verify", self) >=
-	                      (int)sizeof o->verify_prog)
-		die("%s: no directory to find sfma-verify in", self);
+	if (beside_self("sfma-verify", o->verify_prog, sizeof o->verify_prog) < 0)
+		die("/proc/self/exe: %s (no directory to find sfma-verify in)", strerror(errno));
 	if (access(o->verify_prog, X_OK) != 0)
 		die("%s: %s (sfma-verify must be installed beside sfma-summary)", o->verify_prog, strerror(errno));
 }

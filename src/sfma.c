@@ -13,6 +13,7 @@
  * SIGTERM to the planner (which halts and still seals), reaps, and exits
  * with the planner's status: 0 completed, 1 anything else, 2 invalid
  * manifest or usage. */
+#include "beside.h"
 #include "buf.h"
 #include "chain.h"
 #include "cli.h"
@@ -189,20 +190,6 @@ static void parse_run_args(int argc, char **argv, struct opts *o)
 	o->manifest = safe_path(argv[optind]);
 }
 
-/* The directory sfma was started from (/proc/self/exe), or NULL. */
-static char *self_dir(void)
-{
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return NULL;
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return NULL;
-	*slash = '\0';
-	return xstrdup(self);
-}
 
 /* `sfma NAME ARGS...` runs sfma-NAME with ARGS, git style. Only a program
  * beside sfma qualifies (the installed set belongs together; PATH is not
@@ -214,11 +201,10 @@ static _Noreturn void run_subcommand(char **argv)
 	bool plain = len > 0 && len <= 64 && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == len;
 	if (!plain)
 		cli_usage_error(usage_text, "'%s': not a command name (lower-case letters, digits, -)", name);
-	char *dir = self_dir(), path[PATH_MAX];
-	if (!dir || snprintf(path, sizeof path, "%s/sfma-%s", dir, name) >= (int)sizeof path ||
-	    access(path, X_OK) < 0)
+	char prog[80], path[PATH_MAX];
+	snprintf(prog, sizeof prog, "sfma-%s", name);
+	if (beside_self(prog, path, sizeof path) < 0 || access(path, X_OK) < 0)
 		cli_usage_error(usage_text, "%s: unknown command (no sfma-%s beside sfma)", name, name);
-	free(dir);
 	argv[1] = path;
 	execv(path, argv + 1);
 	die("%s: %s", path, strerror(errno));
@@ -251,13 +237,8 @@ static void take_signals(void)
 static char *find_program(const char *name)
 {
 	char cand[PATH_MAX + 64];
-	char *dir = self_dir();
-	if (dir) {
-		snprintf(cand, sizeof cand, "%s/%s", dir, name);
-		free(dir);
-		if (access(cand, X_OK) == 0)
-			return xstrdup(cand);
-	}
+	if (beside_self(name, cand, sizeof cand) == 0 && access(cand, X_OK) == 0)
+		return xstrdup(cand);
 	const char *path = getenv("PATH");
 	for (const char *p = path ? path : ""; *p;) {
 		size_t len = strcspn(p, ":");

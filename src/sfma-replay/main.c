@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "beside.h"
 #include "buf.h"
 #include "canon.h"
 #include "chain.h"
@@ -82,13 +83,9 @@ static struct {
  * reads it; no verdict is given before it has accepted the record. */
 static void verify_start(const char *target)
 {
-	char self[PATH_MAX];
-	ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (len < 0)
-		die("/proc/self/exe: %s", strerror(errno));
-	self[len] = '\0';
 	char verify[PATH_MAX + 16];
-	snprintf(verify, sizeof verify, "%s/sfma-verify", dirname(self));
+	if (beside_self("sfma-verify", verify, sizeof verify) < 0)
+		die("/proc/self/exe: %s (no directory to find sfma-verify in)", strerror(errno));
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
