@@ -83,7 +83,7 @@ JSON
 
 # hand_built: the two_loops record with what other stages add by hand,
 # rechained and resealed (tests/helpers.bash, rewrite): the acceptance
-# command of loop 1's done, which fails; the provider's stop word and
+# command of loop 1's done, which fails, and the second it took; the provider's stop word and
 # class on the calls that made native calls; cache writes, reasoning
 # tokens and a cost on the first call with usage.
 hand_built() {
@@ -94,6 +94,11 @@ es.insert(done1 + 2, {"anchor": es[done1]["anchor"], "id": "verdict-%d" % seq, "
     "refs": [es[done1]["id"]], "seq": seq,
     "data": {"acceptance": {"cmd": "echo check", "exit": 1, "expected": 0, "index": 0, "pass": False},
              "run": {"durationMs": 12.5, "exit": 1, "timedOut": False}}})
+# the command took wall time as well: every anchor after it a second later,
+# so its 12.5 ms are never compressed into a gap the loops already fill
+for e in es[done1 + 3:]:
+    if e["kind"] == "clock-anchor":
+        e["data"]["wallMs"] += 1000
 for e in es:
     if e["kind"] == "call" and e["data"].get("toolCalls"):
         e["data"].update(stopReason="tool_use", stop="tool")
