@@ -10,17 +10,25 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,
-                      int sync_dir, struct stat *st, struct sfma_err *e);
+static int replace_at(int tmp_dirfd, int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                      int sync_file, int sync_dir, struct stat *st, struct sfma_err *e);
 
 int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
                     mode_t mode, struct sfma_err *e)
 {
-	return replace_at(dirfd, name, data, n, mode, 1, 1, NULL, e);
+	return replace_at(dirfd, dirfd, name, data, n, mode, 1, 1, NULL, e);
 }
 
-static int replace_at(int dirfd, const char *name, const void *data, size_t n, mode_t mode, int sync_file,
-                      int sync_dir, struct stat *st, struct sfma_err *e)
+int atomic_write_via(int tmp_dirfd, int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                     struct sfma_err *e)
+{
+	return replace_at(tmp_dirfd, dirfd, name, data, n, mode, 1, 1, NULL, e);
+}
+
+/* The temporary file is made in tmp_dirfd (usually dirfd itself) and
+ * renamed to dirfd/name. */
+static int replace_at(int tmp_dirfd, int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                      int sync_file, int sync_dir, struct stat *st, struct sfma_err *e)
 {
 	char tmp[512];
 	unsigned long long r = 0;
@@ -31,7 +39,7 @@ static int replace_at(int dirfd, const char *name, const void *data, size_t n, m
 		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
 			r ^= (unsigned long long)getpid() * 2654435761u + (unsigned long long)tries;
 		snprintf(tmp, sizeof tmp, ".%s.tmp-%016llx", name, r);
-		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+		fd = openat(tmp_dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
 		if (fd < 0 && errno != EEXIST)
 			return err_set(e, "%s: create temporary file: %s", name, strerror(errno));
 	}
@@ -50,7 +58,7 @@ static int replace_at(int dirfd, const char *name, const void *data, size_t n, m
 	}
 	fd = -1;
 	step = "rename";
-	if (renameat(dirfd, tmp, dirfd, name) < 0)
+	if (renameat(tmp_dirfd, tmp, dirfd, name) < 0)
 		goto fail;
 	/* Make the rename durable; a directory that cannot be fsynced (some
 	 * file systems refuse) has still been updated atomically. */
@@ -61,7 +69,7 @@ fail: {
 	int saved = errno;
 	if (fd >= 0)
 		close(fd);
-	unlinkat(dirfd, tmp, 0);
+	unlinkat(tmp_dirfd, tmp, 0);
 	return err_set(e, "%s: %s: %s", name, step, strerror(saved));
 }
 }
@@ -101,7 +109,7 @@ static int write_path(const char *path, const void *data, size_t n, mode_t mode,
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return err_set(e, "%s: %s", dir, strerror(errno));
-	int rc = replace_at(dirfd, name, data, n, mode, sync, sync, NULL, e);
+	int rc = replace_at(dirfd, dirfd, name, data, n, mode, sync, sync, NULL, e);
 	close(dirfd);
 	if (rc < 0)
 		return err_prefix(e, "%s", dir);

@@ -18,6 +18,13 @@
 int atomic_write_at(int dirfd, const char *name, const void *data, size_t n,
                     mode_t mode, struct sfma_err *e);
 
+/* The same with the temporary file made in tmp_dirfd, another directory
+ * of the same file system: for a program that may create files there but
+ * write none in dirfd (a Landlock grant of MAKE_REG, REMOVE_FILE and
+ * REFER only: sfma-mem and .sfma/memory.json). */
+int atomic_write_via(int tmp_dirfd, int dirfd, const char *name, const void *data, size_t n, mode_t mode,
+                     struct sfma_err *e);
+
 /* Same for a path: its directory is opened, then atomic_write_at. */
 int atomic_write(const char *path, const void *data, size_t n, mode_t mode,
                  struct sfma_err *e);

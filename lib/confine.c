@@ -141,18 +141,23 @@ const struct confine_policy confine_table[] = {
 	{ .program = "sfma", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX },
 	/* sfma relay's own process, which forks one orchestrator per run:
 	 * what each run's processes inherit, so nothing any of them needs -
-	 * no file rules (sfma-exec mounts), no TCP rules (sfma-model
-	 * connects), exec allowed (the stages), every socket family. What is
-	 * left: no_new_privs, abstract sockets scoped (ABI 6), no io_uring. */
-	{ .program = "sfma/relay", .filesystem = 0, .may_exec = 1, .sockets = CONFINE_SOCKETS_ANY,
-	  .no_tcp_rules = 1 },
+	 * exec allowed (the stages), every socket family. No Landlock layer
+	 * at all: every layer denies a rename into another directory that
+	 * no rule of its own allows (REFER, landlock(7): "denied by default
+	 * by any ruleset, even if the right is not specified as handled"),
+	 * so one without file rules would deny sfma-mem its memory.json,
+	 * and one that grants REFER handles file access, under which
+	 * sfma-exec could not mount. What is left: no_new_privs and seccomp
+	 * (no io_uring); each stage scopes itself. */
+	{ .program = "sfma/relay", .no_landlock = 1, .may_exec = 1, .sockets = CONFINE_SOCKETS_ANY },
 	/* The planner reads the workspace (declared outputs, .sfma/inbox,
-	 * HALT, an interrupted run's record), writes the evidence store,
-	 * removes the inbox files it has read and replaces memory.json - in
-	 * .sfma, which Landlock cannot narrow to one file. It starts no
-	 * process: the memory store's git is sfma-mem's. */
+	 * HALT, memory.json, an interrupted run's record), writes the
+	 * evidence store and removes the inbox files it has read: nothing
+	 * directly in .sfma, so the observer's chain there is out of its
+	 * reach (memory.json is sfma-mem's to replace). It starts no
+	 * process: the memory store's git is sfma-mem's too. */
 	{ .program = "sfma-plan", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .grants = { {"@ws", R}, {"@ws/.sfma", W} } },
+	  .grants = { {"@ws", R}, {"@ws/.sfma/evidence", W}, {"@ws/.sfma/inbox", R | LL_FS_REMOVE_FILE} } },
 	/* The model stage: HTTPS through libcurl, loaded on first need; its
 	 * keys come from the environment. TCP connect to the endpoints' and
 	 * proxies' ports only (and 53, DNS over TCP). */
@@ -183,10 +188,12 @@ const struct confine_policy confine_table[] = {
 	  .grants = { {"@ws/.sfma", W} } },
 	/* The memory stage: the only one that runs git, in .sfma/mem (made
 	 * before it confines), which it owns whole; it reads the trace for
-	 * an episodic recall. */
+	 * an episodic recall. memory.json it writes in .sfma/mem and renames
+	 * into .sfma, where it may make and remove a file but write none. */
 	{ .program = "sfma-mem", .filesystem = 1, .sockets = CONFINE_SOCKETS_UNIX, .scope_signal = 1,
-	  .may_exec = 1,
-	  .grants = { {"@ws/.sfma/mem", WALL}, {"@ws/.sfma/trace.jsonl", LL_FS_READ_FILE}, {"@git", X},
+	  .may_exec = 1, .needs_refer = 1,
+	  .grants = { {"@ws/.sfma/mem", WALL}, {"@ws/.sfma", LL_FS_READ_DIR | LL_FS_MAKE_REG | LL_FS_REMOVE_FILE | LL_FS_REFER},
+	              {"@ws/.sfma/trace.jsonl", LL_FS_READ_FILE}, {"@git", X},
 	              {"@interp", X}, {"@runtime", R}, {"/dev/null", RW_DEV} } },
 	/* The observer: it opens (or creates) .sfma/observed.jsonl before it
 	 * confines, and keeps .sfma, where its note of the verified head is
@@ -504,6 +511,10 @@ static int add_grant(int ruleset, const struct confine_grant *g, const struct co
  * r->why set. */
 static int apply_landlock(const struct confine_policy *p, const struct confine_places *pl, struct confine_report *r)
 {
+	if (p->no_landlock) {
+		snprintf(r->why, sizeof r->why, "no Landlock layer: every process it starts would inherit it");
+		return 0;
+	}
 	const char *why;
 	int abi = confine_landlock_abi(&why);
 	if (abi == 0) {

@@ -44,6 +44,7 @@ struct confine_grant {
 struct confine_policy {
 	const char *program;
 	struct confine_grant grants[CONFINE_MAX_GRANTS];
+	int no_landlock;         /* no Landlock layer at all (see sfma/relay) */
 	int filesystem;          /* Landlock handles file access (see sfma-exec) */
 	int needs_refer;         /* renames across directories (none on ABI 1) */
 	int may_exec;            /* execve/execveat allowed (seccomp) */

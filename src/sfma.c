@@ -52,8 +52,9 @@ static char *stage_path[N_STAGES];
 
 /* The stages whose pipes with the planner go through sfma-tap, which
  * records every line that crosses (sfma-tap(1)): one entry each. `acts`:
- * the stage acts on the world, so the tap makes its records durable
- * before a line reaches it. The chain and the seal are not among them:
+ * the stage acts on the world (commands; the memory store and
+ * memory.json), so the tap makes its records durable before a line
+ * reaches it. The chain and the seal are not among them:
  * their traffic is the trace and the record themselves. */
 static const struct observed_stage {
 	enum stage s;
@@ -61,6 +62,7 @@ static const struct observed_stage {
 } observed[] = {
 	{MODEL, false},
 	{EXEC, true},
+	{MEM, true},
 };
 #define OBSERVED_MAX (sizeof observed / sizeof *observed)
 

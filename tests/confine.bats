@@ -182,20 +182,31 @@ print(abi)'
 	sfma-verify ws
 }
 
-@test "sfma-plan: the workspace read, .sfma written, no internet socket, no process started" {
+@test "sfma-plan: the workspace read, its evidence written, the observer's chain out of reach, no internet socket, no process started" {
 	listen
-	wrapped sfma-plan SFMA_SHIM_READ="$SECRET" SFMA_SHIM_CREATE="$PWD/ws/planted" \
+	wrapped sfma-plan SFMA_SHIM_READ="$SECRET" SFMA_SHIM_WRITE="$PWD/ws/.sfma/observed.jsonl" \
+		SFMA_SHIM_REMOVE="$PWD/ws/.sfma/observed.jsonl" SFMA_SHIM_CREATE="$PWD/ws/.sfma/planted" \
 		SFMA_SHIM_CONNECT="$PORT" SFMA_SHIM_EXEC=/bin/true SFMA_SHIM_SIGNAL=parent
 	SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
 	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
 	said sfma-plan read "$SECRET" EACCES
-	said sfma-plan create "$PWD/ws/planted" EACCES
+	# the observer's chain: neither written, nor removed, nor replaced by
+	# a file made beside it and renamed over it
+	said sfma-plan write "$PWD/ws/.sfma/observed.jsonl" EACCES
+	said sfma-plan remove "$PWD/ws/.sfma/observed.jsonl" EACCES
+	said sfma-plan create "$PWD/ws/.sfma/planted" EACCES
 	said sfma-plan connect "127.0.0.1:$PORT" EPERM
 	# The memory stage runs git: the planner starts no process at all.
 	said sfma-plan exec /bin/true EPERM
 	grep -q '^confine-shim: sfma-plan: signal [0-9]*: EPERM$' <<<"$stderr"
-	[ ! -e ws/planted ]
-	sfma-verify ws
+	[ ! -e ws/.sfma/planted ]
+	# what it must write still is: the evidence, and the inbox emptied;
+	# memory.json is sfma-mem's to write
+	[ -n "$(ls ws/.sfma/evidence)" ]
+	jq -e '.runs | length == 1' ws/.sfma/memory.json
+	# the observer's file is the tap's alone: its chain verifies below
+	run sfma-verify ws
+	[ "$status" -eq 0 ] && [[ "$output" == *" observed="[1-9]* ]] || { echo "$output"; return 1; }
 }
 
 @test "sfma-mem: the store alone (and the trace, read), git and nothing else, no internet socket" {

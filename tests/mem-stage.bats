@@ -72,8 +72,13 @@ snapshot() {
 	git -C "$M" show HEAD:records/candidate-3.json | grep -q MARKER-m3q
 	ref=$(sed -n 2p <<<"$output" | jq -r .entry.ref)
 	git -C "$M" ls-tree -r HEAD | grep -q "${ref#git:}"
-	# the work tree's copy of memory.json, as .sfma/memory.json spells it
+	# the work tree's copy of memory.json, as .sfma/memory.json spells it:
+	# that one written first, whole, by this stage (the planner writes
+	# nothing in .sfma), its temporary file gone
 	jq -e '.runs | length == 1' "$M/memory.json"
+	cmp "$M/memory.json" ws/.sfma/memory.json
+	[ "$(stat -c %a ws/.sfma/memory.json)" = 600 ]
+	[ -z "$(find ws/.sfma -name '.memory.json.tmp-*')" ]
 	git -C "$M" fsck --strict
 }
 
@@ -112,14 +117,14 @@ snapshot() {
 
 # ---- refusals ------------------------------------------------------------
 
-@test "a hostile store is refused at open, in one error naming it, before any git runs; then nothing is served" {
+@test "a hostile store is refused at open, in one error naming it, before any git runs; then nothing is served but memory.json" {
 	first_session
 	git -C "$M" config filter.x.clean "touch $PWD/host/ran"
 	echo '* filter=x' >"$M/.gitattributes"
 	mkdir wrap
 	printf '#!/bin/sh\necho "$*" >>%s/git.log\nexec %s "$@"\n' "$PWD" "$(command -v git)" >wrap/git
 	chmod +x wrap/git
-	before=$(snapshot)
+	before=$(snapshot | grep -v ' ws/.sfma/memory.json')
 	PATH=$PWD/wrap:$PATH mem "$open" \
 		'{"id":2,"op":"keep","key":"candidate-9","payload":{"a":1},"fastMaxBytes":1}' \
 		'{"id":3,"op":"recall","call":{"tool":"recall","mode":"lexical","query":"MARKER"}}' \
@@ -129,11 +134,15 @@ snapshot() {
 	reply 1 '.id == 1 and .ok == false and (.error | test("^\\.sfma/mem/\\.git/config: unsafe git configuration: filter\\.x\\.clean \\(line [0-9]+\\)$"))'
 	reply 2 '.ok == false and .error == "keep: the store is not open"'
 	reply 3 '.ok == false and .error == "recall: the store is not open"'
-	reply 4 '.ok == false and .error == "commit: the store is not open"'
+	# the commit: memory.json replaced in .sfma (the planner writes none
+	# there), nothing committed
+	reply 4 '.ok == true and .entry == null'
 	reply 5 '.ok == false and .error == "open: the store was opened already"'
 	[ ! -e git.log ] || { echo "git ran: $(cat git.log)"; return 1; }
 	[ ! -e host/ran ]
-	[ "$(snapshot)" = "$before" ] || { diff <(echo "$before") <(snapshot); return 1; }
+	jq -e --argjson m "$memory_doc" '. == $m' ws/.sfma/memory.json
+	[ "$(snapshot | grep -v ' ws/.sfma/memory.json')" = "$before" ] ||
+		{ diff <(echo "$before") <(snapshot | grep -v ' ws/.sfma/memory.json'); return 1; }
 }
 
 @test "a line that is not a request gets an error on its line, and the next line is served" {

@@ -67,9 +67,15 @@ observed_records() {
 	# an exec answer's verdict, its command's line and its own
 	[ "$(jq -c 'select(.wire and .kind == "verdict" and .wire[0].stage == "sfma-exec") | [.wire[].dir]' \
 		ws/.sfma/trace.jsonl | sort -u)" = '["out","in"]' ]
+	# the memory stage's too: the open, the keep and the commit, each
+	# request with its answer on one entry
+	[ "$(jq -c 'select(.wire) | [.wire[] | select(.stage == "sfma-mem") | .dir] | select(length > 0)' \
+		ws/.sfma/trace.jsonl)" = $'["out","in"]\n["out","in"]\n["out","in"]' ]
+	jq -s -e 'map(select(.kind == "store" and .data.stage == "commit"))[0].wire | map(.stage + " " + .dir) ==
+		["sfma-mem out", "sfma-mem in"]' ws/.sfma/trace.jsonl >/dev/null
 	# the chain opens where the run's entries begin and closes with the counts
 	[ "$(head -1 ws/.sfma/observed.jsonl | jq -c '{kind, stages, trace}')" = \
-		'{"kind":"open","stages":["sfma-model","sfma-exec"],"trace":0}' ]
+		'{"kind":"open","stages":["sfma-model","sfma-exec","sfma-mem"],"trace":0}' ]
 	tail -1 ws/.sfma/observed.jsonl | jq -e '.kind == "close" and .lines["sfma-model"].out > 0'
 	jq -e --arg h "$(tail -1 ws/.sfma/observed.jsonl | jq -r .hash)" --argjson n "$(wc -l <ws/.sfma/observed.jsonl)" \
 		'.integrity.observedHead == $h and .integrity.observedEntries == $n' ws/.sfma/result.json
@@ -142,6 +148,20 @@ observed_records() {
 		{ echo "$stderr"; return 1; }
 }
 
+@test "a planner that alters a memory answer before recording it: AUDIT_INVALID, observed" {
+	hooked altered-memory
+	run hooked-altered-memory/sfma run manifest.json --apply
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	tampered ws
+	run --separate-stderr sfma-verify ws
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "AUDIT_INVALID: observed: sfma-mem in message 1 has no trace entry (seq "*" records another line in its place: "* ]] ||
+		{ echo "$stderr"; return 1; }
+	# what the trace holds is what the planner made of the altered answer
+	jq -s -e 'map(select(.kind == "store" and .data.name == "git-long" and .data.latencyMs)) | .[0].data.latencyMs >= 1000' \
+		ws/.sfma/trace.jsonl >/dev/null
+}
+
 @test "the trace rewritten to agree with a lie and resealed, without the keys, still disagrees with the observer" {
 	sfma run manifest.json --apply >/dev/null
 	head=$(jq -c '.integrity | {observedEntries, observedHead}' ws/.sfma/result.json)
@@ -149,7 +169,7 @@ observed_records() {
 	# observer's head as it was: the trace alone verifies, but a wire
 	# record no longer is what crossed
 	rewrite 'for e in es:
-    if e.get("wire"):
+    if e.get("wire") and e["wire"][-1]["stage"] == "sfma-model":
         e["wire"][-1]["sha256"] = "0" * 64
         break'
 	jq -e '.integrity | has("observedHead") | not' ws/.sfma/result.json

@@ -234,7 +234,7 @@ runs() { jq '.runs | length' ws/.sfma/memory.json; }
 	[[ "$output" == "FAILED turns="* ]]
 	[[ "$stderr" == *"sfma: stage sfma-mem killed by signal 9"* ]]
 	[[ "$stderr" == *"sfma-plan: failed: stage sfma-mem died"* ]] || { echo "$stderr"; return 1; }
-	[[ "$stderr" == *"memory store: the run was not committed (stage sfma-mem died)"* ]] || { echo "$stderr"; return 1; }
+	[[ "$stderr" == *"memory store: the run was not kept (stage sfma-mem died); memory.json is as the run before left it"* ]] || { echo "$stderr"; return 1; }
 	[ "$(verdict)" = failed ]
 	sfma-verify ws
 }

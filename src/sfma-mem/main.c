@@ -3,7 +3,8 @@
  *
  *   sfma-mem WORKSPACE
  *
- * It owns WORKSPACE/.sfma/mem: the planner asks, one request per line on
+ * It owns WORKSPACE/.sfma/mem and replaces WORKSPACE/.sfma/memory.json
+ * (the planner writes nothing in .sfma but its evidence): the planner asks, one request per line on
  * stdin, and each is answered with one line on stdout, in order:
  *
  *   {"id":1,"op":"open"}                          the guards, the profile
@@ -21,6 +22,7 @@
  * The workspace lock is the planner's (.sfma, flocked for its run): this
  * stage works only on its requests. */
 #include "store.h"
+#include "atomic.h"
 #include "buf.h"
 #include "canon.h"
 #include "cli.h"
@@ -30,6 +32,7 @@
 #include "utf8.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -190,8 +193,30 @@ static void op_recall(struct mem *s, const json_t *id, const json_t *req)
 	reply(s, r);
 }
 
-/* commit: memory.json and the run's records, one commit. Without git the
- * entry is null: there is nothing to commit to. */
+/* .sfma/memory.json, replaced atomically: the temporary file is made in
+ * the store's directory, which this stage owns, and renamed into .sfma,
+ * where it may make and remove files but write none (sfma(1),
+ * CONFINEMENT): the planner never writes in .sfma, and the observer's
+ * chain there is written by no stage but the observer. */
+static int save_memory(const struct mem *s, const char *text, size_t len, struct sfma_err *e)
+{
+	int sfma = open(s->sfma_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), mem = -1;
+	if (sfma < 0)
+		return err_set(e, "memory.json: %s: %s", s->sfma_dir, strerror(errno));
+	if ((mem = openat(sfma, "mem", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		int err = errno;
+		close(sfma);
+		return err_set(e, "memory.json: .sfma/mem: %s", strerror(err));
+	}
+	int rc = atomic_write_via(mem, sfma, "memory.json", text, len, 0600, e);
+	close(mem);
+	close(sfma);
+	return rc;
+}
+
+/* commit: memory.json written, then it and the run's records in one
+ * commit. The file is written whatever the store: one the guards
+ * refused, or none without git, has no commit (the entry is null). */
 static void op_commit(struct mem *s, const json_t *id, const json_t *req)
 {
 	const char *subject = string_member(req, "subject");
@@ -208,8 +233,14 @@ static void op_commit(struct mem *s, const json_t *id, const json_t *req)
 	struct buf text = {0};
 	canon_dump_pretty(memory, &text, NULL);
 	buf_addc(&text, '\n');
+	struct sfma_err e;
+	if (save_memory(s, text.p, text.len, &e) < 0) {
+		buf_free(&text);
+		reply_error(s, id, "%s", e.text);
+		return;
+	}
 	const char *sha;
-	json_t *entry = store_commit(&s->store, text.p, subject, &sha);
+	json_t *entry = s->state == STORE_OPEN ? store_commit(&s->store, text.p, subject, &sha) : NULL;
 	buf_free(&text);
 	json_t *r = reply_new(id, 1);
 	json_object_set_new(r, "entry", entry ? entry : json_null());
@@ -246,14 +277,14 @@ static void handle(struct mem *s, const char *line, size_t len)
 		reply_error(s, id, "%s: unknown member %.64s", op, unknown_member(req, members));
 	else if (members == open_members)
 		op_open(s, id);
+	else if (members == commit_members)
+		op_commit(s, id, req);
 	else if (s->state != STORE_OPEN)
 		reply_error(s, id, "%s: the store is not open", op);
 	else if (members == keep_members)
 		op_keep(s, id, req);
-	else if (members == recall_members)
-		op_recall(s, id, req);
 	else
-		op_commit(s, id, req);
+		op_recall(s, id, req);
 	json_decref(req);
 }
 

@@ -255,6 +255,7 @@ static void wire_rest(struct drive *d)
 	}
 	wire_add(d, stage_wire(STAGE_MODEL));
 	wire_add(d, stage_wire(STAGE_EXEC));
+	wire_add(d, stage_wire(STAGE_MEM));
 }
 
 /* ---- carrying out the core's effects ------------------------------------- */
@@ -364,6 +365,8 @@ static void recall_stores(struct drive *d, json_t *call)
 	struct sfma_err e = {""};
 	json_t *reply = mem_ask(json_pack("{s:s, s:O}", "op", "recall", "call", call), d->deadline_mono + EXEC_GRACE_MS,
 	                        &why, &e);
+	/* The request's line and its answer's: on the verdict it makes. */
+	wire_add(d, stage_wire(STAGE_MEM));
 	if (!reply && why != WAIT_OK) {
 		mem_failed(d, why, e.text);
 		return;
@@ -405,6 +408,7 @@ static void keep(struct drive *d, const struct core_fx *fx)
 	                        "payload", json_object_get(fx->v, "payload"), "fastMaxBytes",
 	                        json_object_get(fx->v, "fastMaxBytes"));
 	json_t *reply = mem_ask(req, d->deadline_mono + EXEC_GRACE_MS, &why, &e);
+	wire_add(d, stage_wire(STAGE_MEM));
 	if (!reply && why != WAIT_OK) {
 		mem_failed(d, why, e.text);
 		return;
@@ -558,6 +562,9 @@ static int begin(struct drive *d)
 		traceparent = NULL;
 	}
 	json_t *stores = open_stores(d, open_id, &se);
+	/* The open request's line and its answer's: on the run's first
+	 * entries, the store entries among them. */
+	wire_add(d, stage_wire(STAGE_MEM));
 	json_t *inbox = workspace_inbox(&d->ws);
 	const struct core_begin b = {
 		.anchor_seq = json_number_value(json_object_get(anchor, "seq")),
@@ -622,14 +629,14 @@ static void turns(struct drive *d)
 
 /* ---- the end --------------------------------------------------------------- */
 
-/* One commit per run in .sfma/mem, made by sfma-mem: memory.json and the
- * run's records. Returns the commit's `store` entry data (new), or NULL
- * (no git: nothing to commit to; a stage that could not answer is said).
- * The run's end waits for it, whatever its budget, like the seal. */
+/* The run's memory, kept by sfma-mem: .sfma/memory.json replaced, then
+ * one commit in .sfma/mem of it and the run's records. Returns the
+ * commit's `store` entry data (new), or NULL (no git, or a store the
+ * guards refused: nothing to commit to; a stage that could not answer
+ * or write is said). The run's end waits for it, whatever its budget,
+ * like the seal. */
 static json_t *commit_memory(struct drive *d)
 {
-	if (!d->store_ok)
-		return NULL;
 	char subject[600];
 	snprintf(subject, sizeof subject, "run %s %s turns=%ld calls=%ld", d->m->name, core_verdict(d->core),
 	         core_turns(d->core), core_model_calls(d->core));
@@ -637,8 +644,10 @@ static json_t *commit_memory(struct drive *d)
 	struct sfma_err e;
 	json_t *reply = mem_ask(json_pack("{s:s, s:s, s:O}", "op", "commit", "subject", subject, "memory", d->mem.doc), 0,
 	                        &why, &e);
+	wire_add(d, stage_wire(STAGE_MEM));
 	if (!reply) {
-		warning("memory store: the run was not committed (%s)", e.text);
+		/* written whole or not at all: the file is as the run before left it */
+		warning("memory store: the run was not kept (%s); memory.json is as the run before left it", e.text);
 		return NULL;
 	}
 	json_t *entry = json_object_get(reply, "entry");
@@ -651,7 +660,8 @@ static json_t *commit_memory(struct drive *d)
 	return entry;
 }
 
-/* The run in memory.json: its summary, certification and the endpoints. */
+/* The run in the memory document: its summary, certification and the
+ * endpoints (sfma-mem writes it, commit_memory). */
 static void remember(struct drive *d, int *certified, int *demoted)
 {
 	const struct core *c = d->core;
@@ -673,14 +683,9 @@ static void remember(struct drive *d, int *certified, int *demoted)
 	json_decref(summary);
 	if (core_endpoints(c))
 		json_object_set_new(d->mem.doc, "endpoints", json_deep_copy(core_endpoints(c)));
-	char mem_path[PATH_MAX];
-	struct sfma_err e;
-	if (memory_save(&d->mem, path_join(mem_path, d->ws.sfma_dir, "memory.json"), &e) < 0)
-		/* written whole or not at all: the file is as the run before left it */
-		warning("%s (memory.json is as the run before left it)", e.text);
 }
 
-/* Close the run in the trace and in memory.json. */
+/* Close the run in the trace and in the memory stage. */
 static void finish(struct drive *d)
 {
 	const struct core_facts f = facts(d);

@@ -2,7 +2,6 @@
  * endpoint state, certification, pinning and demotion. Pure arithmetic. */
 #include "plan.h"
 #include "protocol.h"
-#include "atomic.h"
 #include "buf.h"
 #include "canon.h"
 #include "clock.h"
@@ -159,16 +158,6 @@ json_t *memory_clip(const json_t *summary)
 	while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
 		keep--;
 	return json_stringn(s, keep);
-}
-
-int memory_save(struct memory *mem, const char *path, struct sfma_err *e)
-{
-	struct buf b = {0};
-	canon_dump_pretty(mem->doc, &b, NULL);
-	buf_addc(&b, '\n');
-	int rc = atomic_write(path, b.p, b.len, 0600, e);
-	buf_free(&b);
-	return rc;
 }
 
 void memory_free(struct memory *mem)

@@ -84,7 +84,7 @@ json_t *stage_wire(enum stage_id s);
 /* Only in the build tests/observe.bats makes (CFLAGS=-DSFMA_TEST_HOOKS),
  * never in a built program: the hook SFMA_TEST_HOOK names ("" when none),
  * which makes the planner lie about what crossed its pipes, so that the
- * test shows sfma-verify catching it. stages.c: altered-reply, altered-exec;
+ * test shows sfma-verify catching it. stages.c: altered-reply, altered-exec, altered-memory;
  * drive.c: unrecorded-request, phantom-call. */
 const char *test_hook(void);
 #endif
@@ -153,7 +153,6 @@ void memory_record_run(struct memory *mem, const struct manifest *m, json_t *run
  * bytes, cut at a UTF-8 boundary (the record keeps it whole). New ref. */
 #define MEMORY_SUMMARY_MAX 4096
 json_t *memory_clip(const json_t *summary);
-int memory_save(struct memory *mem, const char *path, struct sfma_err *e);
 void memory_free(struct memory *mem);
 
 /* ---- workspace.c --------------------------------------------------------- */

@@ -24,7 +24,7 @@ struct stage stages[STAGE_COUNT] = {
 	{.name = "sfma-exec", .to = -1, .from = -1, .observed = 1},
 	{.name = "sfma-chain", .to = -1, .from = -1},
 	{.name = "sfma-seal", .to = -1, .from = -1},
-	{.name = "sfma-mem", .to = -1, .from = -1},
+	{.name = "sfma-mem", .to = -1, .from = -1, .observed = 1},
 };
 
 volatile sig_atomic_t halt_signal;
@@ -93,22 +93,27 @@ const char *test_hook(void)
 	return h ? h : "";
 }
 
-/* altered-reply, altered-exec: the first reply of sfma-model (one of its
- * calls' latency) or of sfma-exec (its result) changed as it is read,
- * before it is recorded: 1 with the line's new bytes in out. */
+/* altered-reply, altered-exec, altered-memory: the first reply of
+ * sfma-model (one of its calls' latency), of sfma-exec (its result) or of
+ * sfma-mem (the git store's latency in its open answer) changed as it is
+ * read, before it is recorded: 1 with the line's new bytes in out. */
 static int hook_alter(enum stage_id s, const char *line, size_t len, struct buf *out)
 {
 	static int done[STAGE_COUNT];
 	int model = s == STAGE_MODEL && strcmp(test_hook(), "altered-reply") == 0;
 	int exec = s == STAGE_EXEC && strcmp(test_hook(), "altered-exec") == 0;
-	if (done[s] || !(model || exec))
+	int mem = s == STAGE_MEM && strcmp(test_hook(), "altered-memory") == 0;
+	if (done[s] || !(model || exec || mem))
 		return 0;
 	json_t *v = ndjson_parse(line, len, NULL);
 	json_t *call = json_array_get(json_object_get(v, "calls"), 0), *result = json_object_get(v, "result");
+	json_t *store = json_array_get(json_object_get(v, "stores"), 0);
 	if (model && json_is_number(json_object_get(call, "latencyMs")))
 		json_object_set_new(call, "latencyMs", json_real(json_number_value(json_object_get(call, "latencyMs")) + 1000));
 	else if (exec && json_is_string(result))
 		json_object_set_new(v, "result", json_sprintf("%s (altered)", json_string_value(result)));
+	else if (mem && json_is_number(json_object_get(store, "latencyMs")))
+		json_object_set_new(store, "latencyMs", json_real(json_number_value(json_object_get(store, "latencyMs")) + 1000));
 	else {
 		json_decref(v);
 		return 0;

@@ -15,6 +15,8 @@
  *   SFMA_SHIM_READ=PATH      open(PATH, O_RDONLY)
  *   SFMA_SHIM_WRITE=PATH     open(PATH, O_WRONLY | O_APPEND) (a file that exists)
  *   SFMA_SHIM_CREATE=PATH    open(PATH, O_WRONLY | O_CREAT | O_EXCL)
+ *   SFMA_SHIM_REMOVE=PATH    unlink(PATH) (for a program that must not:
+ *                            the test fails when it can)
  *   SFMA_SHIM_CONNECT=PORT   socket(AF_INET), connect to 127.0.0.1:PORT
  *   SFMA_SHIM_EXEC=PATH      execve(PATH) in a forked child
  *   SFMA_SHIM_SIGNAL=parent  kill(getppid(), 0)
@@ -113,6 +115,8 @@ int seccomp_load(void *ctx)
 		try_open("write", v, O_WRONLY | O_APPEND);
 	if ((v = getenv("SFMA_SHIM_CREATE")))
 		try_open("create", v, O_WRONLY | O_CREAT | O_EXCL);
+	if ((v = getenv("SFMA_SHIM_REMOVE")))
+		say("remove", v, unlink(v) < 0 ? errno : 0);
 	if ((v = getenv("SFMA_SHIM_CONNECT")))
 		try_connect(v);
 	if ((v = getenv("SFMA_SHIM_EXEC")))
