@@ -132,7 +132,8 @@ static struct tap {
 	struct buf pending;        /* ... chained, not yet written */
 	uint64_t synced;           /* bytes of the chain known durable */
 	EVP_PKEY *key;
-} T = {.fd = -1};
+	int channel;               /* the confinement report channel (SFMA_CONFINE_FD); -1: none, or done */
+} T = {.fd = -1, .channel = -1};
 
 /* ---- failing closed -------------------------------------------------------- */
 
@@ -217,8 +218,11 @@ static int chain_open(int create)
 	/* Confined once its chain is open (sfma(1), CONFINEMENT): .sfma now
 	 * exists, which a Landlock rule needs; from here on it may write in
 	 * .sfma alone (its chain, and its note replaced beside it), reach no
-	 * network and start nothing. */
-	confine_self("sfma-tap", NULL, &(const struct confine_places){.workspace = T.workspace});
+	 * network and start nothing. With a channel, at the planner's go
+	 * (the chain is opened then, run()), and what is in force is
+	 * reported for the run's confinement entries. */
+	struct confine_report r;
+	confine_stage(&T.channel, "sfma-tap", &(const struct confine_places){.workspace = T.workspace}, &r);
 	return 0;
 }
 
@@ -571,8 +575,8 @@ static int all_ended(void)
  * sent them last is delivered. */
 static void run(void (*close_part)(void))
 {
-	struct pollfd pfd[4 * OBS_STAGES_MAX];
-	int map[4 * OBS_STAGES_MAX], closed = 0, blocked = 0;
+	struct pollfd pfd[4 * OBS_STAGES_MAX + 1];
+	int map[4 * OBS_STAGES_MAX + 1], closed = 0, blocked = 0;
 	while (!all_ended()) {
 		if (!closed && planner_done()) {
 			/* A planner that never made the workspace reads nothing: what
@@ -608,6 +612,15 @@ static void run(void (*close_part)(void))
 				}
 			}
 		}
+		/* The planner's go on the report channel: the workspace is
+		 * made, and the chain is opened and the tap confined now, for
+		 * the run's first entries, not at the first line. */
+		int go = -1;
+		if (T.channel >= 0 && T.fd < 0) {
+			go = n;
+			pfd[n] = (struct pollfd){.fd = T.channel, .events = POLLIN};
+			map[n++] = -1;
+		}
 		if (n == 0 && !blocked)
 			break;
 		/* Blocked, the chain is tried again every 10 ms. */
@@ -618,7 +631,17 @@ static void run(void (*close_part)(void))
 		}
 		/* Read every flow that has input, then write the round's
 		 * records, and only then pass the bytes on. */
+		if (go >= 0 && pfd[go].revents) {
+			/* No .sfma: the planner went before its go, and there
+			 * is nobody to report to. */
+			if (chain_open(1) < 0) {
+				close(T.channel);
+				T.channel = -1;
+			}
+		}
 		for (int k = 0; k < n; k++) {
+			if (map[k] < 0)
+				continue;
 			struct flow *f = &T.flows[map[k]];
 			if (pfd[k].fd == f->from && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
 				read_flow(f, !closed);
@@ -783,6 +806,7 @@ int main(int argc, char **argv)
 			cli_usage_error(usage_text, "--acts %s: not a stage given", acts[a]);
 	}
 	take_key();
+	T.channel = confine_channel_take();
 	/* A reader that went away is an EPIPE to handle, not a death. */
 	signal(SIGPIPE, SIG_IGN);
 	for (int i = 0; i < T.nflows; i++) {

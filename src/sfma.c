@@ -664,6 +664,7 @@ static void close_fd(int *fd)
 struct wiring {
 	int to[PLAN][2], from[PLAN][2];   /* named from the planner's side; -1 once closed */
 	int confine[PLAN];                /* each stage's end of its report channel; -1 once closed */
+	int confine_tap;                  /* the observer's end of its one; -1 once closed, or none */
 	pid_t planner;
 	int handshake;                    /* sfma's end of the socket pair; -1 once closed */
 	struct checked c;                 /* what the planner announced */
@@ -682,6 +683,7 @@ static void close_pipes(struct wiring *w)
 			close_fd(&w->to[s][end]), close_fd(&w->from[s][end]);
 		close_fd(&w->confine[s]);
 	}
+	close_fd(&w->confine_tap);
 }
 
 static int reap(pid_t pid)
@@ -776,12 +778,13 @@ static int read_announcement(struct wiring *w)
  * left running. */
 static int start_planner(const struct opts *o, struct wiring *w)
 {
-	int sv[2], keep[3 * PLAN + 1], channel[PLAN][2];
+	int sv[2], keep[3 * PLAN + 2], channel[PLAN][2], tap_channel[2] = {-1, -1};
 	char fdpath[2 * PLAN][32], flag[2 * PLAN][16], handshake_fd[16], confine_flag[PLAN][24], confine_fd[PLAN][16];
-	char *argv[10 + 6 * PLAN];
-	size_t n = 0;
+	char tap_fd[16];
+	char *argv[12 + 6 * PLAN];
+	size_t n = 0, n_keep = 3 * PLAN + 1;
 
-	*w = (struct wiring){.planner = -1, .handshake = -1};
+	*w = (struct wiring){.planner = -1, .handshake = -1, .confine_tap = -1};
 	for (int s = 0; s < PLAN; s++) {
 		if (pipe2(w->to[s], O_CLOEXEC) < 0 || pipe2(w->from[s], O_CLOEXEC) < 0)
 			die("pipe: %s", strerror(errno));
@@ -790,6 +793,13 @@ static int start_planner(const struct opts *o, struct wiring *w)
 		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel[s]) < 0)
 			die("socketpair: %s", strerror(errno));
 		w->confine[s] = channel[s][1];
+	}
+	/* The observer's, when the run has one: it talks to the planner on
+	 * no pipe of its own, and this is how its confinement is recorded. */
+	if (n_observed()) {
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, tap_channel) < 0)
+			die("socketpair: %s", strerror(errno));
+		w->confine_tap = tap_channel[1];
 	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		die("socketpair: %s", strerror(errno));
@@ -819,6 +829,12 @@ static int start_planner(const struct opts *o, struct wiring *w)
 		argv[n++] = confine_flag[s];
 		argv[n++] = confine_fd[s];
 	}
+	if (tap_channel[0] >= 0) {
+		snprintf(tap_fd, sizeof tap_fd, "%d", tap_channel[0]);
+		keep[n_keep++] = tap_channel[0];
+		argv[n++] = "--confine-tap";
+		argv[n++] = tap_fd;
+	}
 	snprintf(handshake_fd, sizeof handshake_fd, "%d", sv[1]);
 	keep[2 * PLAN] = sv[1];
 	argv[n++] = "--handshake-fd";
@@ -828,13 +844,14 @@ static int start_planner(const struct opts *o, struct wiring *w)
 	/* The planner's environment does not depend on the manifest. */
 	struct checked none = {0};
 	char **env = stage_env(PLAN, &none, -1);
-	w->planner = spawn(stage_path[PLAN], argv, env, -1, -1, keep, 3 * PLAN + 1, true);
+	w->planner = spawn(stage_path[PLAN], argv, env, -1, -1, keep, n_keep, true);
 	int err = errno;
 	env_free(env);
 	/* Its ends are the planner's alone now: EOF travels as it exits. */
 	close(sv[1]);
 	for (int s = 0; s < PLAN; s++)
 		close_fd(&w->to[s][1]), close_fd(&w->from[s][0]), close(channel[s][0]);
+	close_fd(&tap_channel[0]);
 	if (w->planner < 0) {
 		warning("%s: %s", stage_path[PLAN], strerror(err));
 		close(sv[0]);
@@ -888,7 +905,7 @@ static int start_tap(const struct wiring *w, const struct tapping *t, struct sta
 {
 	char fds[OBSERVED_MAX][96], ready[16], head[16];
 	char *argv[8 + 3 * OBSERVED_MAX];
-	int keep[2 + 4 * OBSERVED_MAX];
+	int keep[3 + 4 * OBSERVED_MAX];
 	size_t n = 0, k = 0;
 	argv[n++] = stage_path[TAP];
 	snprintf(ready, sizeof ready, "%d", t->ready[1]);
@@ -915,8 +932,10 @@ static int start_tap(const struct wiring *w, const struct tapping *t, struct sta
 			keep[k++] = ends[e];
 	}
 	argv[n] = NULL;
+	if (w->confine_tap >= 0)
+		keep[k++] = w->confine_tap;
 	struct checked none = {0};
-	char **env = stage_env(TAP, &none, -1);
+	char **env = stage_env(TAP, &none, w->confine_tap);
 	int out = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	int rc = out < 0 ? -1 : spawn_start(stage_path[TAP], argv, env, -1, out, keep, k, false, st);
 	int err = errno;

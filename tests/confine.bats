@@ -19,7 +19,7 @@ CANDIDATE='{"mission":"m","successCriteria":["out.txt written"],"loopRoles":[],"
 QUICK="[$CANDIDATE,{\"tool\":\"run\",\"cmd\":\"echo hi\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"read\",\"path\":\"out.txt\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
 HOLD="[$CANDIDATE,{\"tool\":\"run\",\"cmd\":\"sleep 40\"},{\"tool\":\"write\",\"path\":\"out.txt\",\"content\":\"x\"},{\"tool\":\"done\",\"summary\":\"ok\"}]"
 # The processes of a run, in the order their entries come.
-PROCESSES="sfma sfma-plan sfma-model sfma-exec sfma-exec/tools sfma-chain sfma-seal sfma-mem"
+PROCESSES="sfma sfma-plan sfma-model sfma-exec sfma-exec/tools sfma-chain sfma-seal sfma-mem sfma-tap"
 
 setup_file() {
 	# Built with the system compiler, unsanitized: a library preloaded
@@ -125,7 +125,7 @@ release_sleep() {
 # "STAGE LANDLOCK SECCOMP NO_NEW_PRIVS".
 entries() {
 	jq -r 'select(.kind == "confinement") | .data | "\(.stage) \(.landlock // "none") \(.seccomp // "none") \(.noNewPrivs // "none")"' \
-		ws/.sfma/trace.jsonl | tail -n "${1:-8}"
+		ws/.sfma/trace.jsonl | tail -n "${1:-9}"
 }
 
 # The Landlock ABI the kernel offers (landlock_create_ruleset(2) with
@@ -146,7 +146,7 @@ print(abi)'
 	sfma_pid=$!
 	for _ in $(seq 200); do grep -q '"cmd":"sleep' ws/.sfma/trace.jsonl 2>/dev/null && break; sleep 0.05; done
 	# Each stage, as /proc sees it: a seccomp filter, no_new_privs.
-	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem; do
+	for s in sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-mem sfma-tap; do
 		p=$(pgrep -P "$sfma_pid" -x "$s" | head -1)
 		[ -n "$p" ] || { echo "no $s"; return 1; }
 		grep -qx 'Seccomp:[[:space:]]*2' "/proc/$p/status"
@@ -157,7 +157,7 @@ print(abi)'
 	wait "$sfma_pid"
 	sfma_pid=
 	# The run's entries, right after its first lifecycle, in order.
-	[ "$(jq -r 'select(.kind != "clock-anchor") | .kind' ws/.sfma/trace.jsonl | sed -n '2,9p' | sort -u)" = confinement ]
+	[ "$(jq -r 'select(.kind != "clock-anchor") | .kind' ws/.sfma/trace.jsonl | sed -n '2,10p' | sort -u)" = confinement ]
 	expected=""
 	for s in $PROCESSES; do expected+="$s $abi true true"$'\n'; done
 	[ "$(entries)" = "${expected%$'\n'}" ] || { entries; return 1; }
@@ -377,7 +377,7 @@ reader() {
 	replays_ok 1
 	# Without the filter the same workspace's next run has Landlock again.
 	SFMA_MOCK=$QUICK sfma run m.json >/dev/null
-	[ "$(entries 1)" = "sfma-mem $(kernel_abi) true true" ]
+	[ "$(entries 1)" = "sfma-tap $(kernel_abi) true true" ]
 }
 
 @test "requireConfinement: a kernel without Landlock refuses the run with one line, sealed, before any model call" {
@@ -470,7 +470,7 @@ sfma-mem none none none" ] || { entries 6; return 1; }
 		chmod +x wrapped/sfma-model
 		SFMA_MOCK=$QUICK run --separate-stderr wrapped/sfma run m.json
 		[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
-		jq -e -s --arg lie "$lie" '[.[] | select(.kind == "confinement")][-6].data |
+		jq -e -s --arg lie "$lie" '[.[] | select(.kind == "confinement")][-7].data |
 			if ($lie | test("ports")) then . == {"stage":"sfma-model","landlock":7,"seccomp":true,"noNewPrivs":true}
 			else .stage == "sfma-model" and .reported == false and .why == "its report is not one" end' \
 			ws/.sfma/trace.jsonl || { jq -c 'select(.kind == "confinement") | .data' ws/.sfma/trace.jsonl; return 1; }

@@ -400,6 +400,32 @@ assert es[-1]["lines"] == {"sfma-model": {"out": 6, "in": 4}}, es[-1]["lines"]
 PY
 }
 
+@test "an observer that cannot write its chain mid-run stops it, in its own name, and nothing is sealed" {
+	# the chain on a file system of 4 KiB, bound over it in a mount
+	# namespace of this test's own: the tap's writes meet ENOSPC a few
+	# turns in
+	mkdir -p ws/.sfma tiny
+	: >ws/.sfma/observed.jsonl
+	run --separate-stderr unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs tiny && : >tiny/obs &&
+		mount --bind tiny/obs ws/.sfma/observed.jsonl && exec sfma run manifest.json --apply'
+	[ "$status" -eq 1 ] || { echo "$output $stderr"; return 1; }
+	grep -Fqx "sfma-tap: $PWD/ws/.sfma/observed.jsonl: write: No space left on device" <<<"$stderr"
+	# the planner names the observer, not the stage whose pipe it was on
+	grep -Eqx "sfma-plan: failed: sfma-tap: $PWD/ws/.sfma/observed.jsonl: write: No space left on device \(on the pipes of sfma-(model|exec|mem)\)" \
+		<<<"$stderr" || { echo "$stderr"; return 1; }
+	[[ "$stderr" != *"sfma-exec: sfma-tap"* && "$stderr" != *"sfma-model: sfma-tap"* ]]
+	# a run the observer did not see whole is not sealed
+	[[ "$stderr" == *"sfma-seal: the observer (sfma-tap) stopped before the run's end"* ]]
+	[ ! -e ws/.sfma/result.json ]
+	run sfma-verify ws
+	[ "$status" -eq 3 ] && [[ "$output" == AUDIT_UNSEALED:* ]] || { echo "$output"; return 1; }
+	# with room again the next run records the interrupted one and is
+	# observed whole
+	sfma run manifest.json --apply >/dev/null
+	run sfma-verify ws
+	[ "$status" -eq 0 ] && [[ "$output" == *" observed="[1-9]* ]] || { echo "$output"; return 1; }
+}
+
 @test "sfma-tap refuses a stage given wrong, and the observed chain when it is not one" {
 	run --separate-stderr sfma-tap ws sfma-model:3:4:5
 	[ "$status" -eq 2 ]

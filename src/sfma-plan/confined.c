@@ -38,11 +38,18 @@ static json_t *confine_planner(const struct workspace *ws)
 	return confine_report_json(&r);
 }
 
-json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const struct workspace *ws,
+static const char *reporter_name(int s)
+{
+	return s == REPORTER_TAP ? "sfma-tap" : stages[s].name;
+}
+
+json_t *confinement_take(int channel[CONFINE_REPORTERS], json_t *orchestrator, const struct workspace *ws,
                          int64_t deadline_mono)
 {
+	/* A run without an observer has no report of it to miss. */
+	int has_tap = channel[REPORTER_TAP] >= 0;
 	/* The go: one byte each; a stage gone already reads nothing of it. */
-	for (int s = 0; s < STAGE_COUNT; s++)
+	for (int s = 0; s < CONFINE_REPORTERS; s++)
 		if (channel[s] >= 0)
 			send(channel[s], "g", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 	json_t *out = json_array();
@@ -52,16 +59,16 @@ json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const s
 
 	if (deadline_mono > mono_ms() + REPORT_WAIT_MS)
 		deadline_mono = mono_ms() + REPORT_WAIT_MS;
-	json_t *got[STAGE_COUNT];
+	json_t *got[CONFINE_REPORTERS];
 	int open_channels = 0;
-	for (int s = 0; s < STAGE_COUNT; s++) {
+	for (int s = 0; s < CONFINE_REPORTERS; s++) {
 		got[s] = json_array();
 		open_channels += channel[s] >= 0;
 	}
 	while (open_channels > 0 && !halt_signal) {
-		struct pollfd pf[STAGE_COUNT];
-		int who[STAGE_COUNT], n = 0;
-		for (int s = 0; s < STAGE_COUNT; s++)
+		struct pollfd pf[CONFINE_REPORTERS];
+		int who[CONFINE_REPORTERS], n = 0;
+		for (int s = 0; s < CONFINE_REPORTERS; s++)
 			if (channel[s] >= 0) {
 				pf[n] = (struct pollfd){.fd = channel[s], .events = POLLIN};
 				who[n++] = s;
@@ -85,7 +92,7 @@ json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const s
 			if (len > 0 && json_array_size(got[s]) < REPORTS_MAX)
 				json_array_append_new(got[s], confine_report_read(msg, len < (ssize_t)sizeof msg ? (size_t)len
 				                                                                               : sizeof msg,
-				                                                  stages[s].name));
+				                                                  reporter_name(s)));
 			if (len <= 0) {
 				close(channel[s]);
 				channel[s] = -1;
@@ -93,12 +100,12 @@ json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const s
 			}
 		}
 	}
-	for (int s = 0; s < STAGE_COUNT; s++) {
+	for (int s = 0; s < CONFINE_REPORTERS; s++) {
 		if (channel[s] >= 0)
 			close(channel[s]);
 		channel[s] = -1;
-		if (json_array_size(got[s]) == 0)
-			json_array_append_new(got[s], confine_unreported_json(stages[s].name));
+		if (json_array_size(got[s]) == 0 && (s != REPORTER_TAP || has_tap))
+			json_array_append_new(got[s], confine_unreported_json(reporter_name(s)));
 		json_array_extend(out, got[s]);
 		json_decref(got[s]);
 	}

@@ -7,7 +7,7 @@
  *             --to-chain P --from-chain P --to-seal P --from-seal P
  *             --to-mem P --from-mem P
  *             [--confine-model FD --confine-exec FD --confine-chain FD --confine-seal FD
- *              --confine-mem FD]
+ *              --confine-mem FD] [--confine-tap FD]
  *
  * `--check` validates a manifest (sfma-manifest(5)) and prints what the
  * orchestrator needs to wire a run. `run` drives one bounded run through the
@@ -43,7 +43,7 @@ static const char usage_text[] =
 	"                 --to-chain P --from-chain P --to-seal P --from-seal P\n"
 	"                 --to-mem P --from-mem P\n"
 	"                 [--confine-model FD --confine-exec FD --confine-chain FD --confine-seal FD\n"
-	"                  --confine-mem FD]\n"
+	"                  --confine-mem FD] [--confine-tap FD]\n"
 	"       sfma-plan --version | --help\n";
 
 struct options {
@@ -51,7 +51,7 @@ struct options {
 	const char *task;
 	const char *manifest;
 	int handshake_fd;                   /* -1: none */
-	int confine_fd[STAGE_COUNT];        /* each stage's report channel; -1: none */
+	int confine_fd[CONFINE_REPORTERS];  /* each stage's report channel, the tap's last; -1: none */
 	const char *paths[2 * STAGE_COUNT]; /* to-model, from-model, to-exec, ... */
 };
 
@@ -84,20 +84,22 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{"confine-chain", required_argument, NULL, OPT_CONFINE + 2},
 		{"confine-seal", required_argument, NULL, OPT_CONFINE + 3},
 		{"confine-mem", required_argument, NULL, OPT_CONFINE + 4},
+		{"confine-tap", required_argument, NULL, OPT_CONFINE + REPORTER_TAP},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (struct options){.handshake_fd = -1};
-	for (int s = 0; s < STAGE_COUNT; s++)
+	for (int s = 0; s < CONFINE_REPORTERS; s++)
 		o->confine_fd[s] = -1;
 	opterr = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":hv", longopts, NULL)) != -1) {
 		if (c >= OPT_PATH && c < OPT_PATH + 2 * STAGE_COUNT)
 			o->paths[c - OPT_PATH] = optarg;
-		else if (c >= OPT_CONFINE && c < OPT_CONFINE + STAGE_COUNT) {
+		else if (c >= OPT_CONFINE && c < OPT_CONFINE + CONFINE_REPORTERS) {
 			char name[32];
-			snprintf(name, sizeof name, "confine-%s", stages[c - OPT_CONFINE].name + 5);
-			o->confine_fd[c - OPT_CONFINE] = parse_fd(name, optarg);
+			int s = c - OPT_CONFINE;
+			snprintf(name, sizeof name, "confine-%s", s == REPORTER_TAP ? "tap" : stages[s].name + 5);
+			o->confine_fd[s] = parse_fd(name, optarg);
 		}
 		else if (c == 'c')
 			o->check = 1;
@@ -300,9 +302,9 @@ static int cmd_run(const struct options *o)
 		manifest_free(m);
 		return 1;
 	}
-	int channels[STAGE_COUNT];
-	for (int s = 0; s < STAGE_COUNT; s++) {
-		take_channel(o->confine_fd[s], stages[s].name);
+	int channels[CONFINE_REPORTERS];
+	for (int s = 0; s < CONFINE_REPORTERS; s++) {
+		take_channel(o->confine_fd[s], s == REPORTER_TAP ? "sfma-tap" : stages[s].name);
 		channels[s] = o->confine_fd[s];
 	}
 	/* The budgets' clock starts here, once every stage is up. */

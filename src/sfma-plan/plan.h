@@ -188,13 +188,21 @@ void workspace_close(struct workspace *w);
 
 /* ---- confined.c: what each process of the run has in force ------------- */
 
-/* Send the go on every stage's report channel (channel[s]: the planner's
- * end, -1 when none), confine the planner, and read every channel to its
- * end, until deadline_mono (10 s at most) or a halt signal. Returns the `confinement`
- * entries' data in order: orchestrator's (sfma's report, borrowed; NULL:
- * none), the planner's, then each stage's reports ({"stage",
- * "reported":false} for one that sent none). Closes every channel. */
-json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const struct workspace *ws,
+/* The processes that report their confinement to the planner: its
+ * peers, in enum stage_id order, then the observer (sfma-tap), which is
+ * no peer of the planner's: the channel is all it has of it. */
+#define CONFINE_REPORTERS (STAGE_COUNT + 1)
+#define REPORTER_TAP STAGE_COUNT
+
+/* Send the go on every report channel (channel[s]: the planner's end, -1
+ * when none), confine the planner, and read every channel to its end,
+ * until deadline_mono (10 s at most) or a halt signal. Returns the
+ * `confinement` entries' data in order: orchestrator's (sfma's report,
+ * borrowed; NULL: none), the planner's, then each stage's reports
+ * ({"stage", "reported":false} for one that sent none), then the
+ * observer's when the run has one (a channel was given). Closes every
+ * channel. */
+json_t *confinement_take(int channel[CONFINE_REPORTERS], json_t *orchestrator, const struct workspace *ws,
                          int64_t deadline_mono);
 
 /* ---- drive.c: one run ------------------------------------------------------ */
@@ -204,7 +212,7 @@ json_t *confinement_take(int channel[STAGE_COUNT], json_t *orchestrator, const s
 struct run_options {
 	int dry_run, progress;
 	const char *task;          /* --task, or NULL */
-	int *confine_channels;     /* [STAGE_COUNT]: the report channels (-1: none) */
+	int *confine_channels;     /* [CONFINE_REPORTERS]: the report channels (-1: none) */
 	json_t *orchestrator;      /* sfma's confinement report, or NULL */
 };
 

@@ -177,7 +177,12 @@ static json_t *died(enum stage_id k, enum wait_why *why, struct sfma_err *e)
 	stages[k].drained = 1;
 	stages[k].dead = 1;
 	*why = WAIT_DIED;
-	if (stages[k].said[0])
+	/* The observer between the planner and the stage (sfma-tap(1)) says
+	 * why it stopped on the stage's pipe, in its own name: its error,
+	 * not the stage's. */
+	if (strncmp(stages[k].said, "sfma-tap: ", 10) == 0)
+		err_set(e, "%s (on the pipes of %s)", stages[k].said, stages[k].name);
+	else if (stages[k].said[0])
 		err_set(e, "%s: %s", stages[k].name, stages[k].said);
 	else
 		err_set(e, "stage %s died", stages[k].name);
