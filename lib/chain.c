@@ -230,9 +230,10 @@ static enum scanned check_canonical(struct line_info *li, struct canon_scan *sca
 	if (!sc.hash.present || !sc.prev_hash.present)
 		return fail(li, sc.hash.present ? "hash without prevHash" : "prevHash without hash"), SCAN_DONE;
 	const char *hash = li->text + sc.hash.value_off + 1, *prev = li->text + sc.prev_hash.value_off + 1;
-	if (sc.hash.value_len != 66 || hash[-1] != '"' || !is_hex64(hash))
+	/* (canon_scan has checked the digits of most) */
+	if (sc.hash.value_len != 66 || hash[-1] != '"' || !(sc.hash.hex64 || is_hex64(hash)))
 		return fail(li, "hash is not 64 lowercase hex digits"), SCAN_DONE;
-	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !is_hex64(prev))
+	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !(sc.prev_hash.hex64 || is_hex64(prev)))
 		return fail(li, "prevHash is not 64 lowercase hex digits"), SCAN_DONE;
 	li->chained = 1;
 	li->hash = hash;
