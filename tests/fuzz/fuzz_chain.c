@@ -339,12 +339,14 @@ static size_t build_chain(const char *s, size_t n, int with_legacy, int plain, s
 		json_t *v = ndjson_parse(s + pos, len, NULL);
 		size_t off = out->len;
 		/* An object that no valid entry can be (U+0000 in its kind or a
-		 * name of its own) is wrapped like any other value. */
-		if (json_is_object(v) && names_hold_nul(v)) {
+		 * name of its own) is wrapped like any other value, and so it is
+		 * never the legacy line, which is written as it stands. */
+		int nul_names = json_is_object(v) && names_hold_nul(v);
+		if (nul_names) {
 			json_t *d = v;
 			v = json_pack("{s:f,s:s,s:o}", "seq", (double)count, "kind", "event", "data", d);
 		}
-		if (with_legacy && count == 0 && json_is_object(v) && !json_object_get(v, "hash") &&
+		if (with_legacy && count == 0 && !nul_names && json_is_object(v) && !json_object_get(v, "hash") &&
 		    !json_object_get(v, "prevHash")) {
 			/* The first line as it is, unchained: prevHash of the next is its digest. */
 			buf_add(out, s + pos, len);
