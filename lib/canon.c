@@ -1,5 +1,6 @@
 /* canon.c - RFC 8785 canonical JSON: serializer and one-pass checker. */
 #include "canon.h"
+#include "sha.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -727,7 +728,7 @@ static int scan_number(struct scanner *sc)
 static int scan_value(struct scanner *sc, int depth);
 
 static void note_member(struct scanner *sc, const unsigned char *key, size_t klen,
-                        size_t member_off, size_t value_off)
+                        size_t member_off, size_t value_off, int hex64)
 {
 	struct canon_member *m = NULL;
 	struct canon_scan *t = sc->top;
@@ -744,6 +745,7 @@ static void note_member(struct scanner *sc, const unsigned char *key, size_t kle
 	m->member_len = sc->i - member_off;
 	m->value_off = value_off;
 	m->value_len = sc->i - value_off;
+	m->hex64 = hex64;
 }
 
 static int scan_object(struct scanner *sc, int depth)
@@ -774,10 +776,16 @@ static int scan_object(struct scanner *sc, int depth)
 			return 0;
 		sc->i++;
 		size_t value_off = sc->i;
-		if (!scan_value(sc, depth + 1))
+		/* An entry's hash and prevHash: 64 hex digits in quotes, a plain
+		 * string of its own length, checked at once. */
+		int hex64 = depth == 0 && sc->n - sc->i >= 66 && sc->s[sc->i] == '"' && sc->s[sc->i + 65] == '"' &&
+		            is_sha256_hex((const char *)sc->s + sc->i + 1, 64);
+		if (hex64)
+			sc->i += 66;
+		else if (!scan_value(sc, depth + 1))
 			return 0;
 		if (depth == 0)
-			note_member(sc, key, klen, member_off, value_off);
+			note_member(sc, key, klen, member_off, value_off, hex64);
 		if (sc->i >= sc->n)
 			return 0;
 		if (sc->s[sc->i] == '}') {

@@ -42,6 +42,7 @@ struct canon_member {
 	size_t member_off, member_len; /* the whole `"key":value` text */
 	size_t value_off, value_len;
 	int present;
+	int hex64;                     /* the value is 64 lowercase hex digits in quotes */
 };
 
 /* What canon_scan learns of a line in one pass. */

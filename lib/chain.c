@@ -84,32 +84,10 @@ static void fail(struct line_info *li, const char *msg)
 		li->error = xstrdup(msg);
 }
 
-/* 64 lowercase hex digits, without the branch per digit that made this
- * check as costly as hashing; sixteen at a time where SSE2 is (every
- * x86-64: bytes of 0x80 and above are negative and fail both ranges). */
+/* 64 lowercase hex digits (sha.c checks them sixteen at a time). */
 static int is_hex64(const char *s)
 {
-#ifdef __SSE2__
-	const __m128i below_0 = _mm_set1_epi8('0' - 1), above_9 = _mm_set1_epi8('9' + 1);
-	const __m128i below_a = _mm_set1_epi8('a' - 1), above_f = _mm_set1_epi8('f' + 1);
-	unsigned ok = 0xFFFF;
-	for (int i = 0; i < 64; i += 16) {
-		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-		__m128i digit = _mm_and_si128(_mm_cmpgt_epi8(v, below_0), _mm_cmplt_epi8(v, above_9));
-		__m128i letter = _mm_and_si128(_mm_cmpgt_epi8(v, below_a), _mm_cmplt_epi8(v, above_f));
-		ok &= (unsigned)_mm_movemask_epi8(_mm_or_si128(digit, letter));
-	}
-	return ok == 0xFFFF;
-#else
-	static const unsigned char ok[256] = {
-		['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
-		['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
-	};
-	unsigned bad = 0;
-	for (int i = 0; i < 64; i++)
-		bad |= ok[(unsigned char)s[i]] ^ 1u;
-	return bad == 0;
-#endif
+	return is_sha256_hex(s, 64);
 }
 
 /* 1 if the 64 hex digits at hex spell the 32 bytes of md. */
@@ -252,9 +230,10 @@ static enum scanned check_canonical(struct line_info *li, struct canon_scan *sca
 	if (!sc.hash.present || !sc.prev_hash.present)
 		return fail(li, sc.hash.present ? "hash without prevHash" : "prevHash without hash"), SCAN_DONE;
 	const char *hash = li->text + sc.hash.value_off + 1, *prev = li->text + sc.prev_hash.value_off + 1;
-	if (sc.hash.value_len != 66 || hash[-1] != '"' || !is_hex64(hash))
+	/* (canon_scan has checked the digits of most) */
+	if (sc.hash.value_len != 66 || hash[-1] != '"' || !(sc.hash.hex64 || is_hex64(hash)))
 		return fail(li, "hash is not 64 lowercase hex digits"), SCAN_DONE;
-	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !is_hex64(prev))
+	if (sc.prev_hash.value_len != 66 || prev[-1] != '"' || !(sc.prev_hash.hex64 || is_hex64(prev)))
 		return fail(li, "prevHash is not 64 lowercase hex digits"), SCAN_DONE;
 	li->chained = 1;
 	li->hash = hash;

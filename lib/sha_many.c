@@ -55,13 +55,18 @@ static const uint32_t initial_h[8] = {
 
 /* One job's message as it is fed, a block at a time, padding included
  * (FIPS 180-4 5.1.1: a 1 bit, zeros, the length in bits as 64 bits). */
+/* Messages of up to LANE_COPY bytes are copied whole into their lane,
+ * padded there once: each block is then read in place. */
+#define LANE_COPY (512 - 9)
+
 struct lane {
 	const struct sha256_job *job;
 	int part;           /* the part the next message byte is in */
 	size_t off;         /* its offset there */
 	uint64_t total;     /* the message's bytes */
 	int padded;         /* the 0x80 after the message was fed */
-	unsigned char buf[64];
+	size_t block, blocks; /* with the whole message copied: the next block, and how many */
+	unsigned char buf[512];
 };
 
 static void lane_start(struct lane *l, const struct sha256_job *job)
@@ -71,8 +76,25 @@ static void lane_start(struct lane *l, const struct sha256_job *job)
 	l->off = 0;
 	l->padded = 0;
 	l->total = 0;
+	l->blocks = 0;
 	for (int k = 0; k < SHA256_JOB_PARTS; k++)
 		l->total += job->len[k];
+	if (l->total > LANE_COPY)
+		return;
+	size_t at = 0;
+	for (int k = 0; k < SHA256_JOB_PARTS; k++)
+		if (job->len[k]) {
+			memcpy(l->buf + at, job->part[k], job->len[k]);
+			at += job->len[k];
+		}
+	l->blocks = (at + 9 + 63) / 64;
+	l->block = 0;
+	size_t end = l->blocks * 64;
+	l->buf[at] = 0x80;
+	memset(l->buf + at + 1, 0, end - 8 - at - 1);
+	uint64_t bits = l->total * 8;
+	for (int b = 0; b < 8; b++)
+		l->buf[end - 1 - b] = (unsigned char)(bits >> (8 * b));
 }
 
 /* The lane's next 64-byte block: in place when a part holds it whole,
@@ -80,6 +102,10 @@ static void lane_start(struct lane *l, const struct sha256_job *job)
 static const unsigned char *lane_block(struct lane *l, int *last)
 {
 	const struct sha256_job *j = l->job;
+	if (l->blocks) {
+		*last = l->block + 1 == l->blocks;
+		return l->buf + 64 * l->block++;
+	}
 	*last = 0;
 	while (l->part < SHA256_JOB_PARTS && l->off == j->len[l->part]) {
 		l->part++;

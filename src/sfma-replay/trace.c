@@ -49,6 +49,7 @@ struct parsed {
  * needs them (the lookahead below), so every line is read, and every
  * broken one reported, exactly as when it read them itself. */
 #define READ_AHEAD 256
+#define GONE_MAX 1024
 
 static struct {
 	pthread_mutex_t lock;
@@ -60,6 +61,12 @@ static struct {
 	/* What the replay took from the ring at once, taken one by one. */
 	struct parsed taken[READ_AHEAD];
 	size_t taken_at, taken_n;
+	/* Entries the replay is done with, freed by the reader, which made
+	 * them: glibc's free of a block another thread's arena holds takes
+	 * that arena's lock, which the reader's parsing holds all the time.
+	 * The replay's own list (gone), and the one handed over (spent). */
+	struct parsed gone[GONE_MAX], spent[GONE_MAX];
+	size_t gone_n, spent_n;
 } P;
 
 static struct {
@@ -126,12 +133,29 @@ static void parsed_free(struct parsed *p)
 	*p = (struct parsed){0};
 }
 
+/* Under the lock: free what the replay handed over, with the lock released. */
+static void free_spent(void)
+{
+	static struct parsed batch[GONE_MAX];
+	size_t n = P.spent_n;
+	memcpy(batch, P.spent, n * sizeof *batch);
+	P.spent_n = 0;
+	pthread_mutex_unlock(&P.lock);
+	for (size_t i = 0; i < n; i++)
+		parsed_free(&batch[i]);
+	pthread_mutex_lock(&P.lock);
+}
+
 static void *reader(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&P.lock);
-	while (!P.stop && !P.done) {
-		if (P.count == READ_AHEAD) {
+	while (!P.stop) {
+		if (P.spent_n) {
+			free_spent();
+			continue;
+		}
+		if (P.count == READ_AHEAD || P.done) {
 			pthread_cond_wait(&P.space, &P.lock);
 			continue;
 		}
@@ -159,12 +183,28 @@ static struct parsed take_parsed(void)
 		/* All the reader has, under one lock. */
 		for (P.taken_at = P.taken_n = 0; P.count > 0; P.count--, P.at = (P.at + 1) % READ_AHEAD)
 			P.taken[P.taken_n++] = P.ring[P.at];
+		if (P.spent_n == 0) {
+			memcpy(P.spent, P.gone, P.gone_n * sizeof *P.gone);
+			P.spent_n = P.gone_n;
+			P.gone_n = 0;
+		}
 		pthread_cond_signal(&P.space);
 		pthread_mutex_unlock(&P.lock);
 	}
 	struct parsed p = P.taken[P.taken_at];
 	P.taken[P.taken_at++] = (struct parsed){0};
 	return p;
+}
+
+/* An entry the replay is done with (and its derived part): freed by the
+ * reader where it runs, else here. */
+static void entry_done(json_t *e, char *part)
+{
+	struct parsed p = {.entry = e, .part = part};
+	if (P.started && P.gone_n < GONE_MAX)
+		P.gone[P.gone_n++] = p;
+	else
+		parsed_free(&p);
 }
 
 static void reader_stop(void)
@@ -179,6 +219,10 @@ static void reader_stop(void)
 			parsed_free(&P.ring[P.at]);
 		for (; P.taken_at < P.taken_n; P.taken_at++)
 			parsed_free(&P.taken[P.taken_at]);
+		for (size_t i = 0; i < P.gone_n; i++)
+			parsed_free(&P.gone[i]);
+		for (size_t i = 0; i < P.spent_n; i++)
+			parsed_free(&P.spent[i]);
 		pthread_mutex_destroy(&P.lock);
 		pthread_cond_destroy(&P.filled);
 		pthread_cond_destroy(&P.space);
@@ -314,10 +358,10 @@ json_t *next(void)
 	json_t *e = peek();
 	if (!e)
 		return NULL;
-	json_decref(T.last);
+	entry_done(T.last, NULL);
 	T.last = e;
 	T.bytes -= T.len[T.head];
-	free(T.part[T.head]);
+	entry_done(NULL, T.part[T.head]);
 	T.part[T.head] = NULL;
 	T.head++;
 	T.consumed++;

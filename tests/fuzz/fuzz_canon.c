@@ -28,6 +28,7 @@
 #include "buf.h"
 #include "canon.h"
 #include "ndjson.h"
+#include "sha.h"
 
 /* ---- an independent reading of the text's tokens --------------------- */
 
@@ -351,6 +352,8 @@ static void check_member(const char *text, const json_t *v, const char *key, con
 	canon_dump(want, &vb, NULL);
 	FUZZ_CHECK(vb.len == m->value_len && memcmp(text + m->value_off, vb.p, vb.len) == 0,
 	           "canon_scan: %s value bytes", key);
+	FUZZ_CHECK(m->hex64 == (json_is_string(want) && is_sha256_hex(json_string_value(want), json_string_length(want))),
+	           "canon_scan: %s hex64=%d", key, m->hex64);
 	buf_free(&kb);
 	buf_free(&vb);
 }
