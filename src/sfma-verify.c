@@ -705,8 +705,10 @@ static void line_leaf(const char *path, unsigned char leaf[MERKLE_HASH_LEN])
 	char *line = read_named(path ? path : "-", NDJSON_DEFAULT_MAX + 1, &len);
 	if (len && line[len - 1] == '\n')
 		len--;
-	if (memchr(line, '\n', len))
+	if (memchr(line, '\n', len)) {
+		free(line); /* the sanitizer's leak check runs at exit */
 		invalid("%s: more than one line (a proof is of one trace line)", path ? path : "stdin");
+	}
 	merkle_leaf_hash(line, len, leaf);
 	free(line);
 }
