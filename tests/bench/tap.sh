@@ -1,6 +1,6 @@
 #!/bin/sh
 # What the observer costs a run: the programs under test, with sfma-tap
-# on the pipes to sfma-model and sfma-exec, against the same programs
+# on the pipes to sfma-model, sfma-exec and sfma-mem, against the same programs
 # with an sfma built with -DSFMA_BENCH_NO_TAP into a temporary directory,
 # which starts no tap (only for this bench: no built program has that
 # switch, and a record of such a run says observed=none). Two runs, side
