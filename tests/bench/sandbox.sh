@@ -1,7 +1,9 @@
 #!/bin/sh
 # Latency of one sandboxed /bin/true: sfma-exec (full path: staging,
 # namespaces, mounts, seccomp, exec, copy-back) against unshare(1) and
-# bwrap(1) with comparable isolation, in one run. Prints the medians.
+# bwrap(1) with comparable isolation, and against the floor, a bare
+# posix_spawn(3) of /bin/true and its wait, in one run. Prints the medians
+# and the prepared sandbox's ratio to the floor.
 #   prepared     one stage, a pause between requests (the model thinking):
 #                the sandbox is ready when the request comes; request->reply
 #   per call     one stage, requests back to back: each also waits for the
@@ -75,6 +77,18 @@ for b, bindir in enumerate(builds):
     rows.append(("%s per process" % name,
                  timed([exe, "--apply", work + "/m.json"],
                        stdin=b'{"id":1,"call":{"tool":"run","cmd":"true"}}\n')))
+def bare_spawn():
+    """posix_spawn of /bin/true and its wait, no sandbox: the floor."""
+    out = []
+    for i in range(n + 5):
+        t = time.perf_counter()
+        pid = os.posix_spawn("/bin/true", ["/bin/true"], env)
+        os.waitpid(pid, 0)
+        if i >= 5:
+            out.append(time.perf_counter() - t)
+    return out
+
+rows.append(("posix_spawn, no sandbox", bare_spawn()))
 rows.append(("unshare", timed(["unshare", "--user", "--map-root-user", "--mount", "--net",
                                "--pid", "--fork", "/bin/true"])))
 # bwrap with the same isolation: all namespaces, read-only runtime, private
@@ -95,4 +109,6 @@ print("sandboxed /bin/true, median of %d (ms; prepared: %d ms between requests):
       % (n, pause * 1000))
 for name, samples in rows:
     print("  %-26s %7.2f" % (name, median_ms(samples)))
+floor = median_ms(dict(rows)["posix_spawn, no sandbox"])
+print("  prepared / posix_spawn     %7.2fx (target: at most 2x)" % (median_ms(rows[0][1]) / floor))
 PY
