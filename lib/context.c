@@ -45,6 +45,15 @@ static json_t *stub_message(const json_t *msg, const json_t *ref)
 	return out;
 }
 
+int context_is_stub(const json_t *msg)
+{
+	static const char head[] = "{\"elided\":{";
+	const json_t *results = json_object_get(msg, "results");
+	const char *text = json_string_value(json_object_get(json_is_array(results) ? json_array_get(results, 0) : msg,
+	                                                     "content"));
+	return text && strncmp(text, head, sizeof head - 1) == 0;
+}
+
 size_t context_bytes(const char *system, const json_t *messages, const json_t *tools)
 {
 	/* The canonical form of {"messages":M,"system":S[,"tools":T]}, its

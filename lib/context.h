@@ -22,6 +22,12 @@ struct context_fit {
  * the last two. refs[i] is the evidence reference of messages[i] (null:
  * none, or already elided). Returns 0 when it fits as it is, 1 when
  * messages were elided and it fits now, -1 when it cannot fit. */
+/* 1 if msg is (or, a tool message, begins with) a stub context_fit made:
+ * its content, or its first result's, the stub's text. A prompt cache
+ * marks the last one, where the next compaction's request still agrees
+ * with this one (sfma-model(1), Prompt caching). */
+int context_is_stub(const json_t *msg);
+
 #define CONTEXT_CANNOT_FIT "context budget: the next request needs %zu bytes with every elidable message " \
 	"elided, maxContextBytes is %ld"
 int context_fit(const char *system, json_t *messages, json_t *refs, const json_t *tools, size_t budget, long keep,

@@ -2,7 +2,8 @@
 # sfma-model: prompt caching in the requests, as the fake server records
 # them. Anthropic (prompt caching guide of its Messages API): cache_control
 # {"type":"ephemeral"} on the last tool definition, the system prompt and
-# the newest message block, at most 4 breakpoints a request, the cached
+# the newest message block (and after a compaction the newest stub's
+# exchange), at most 4 breakpoints a request, the cached
 # prefix read in the order tools, system, messages. OpenAI (the OpenAPI
 # document: CreateChatCompletionRequest.prompt_cache_key, and the same
 # member of the Responses API the codex backend takes, as the Codex CLI
@@ -83,6 +84,38 @@ assert a["tools"] == b["tools"] and a["system"] == b["system"], "tools or system
 assert b["messages"][:len(a["messages"])] == a["messages"], "an earlier message changed"
 assert len(b["messages"]) == len(a["messages"]) + 2
 PY
+}
+
+@test "anthropic: after a compaction the model's message after the newest stub is marked too, where the next compaction's request still agrees" {
+	serve "{\"/v1/messages\":[$ANTHROPIC_OK]}"
+	manifest "[$(ep claude anthropic)]"
+	export ANTHROPIC_API_KEY=$ANTHROPIC_KEY
+	# what lib/context.c makes of an elided result: its evidence and the recall
+	h=$(printf '%064d' 7)
+	stub='{"elided":{"bytes":8192,"sha256":"'$h'"},"recall":{"id":"'$h'","mode":"referential","tool":"recall"}}'
+	msgs=$(jq -cn --arg s "$stub" '[{role:"user",content:"hello"},
+		{role:"assistant",content:"",toolCalls:[{id:"toolu_a",name:"read",input:{path:"a.txt"}}]},
+		{role:"tool",results:[{id:"toolu_a",name:"read",content:$s}]},
+		{role:"assistant",content:"",toolCalls:[{id:"toolu_b",name:"read",input:{path:"b.txt"}}]},
+		{role:"tool",results:[{id:"toolu_b",name:"read",content:"b body"}]},
+		{role:"user",content:"go on"}]')
+	# the stub right before the newest message: its own block is marked
+	last=$(jq -c '.[:3] + [{role:"user",content:"go on"}]' <<<"$msgs")
+	# a result that only mentions a stub is none
+	plain=$(jq -c '.[2].results[0].content = "see {\"elided\":{}}"' <<<"$msgs")
+	{
+		req 1 mechanical 3 10000 ".tools = true | .messages = $msgs"
+		req 2 mechanical 3 10000 ".tools = true | .messages = $last"
+		req 3 mechanical 3 10000 ".tools = true | .messages = $plain"
+	} > requests.jsonl
+	model
+	[ "$(marks 1)" -eq 4 ]
+	logged 1 '.body | fromjson | .messages | .[3].content[-1].cache_control == {"type":"ephemeral"} and
+		([.[0,1,2,4] | .content[] | has("cache_control")] | any | not) and .[5].content[-1].cache_control != null'
+	[ "$(marks 2)" -eq 4 ]
+	logged 2 '.body | fromjson | .messages | .[2].content[-1].type == "tool_result" and .[2].content[-1].cache_control != null and
+		([.[0,1] | .content[] | has("cache_control")] | any | not)'
+	[ "$(marks 3)" -eq 3 ]
 }
 
 @test "openai and codex: prompt_cache_key is one per workspace and manifest, holds no secret, and changes with either" {

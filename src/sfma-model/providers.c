@@ -6,6 +6,7 @@
 #include "providers.h"
 #include "utf8.h"
 #include "canon.h"
+#include "context.h"
 #include "ndjson.h"
 #include "tools.h"
 
@@ -144,9 +145,13 @@ static json_t *plain_messages(const struct model_request *rq, int with_system)
 
 /* Prompt caching (Anthropic's prompt caching guide): the cache holds the
  * prefix of a request in the order tools, system, messages, up to each
- * block marked cache_control, at most 4 marks a request. Three are made:
- * the last tool definition, the system prompt and the newest message's
- * last block; the next request finds the prefix the last one wrote. Every
+ * block marked cache_control, at most 4 marks a request. Up to four are
+ * made: the last tool definition, the system prompt, the last block of
+ * the newest compaction stub (lib/context.h) and the newest message's
+ * last block. The next request finds the prefix the last one wrote; the
+ * next compaction's, which replaces results after the stubs already
+ * there and agrees with this one up to them, finds the prefix that ends
+ * at the newest stub, where nothing else would be written. Every
  * message's content is an array of blocks whether or not it is the newest,
  * so that a message reads the same in every later request but for its
  * mark: the cache matches the prefix exactly. */
@@ -165,10 +170,9 @@ static json_t *text_blocks(json_t *text)
 	return blocks;
 }
 
-static void mark_newest(json_t *messages)
+static void mark_last_block(json_t *message)
 {
-	json_t *last = json_array_get(messages, json_array_size(messages) - 1);
-	json_t *content = json_object_get(last, "content");
+	json_t *content = json_object_get(message, "content");
 	json_t *block = json_array_get(content, json_array_size(content) - 1);
 	if (json_is_object(block))
 		json_object_set_new(block, "cache_control", ephemeral());
@@ -177,9 +181,11 @@ static void mark_newest(json_t *messages)
 static json_t *anthropic_messages(const struct model_request *rq, int native)
 {
 	json_t *out = json_array(), *m;
-	size_t i;
+	size_t i, newest_stub = (size_t)-1;
 	json_array_foreach(rq->messages, i, m) {
 		json_t *calls = native ? calls_of(m) : NULL, *c;
+		if (context_is_stub(m))
+			newest_stub = i;
 		size_t j;
 		if (native && is_tool(m)) {
 			json_t *blocks = json_array();
@@ -204,7 +210,16 @@ static json_t *anthropic_messages(const struct model_request *rq, int native)
 			                                     "content", text_blocks(text)));
 		}
 	}
-	mark_newest(out);
+	size_t n = json_array_size(out);
+	/* The model's message after the newest stub too, when there is one
+	 * before the newest: the next compaction replaces the result that
+	 * answers it, not it. */
+	size_t stable = newest_stub;
+	if (newest_stub != (size_t)-1 && newest_stub + 2 < n && is_assistant(json_array_get(rq->messages, newest_stub + 1)))
+		stable = newest_stub + 1;
+	if (stable != (size_t)-1 && stable + 1 < n)
+		mark_last_block(json_array_get(out, stable));
+	mark_last_block(json_array_get(out, n - 1));
 	return out;
 }
 
