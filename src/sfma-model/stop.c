@@ -166,9 +166,15 @@ enum stop_class stop_of_incomplete(const char *reason)
 
 /* ---- usage -------------------------------------------------------------- */
 
+/* A count at o.key: a whole number >= 0 into *out, which is left as it
+ * was otherwise (a negative count is no count: a default stays). */
 static int count_at(json_t *o, const char *key, long long *out)
 {
-	return ndjson_integer(json_object_get(o, key), out) && *out >= 0;
+	long long n;
+	if (!ndjson_integer(json_object_get(o, key), &n) || n < 0)
+		return 0;
+	*out = n;
+	return 1;
 }
 
 static void put_count(json_t *usage, const char *name, json_t *o, const char *key)
