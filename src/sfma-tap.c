@@ -629,8 +629,6 @@ static void run(void (*close_part)(void))
 				continue;
 			stop("poll: %s", strerror(errno));
 		}
-		/* Read every flow that has input, then write the round's
-		 * records, and only then pass the bytes on. */
 		if (go >= 0 && pfd[go].revents) {
 			/* No .sfma: the planner went before its go, and there
 			 * is nobody to report to. */
@@ -639,6 +637,8 @@ static void run(void (*close_part)(void))
 				T.channel = -1;
 			}
 		}
+		/* Read every flow that has input, then write the round's
+		 * records, and only then pass the bytes on. */
 		for (int k = 0; k < n; k++) {
 			if (map[k] < 0)
 				continue;
