@@ -36,6 +36,8 @@ git -C "$src" archive "$base" | tar -x -C "$tmp/base-src"
 progs="sfma sfma-plan sfma-model sfma-exec sfma-chain sfma-seal sfma-verify"
 # the memory stage, in a base that has one (sfma looks for it beside itself)
 if [ -d "$tmp/base-src/src/sfma-mem" ]; then progs="$progs sfma-mem"; fi
+# and the observer, in a base that has one
+if [ -f "$tmp/base-src/src/sfma-tap.c" ]; then progs="$progs sfma-tap"; fi
 targets=""
 for p in $progs; do targets="$targets $tmp/base-bin/$p"; done
 # shellcheck disable=SC2086 # one word per target
