@@ -531,7 +531,7 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	struct ll_ruleset_attr attr = {0};
 	uint64_t handled = p->filesystem ? fs_rights(abi) : 0;
 	attr.handled_access_fs = handled;
-	if (abi >= 4 && !p->no_tcp_rules)
+	if (abi >= 4)
 		attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
 	if (abi >= 6)
 		attr.scoped = LL_SCOPE_ABSTRACT_UNIX | (p->scope_signal ? LL_SCOPE_SIGNAL : 0);
@@ -591,9 +591,7 @@ static int apply_landlock(const struct confine_policy *p, const struct confine_p
 	}
 	close(ruleset);
 	/* What the ABI in force leaves out of this row. */
-	if (!p->filesystem && !attr.handled_access_net)
-		snprintf(r->why, sizeof r->why, "no file or TCP rules: what it starts needs them");
-	else if (!p->filesystem)
+	if (!p->filesystem)
 		snprintf(r->why, sizeof r->why, "no file rules: it makes the command sandboxes");
 	else if (abi < 4 && p->may_connect)
 		snprintf(r->why, sizeof r->why, "ABI %d has no TCP rules", abi);

@@ -49,7 +49,6 @@ struct confine_policy {
 	int needs_refer;         /* renames across directories (none on ABI 1) */
 	int may_exec;            /* execve/execveat allowed (seccomp) */
 	int may_connect;         /* TCP connect, to the ports the program names */
-	int no_tcp_rules;        /* Landlock handles no TCP (what it starts connects) */
 	enum confine_sockets sockets;
 	int scope_signal;        /* ABI 6: no signal to a process outside its domain */
 };
