@@ -106,13 +106,21 @@ nothing_left() {
 	nothing_left
 }
 
-@test "the ready init holds no descriptor of the stage: not the workspace, not its stdin or stdout" {
+# init keeps its go pipe (3) and report socket (6); the command's process
+# it forked, waiting for a command, the same two and its standard three:
+# stdin /dev/null, stdout and stderr the pipes the stage reads.
+@test "the ready init and the waiting command hold no descriptor of the stage: not the workspace, not its stdin or stdout" {
 	harness ready fds eof
-	local fds
+	local fds cmd
 	fds=$(event fds | jq -c .fds)
-	[ "$(jq -r 'keys | sort_by(tonumber) | join(" ")' <<<"$fds")" = "0 1 2 3 4 5 6" ] || { echo "$fds"; return 1; }
+	cmd=$(event fds | jq -c .command)
+	[ "$(jq -r 'keys | sort_by(tonumber) | join(" ")' <<<"$fds")" = "0 1 2 3 6" ] || { echo "$fds"; return 1; }
 	[ "$(jq -r '."0"' <<<"$fds")" = /dev/null ] && [ "$(jq -r '."1"' <<<"$fds")" = /dev/null ]
-	if jq -r '.[]' <<<"$fds" | grep -F -e "$W" -e /workspace; then echo "$fds"; return 1; fi
+	[ "$(jq -r 'keys | sort_by(tonumber) | join(" ")' <<<"$cmd")" = "0 1 2 3 6" ] || { echo "$cmd"; return 1; }
+	[ "$(jq -r '."0"' <<<"$cmd")" = /dev/null ] || { echo "$cmd"; return 1; }
+	[ "$(jq -r '[."1", ."2", ."3"] | map(startswith("pipe:")) | all' <<<"$cmd")" = true ] &&
+		[[ "$(jq -r '."6"' <<<"$cmd")" == socket:* ]] || { echo "$cmd"; return 1; }
+	if jq -r '.[]' <<<"$fds $cmd" | grep -F -e "$W" -e /workspace; then echo "$fds $cmd"; return 1; fi
 	nothing_left
 }
 

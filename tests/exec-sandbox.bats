@@ -180,39 +180,60 @@ await_cgroups() {
 # The order is the point: init needs mount, umount2 and pivot_root, which
 # the filter refuses, and the command's own set-up (capabilities, rlimits,
 # descriptors) comes before it. strace shows it from outside: in the
-# command's process the filter is the last step before the execve that
-# succeeds, with only the hand-over of its listener (the stage answers
-# sysinfo) between them, and every step it would refuse ran earlier in init.
+# command's process, forked once the sandbox is ready, the filter comes
+# before the command does; after it run only the hand-over of its listener
+# (the stage answers sysinfo) and the closing of its own copy, the read of
+# the command from the go pipe,
+# the two limits that depend on it (CPU seconds, address space) and the
+# execve that succeeds; and every step the filter would refuse ran earlier
+# in init.
 @test "the seccomp filter is installed last, right before execve, after the steps it refuses" {
 	require strace
 	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"true"}}' >"$W/req"
 	# one file per process: trace.PID (LeakSanitizer cannot run under ptrace)
-	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -ff -qq -o "$W/trace" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out"
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace --pidns-translation -ff -qq -o "$W/trace" sfma-exec --apply "$W/m.json" <"$W/req" >"$W/out"
 	[ "$(field 1 .run.exit)" = 0 ] || { reply 1; return 1; }
-	local cmd init seccomp_line exec_line vfork_line call
+	local cmd cmd_pid forked init seccomp_line exec_line fork_line call line
 	# init: the one that forked the command (the stage prepares another
-	# sandbox after the reply, and kills it unused at the end of input)
-	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && init=$(grep -l '^vfork(' "$W"/trace.*) ||
+	# sandbox after the reply, whose command process waits for a command
+	# until the end of input kills it unused). init's fork returns the
+	# child's pid in the sandbox's PID namespace; strace adds the host's.
+	cmd=$(grep -l 'execve("/usr/bin/true"' "$W"/trace.*) && cmd_pid=${cmd##*.} &&
+		forked="^clone\(child_stack=NULL, flags=[^)]*SIGCHLD[^)]*\) = [0-9]+ /\* $cmd_pid in strace's PID NS \*/\$" &&
+		init=$(grep -lE "$forked" "$W"/trace.*) ||
 		{ echo "command or init not traced"; return 1; }
 	local listener
 	seccomp_line=$(grep -n -m1 '^seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, .* = [0-9]*$' "$cmd" | cut -d: -f1)
 	exec_line=$(grep -n -m1 'execve("/usr/bin/true"' "$cmd" | cut -d: -f1)
-	[ -n "$seccomp_line" ] && [ "$exec_line" = $((seccomp_line + 2)) ] ||
+	[ -n "$seccomp_line" ] && [ -n "$exec_line" ] && [ "$exec_line" -gt $((seccomp_line + 1)) ] ||
 		{ echo "seccomp at ${seccomp_line:-none}, execve at ${exec_line:-none}:"; cat "$cmd"; return 1; }
 	listener=$(sed -n "${seccomp_line}s/.* = //p" "$cmd")
 	sed -n "$((seccomp_line + 1))p" "$cmd" | grep -q "^sendmsg(.*cmsg_type=SCM_RIGHTS, cmsg_data=\[$listener\]}.* = [0-9]*$" ||
 		{ echo "not the listener's hand-over after the filter:"; cat "$cmd"; return 1; }
+	# between the hand-over and execve: the listener's own copy closed, the
+	# command read from the go pipe (descriptor 3), then its CPU and
+	# address-space limits, nothing else
+	sed -n "$((seccomp_line + 2))p" "$cmd" | grep -q "^close($listener) *= 0$" ||
+		{ echo "the listener's copy not closed after its hand-over:"; cat "$cmd"; return 1; }
+	sed -n "$((seccomp_line + 3)),$((exec_line - 1))p" "$cmd" >"$W/between"
+	while IFS= read -r line; do
+		[[ "$line" == "read(3, "* || "$line" == "prlimit64(0, RLIMIT_CPU, "*") = 0" ||
+			"$line" == "prlimit64(0, RLIMIT_AS, "*") = 0" ]] ||
+			{ echo "between the filter and execve: $line"; cat "$cmd"; return 1; }
+	done <"$W/between"
+	grep -q '^read(3, ' "$W/between" && grep -q 'RLIMIT_CPU' "$W/between" && tail -n1 "$W/between" | grep -q 'RLIMIT_AS' ||
+		{ echo "no read of the command, or the limits out of order:"; cat "$cmd"; return 1; }
 	# before it, in the command: capabilities, death signal, descriptors, ceilings
-	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_AS'; do
+	for call in 'capset(' 'PR_SET_PDEATHSIG' 'close_range(3, ' 'RLIMIT_NPROC' 'RLIMIT_FSIZE'; do
 		head -n "$seccomp_line" "$cmd" | grep -qF "$call" || { echo "no $call before the filter"; cat "$cmd"; return 1; }
 	done
 	# and in init, before it forked the command, the calls the filter refuses
 	# succeeded, and init dropped the bounding set and its capabilities
-	vfork_line=$(grep -n -m1 '^vfork(' "$init" | cut -d: -f1)
-	[ -n "$vfork_line" ] || { cat "$init"; return 1; }
+	fork_line=$(grep -n -m1 -E "$forked" "$init" | cut -d: -f1)
+	[ -n "$fork_line" ] || { cat "$init"; return 1; }
 	for call in 'pivot_root(".", ".")' 'umount2(".", MNT_DETACH)' 'mount("tmpfs", "/tmp"' \
 		'prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN)' 'capset('; do
-		head -n "$vfork_line" "$init" | grep -F "$call" | grep -q ' = 0$' ||
+		head -n "$fork_line" "$init" | grep -F "$call" | grep -q ' = 0$' ||
 			{ echo "no successful $call before the command"; cat "$init"; return 1; }
 	done
 }

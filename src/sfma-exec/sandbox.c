@@ -40,10 +40,12 @@
  * leased) -> clone -> setgroups deny and id maps, cgroup placement (by the
  * stage) -> time namespace -> make / private -> tmpfs root and staging
  * tmpfs -> binds, every runtime mount read-only -> pivot_root, detach the
- * old root -> drop capabilities -> [ready: wait for the command; the stage
- * fills the staging copy] -> [vfork] -> death signal (again after each
- * fork and credential change) -> close stray fds -> rlimits -> seccomp
- * (its listener handed to the stage) -> execve. */
+ * old root -> drop capabilities -> [ready] -> [fork the command's
+ * process] -> death signal (again after each fork and credential change)
+ * -> close stray fds -> rlimits but CPU and address space -> seccomp (its
+ * listener handed to the stage) -> [wait for the command; the stage fills
+ * the staging copy, then sends it] -> CPU and address-space rlimits ->
+ * execve. */
 #include "exec.h"
 #include "staging.h"
 
@@ -349,11 +351,63 @@ static int send_fd(int report, const char *step, int fd)
 	return sendmsg(report, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
 }
 
-/* The command's last steps. Runs in the child init forked; never returns.
- * Signal dispositions and the signal mask come from init, which reset
- * them all while preparing. */
-static _Noreturn void exec_command(char **argv, int out, int err, int report, long cpu_s,
-                                   int refuse_shm, const struct command_limits *lim)
+static int read_full(int fd, void *p, size_t n)
+{
+	char *at = p;
+	while (n > 0) {
+		ssize_t got = read(fd, at, n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return -1;
+		at += got;
+		n -= (size_t)got;
+	}
+	return 0;
+}
+
+/* Wait for the stage's next go byte; its end of the pipe closing means it
+ * gave up (or died), and so does the sandbox. */
+static char await_go(int go)
+{
+	char byte;
+	if (read_full(go, &byte, 1) < 0)
+		_exit(127);
+	return byte;
+}
+
+/* Wait for the command (struct run_request, then its arguments). The
+ * stage closing the pipe instead means no command comes: the prepared
+ * sandbox ends unused, and so does anything malformed. */
+static char **await_request(int go, long *cpu_s)
+{
+	struct run_request rq;
+	if (read_full(go, &rq, sizeof rq) < 0 || rq.argc == 0 || rq.argc > rq.bytes ||
+	    rq.bytes > NDJSON_DEFAULT_MAX || rq.cpu_s < 1)
+		_exit(0);
+	char *text = malloc(rq.bytes);
+	char **argv = malloc(((size_t)rq.argc + 1) * sizeof *argv);
+	if (!text || !argv || read_full(go, text, rq.bytes) < 0 || text[rq.bytes - 1] != '\0')
+		_exit(127);
+	size_t k = 0;
+	char *p = text;
+	for (; p < text + rq.bytes && k < rq.argc; p += strlen(p) + 1)
+		argv[k++] = p;
+	if (k != rq.argc || p != text + rq.bytes)
+		_exit(127);
+	argv[k] = NULL;
+	*cpu_s = rq.cpu_s;
+	return argv; /* the command's until its execve */
+}
+
+/* The command's process: forked by init once the sandbox is ready, it
+ * takes every step that does not depend on the command (its session,
+ * credentials, descriptors, most limits, the seccomp filter) before the
+ * command comes, then waits for it on the go pipe, sets the two limits
+ * that depend on it and execs. Never returns. Signal dispositions and the
+ * signal mask come from init, which reset them all while preparing. */
+static _Noreturn void exec_command(int go, int out, int err, int report, int refuse_shm,
+                                   const struct command_limits *lim)
 {
 	/* A new session: no controlling terminal, so no TIOCSTI target. */
 	if (setsid() < 0)
@@ -387,6 +441,11 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		fail_step(report, "standard descriptors");
+	/* While it waits for the command it holds only what it uses: the
+	 * standard three, the go pipe and the report socket. */
+	close(null);
+	close(out);
+	close(err);
 	if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0)
 		fail_step(report, "close stray descriptors");
 
@@ -402,33 +461,50 @@ static _Noreturn void exec_command(char **argv, int out, int err, int report, lo
 	 * last: nothing after it allocates (the seccomp filters are
 	 * prebuilt). RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL
 	 * at the hard one (setrlimit(2)). The figures are the manifest's
-	 * limits (memoryBytes, fileSizeBytes, processes), or the maxima. */
+	 * limits (memoryBytes, fileSizeBytes, processes), or the maxima.
+	 * RLIMIT_CPU waits for the command, which brings its figure, and
+	 * RLIMIT_AS for the allocation that reads it. */
 	struct { int res; rlim_t soft, hard; const char *what; } rlim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
-		{RLIMIT_CPU, (rlim_t)cpu_s, (rlim_t)cpu_s + 1, "RLIMIT_CPU"},
 		{RLIMIT_FSIZE, (rlim_t)lim->file_size_bytes, (rlim_t)lim->file_size_bytes, "RLIMIT_FSIZE"},
 		{RLIMIT_NOFILE, LIMIT_NOFILE, LIMIT_NOFILE, "RLIMIT_NOFILE"},
 		{RLIMIT_NPROC, (rlim_t)lim->processes, (rlim_t)lim->processes, "RLIMIT_NPROC"},
 		{RLIMIT_MSGQUEUE, msgqueue_limit(), msgqueue_limit(), "RLIMIT_MSGQUEUE"},
+		{RLIMIT_CPU, 0, 0, "RLIMIT_CPU"},
 		{RLIMIT_AS, (rlim_t)lim->memory_bytes, (rlim_t)lim->memory_bytes, "RLIMIT_AS"},
 	};
-	for (size_t i = 0; i < sizeof rlim / sizeof rlim[0]; i++) {
+	/* All but the last two (CPU, address space) before the command comes. */
+	const size_t early = sizeof rlim / sizeof rlim[0] - 2;
+	for (size_t i = 0; i < early; i++) {
 		struct rlimit rl = {rlim[i].soft, rlim[i].hard};
 		if (setrlimit(rlim[i].res, &rl) < 0)
 			fail_step(report, rlim[i].what);
 	}
-	/* seccomp last, right before execve: the filter refuses what init
+	/* seccomp before the command comes: the filter refuses what init
 	 * needed for the steps before (mount, umount2, pivot_root), and
-	 * nothing after it runs but the hand-over of its listener and
+	 * nothing after it runs but the hand-over of its listener, the read of
+	 * the command, two setrlimit(2) calls that only lower limits, and
 	 * execve. The stage answers sysinfo (notify.c) and gets the listener
-	 * over the report socket. Should that fail, the listener closes at
-	 * execve (close-on-exec) and with it every call waiting on it, which
-	 * then fails with ENOSYS (kernel/seccomp.c seccomp_notify_detach). */
+	 * over the report socket. Should that fail, the listener's last copy
+	 * closes here, and every call that would wait on it fails with ENOSYS
+	 * instead (kernel/seccomp.c seccomp_notify_detach). */
 	int listener = seccomp_install(refuse_shm);
 	if (listener == -1)
 		fail_step(report, "seccomp");
-	if (listener >= 0)
+	if (listener >= 0) {
 		(void)send_fd(report, "sysinfo", listener);
+		close(listener); /* the stage's now: no reason to hold it */
+	}
+
+	long cpu_s = 0;
+	char **argv = await_request(go, &cpu_s);
+	rlim[early].soft = (rlim_t)cpu_s;
+	rlim[early].hard = (rlim_t)cpu_s + 1;
+	for (size_t i = early; i < sizeof rlim / sizeof rlim[0]; i++) {
+		struct rlimit rl = {rlim[i].soft, rlim[i].hard};
+		if (setrlimit(rlim[i].res, &rl) < 0)
+			fail_step(report, rlim[i].what);
+	}
 
 	/* No execvp: on ENOEXEC it would hand the file to /bin/sh. */
 	static const char *const dirs[] = {"/usr/bin/", "/bin/"};
@@ -479,55 +555,6 @@ static void drop_capabilities(int report)
 		fail_step(report, "drop capabilities");
 }
 
-static int read_full(int fd, void *p, size_t n)
-{
-	char *at = p;
-	while (n > 0) {
-		ssize_t got = read(fd, at, n);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			return -1;
-		at += got;
-		n -= (size_t)got;
-	}
-	return 0;
-}
-
-/* Wait for the stage's next go byte; its end of the pipe closing means it
- * gave up (or died), and so does the sandbox. */
-static char await_go(int go)
-{
-	char byte;
-	if (read_full(go, &byte, 1) < 0)
-		_exit(127);
-	return byte;
-}
-
-/* Wait for the command (struct run_request, then its arguments). The
- * stage closing the pipe instead means no command comes: the prepared
- * sandbox ends unused, and so does anything malformed. */
-static char **await_request(int go, long *cpu_s)
-{
-	struct run_request rq;
-	if (read_full(go, &rq, sizeof rq) < 0 || rq.argc == 0 || rq.argc > rq.bytes ||
-	    rq.bytes > NDJSON_DEFAULT_MAX || rq.cpu_s < 1)
-		_exit(0);
-	char *text = malloc(rq.bytes);
-	char **argv = malloc(((size_t)rq.argc + 1) * sizeof *argv);
-	if (!text || !argv || read_full(go, text, rq.bytes) < 0 || text[rq.bytes - 1] != '\0')
-		_exit(127);
-	size_t k = 0;
-	char *p = text;
-	for (; p < text + rq.bytes && k < rq.argc; p += strlen(p) + 1)
-		argv[k++] = p;
-	if (k != rq.argc || p != text + rq.bytes)
-		_exit(127);
-	argv[k] = NULL;
-	*cpu_s = rq.cpu_s;
-	return argv; /* init's until it exits */
-}
-
 /* init was cloned from the stage, descriptor table and all (clone(2)
  * without CLONE_FILES copies it): it would keep the host workspace and the
  * stage's stdin and stdout open for as long as it waits for a command.
@@ -559,10 +586,11 @@ static void keep_channels(int *go, int *out, int *err, int *report)
  * and unshare(2) moves the caller's future children, not the caller, into
  * the new namespace; its offsets can be written only until a process is
  * in it (kernel/time/namespace.c proc_timens_set_offset, frozen_offsets).
- * So init writes them first and then joins it itself with setns(2): the
- * command is a vfork child, which shares its parent's time namespace
- * (kernel/nsproxy.c copy_namespaces, CLONE_VM) and would move only at its
- * execve on recent kernels (fs/exec.c exec_task_namespaces). Runs while
+ * So init writes them first and then joins it itself with setns(2), and
+ * the command's process, its child, is born in it (a child that shared
+ * init's memory, CLONE_VM, would instead move only at its execve on
+ * recent kernels: kernel/nsproxy.c copy_namespaces, fs/exec.c
+ * exec_task_namespaces). Runs while
  * init is still host root: /proc/self belongs to the owner of a dumpable
  * process, and the switch to the mapped ids makes init undumpable (a
  * change of effective uid; kernel/cred.c commit_creds), its /proc/self
@@ -672,22 +700,17 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report, const s
 	if (ws < 0 || send_fd(report, "staging", ws) < 0)
 		fail_step(report, "pass the staging directory");
 	close(ws);
-	long cpu_s = 0;
-	char **argv = await_request(go, &cpu_s);
 
-	/* vfork: the command shares init's memory until its execve, so no
-	 * page table is copied and it runs at once, on this CPU, while init
-	 * sleeps (vfork(2)). Sound here: the child only enters exec_command,
-	 * which never returns, and what it changes is its own (the session,
-	 * working directory, credentials, death signal, descriptors, rlimits
-	 * and seccomp are per process or per task); of the shared memory it
-	 * writes only its stack below init's frame and errno, which init
-	 * does not read afterwards. */
-	pid_t cmd = vfork();
+	/* The command's process is forked now, after the ready report (the
+	 * stage reads that first), and takes its own steps while the model
+	 * thinks; the command itself comes to it, not to init, which from
+	 * here on only waits. fork, not vfork: the child runs on its own and
+	 * allocates, which a vfork child sharing init's memory must not. */
+	pid_t cmd = fork();
 	if (cmd < 0)
 		fail_step(report, "fork command");
 	if (cmd == 0)
-		exec_command(argv, out, err, report, cpu_s, refuse_shm, lim);
+		exec_command(go, out, err, report, refuse_shm, lim);
 	close(out);
 	close(err);
 	int code = -1;
@@ -707,7 +730,8 @@ static _Noreturn void sandbox_init(int go, int out, int err, int report, const s
 	}
 	/* Tell the stage the outcome now that no process but this one is
 	 * left: nothing changes the staging copy any more, so it can copy
-	 * back and answer. */
+	 * back and answer. (A command process that died before the command
+	 * came left its failed step in the socket first.) */
 	struct step_report outcome = {.step = "", .err = code};
 	ssize_t w = write(report, &outcome, sizeof outcome);
 	(void)w;

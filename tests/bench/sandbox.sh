@@ -5,9 +5,14 @@
 # posix_spawn(3) of /bin/true and its wait, in one run. Prints the medians
 # and the prepared sandbox's ratio to the floor.
 #   prepared     one stage, a pause between requests (the model thinking):
-#                the sandbox is ready when the request comes; request->reply
+#                the sandbox is ready when the request comes; request->reply.
+#                Sampled interleaved with the floor after the same pause
+#                (and with the baseline's prepared line, if any), in turn,
+#                so that all meet the same machine: a CPU that has idled
+#                for the pause wakes slower than one kept busy.
 #   per call     one stage, requests back to back: each also waits for the
-#                sandbox prepared after the last reply
+#                sandbox prepared after the last reply (with a baseline:
+#                the two stages in turn, runs of 10 each)
 #   per process  start, load the manifest, one call, exit
 #   SFMA_BINDIR  where sfma-exec is (default: bin/ beside tests/)
 #   SFMA_BASELINE_BINDIR  another build to measure beside it (optional)
@@ -36,27 +41,66 @@ env = dict(os.environ)
 def median_ms(samples):
     return statistics.median(samples) * 1000
 
-def per_call(exe, pause_s):
-    """One process serving n run requests; the time of each, request to reply."""
-    p = subprocess.Popen([exe, "--apply", work + "/m.json"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, env=env, bufsize=0)
-    # Buffered replies: a raw readline would read one byte per system call.
-    replies = os.fdopen(os.dup(p.stdout.fileno()), "rb")
-    out = []
-    for i in range(n + 5):
-        if pause_s:
-            time.sleep(pause_s)
+class Stage:
+    """One sfma-exec serving run requests, each timed request to reply."""
+    def __init__(self, exe):
+        self.p = subprocess.Popen([exe, "--apply", work + "/m.json"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env=env, bufsize=0)
+        # Buffered replies: a raw readline would read one byte per system call.
+        self.replies = os.fdopen(os.dup(self.p.stdout.fileno()), "rb")
+        self.i = 0
+
+    def call(self):
+        self.i += 1
         t = time.perf_counter()
-        p.stdin.write(b'{"id":%d,"call":{"tool":"run","cmd":"true"}}\n' % i)
-        reply = json.loads(replies.readline())
+        self.p.stdin.write(b'{"id":%d,"call":{"tool":"run","cmd":"true"}}\n' % self.i)
+        reply = json.loads(self.replies.readline())
         dt = time.perf_counter() - t
         if reply.get("run", {}).get("exit") != 0:
             sys.exit("sfma-exec: sandboxed true failed: %s" % reply)
-        if i >= 5:  # warm-up
-            out.append(dt)
-    p.stdin.close()
-    p.wait()
-    replies.close()
+        return dt
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+        self.replies.close()
+
+def spawn_once():
+    """posix_spawn of /bin/true and its wait, no sandbox: the floor."""
+    t = time.perf_counter()
+    pid = os.posix_spawn("/bin/true", ["/bin/true"], env)
+    os.waitpid(pid, 0)
+    return time.perf_counter() - t
+
+def per_call(exes):
+    """Requests back to back, in runs of 10 taking the stages in turn; the
+    first call of a run, whose sandbox was prepared during the other
+    stages' run, is not counted: n samples of each."""
+    stages = [Stage(exe) for exe in exes]
+    out = [[] for _ in stages]
+    while len(out[0]) < n:
+        for k, stage in enumerate(stages):
+            stage.call()
+            out[k] += [stage.call() for i in range(min(10, n - len(out[k])))]
+    for s in stages:
+        s.close()
+    return out
+
+def prepared(exes, pause_s):
+    """The pause, then one sample, taking the stages and the floor in
+    turn (the order rotating): n samples of each after 5 of warm-up."""
+    stages = [Stage(exe) for exe in exes]
+    takers = [s.call for s in stages] + [spawn_once]
+    out = [[] for _ in takers]
+    for i in range(n + 5):
+        for k in range(len(takers)):
+            j = (i + k) % len(takers)
+            time.sleep(pause_s)
+            dt = takers[j]()
+            if i >= 5:
+                out[j].append(dt)
+    for s in stages:
+        s.close()
     return out
 
 def timed(argv, stdin=None):
@@ -68,27 +112,20 @@ def timed(argv, stdin=None):
             out.append(time.perf_counter() - t)
     return out
 
+names = ["sfma-exec" if b == 0 else "baseline" for b in range(len(builds))]
+exes = [bindir + "/sfma-exec" for bindir in builds]
 rows = []
-for b, bindir in enumerate(builds):
-    exe = bindir + "/sfma-exec"
-    name = "sfma-exec" if b == 0 else "baseline"
-    rows.append(("%s prepared" % name, per_call(exe, pause)))
-    rows.append(("%s per call" % name, per_call(exe, 0)))
+interleaved = prepared(exes, pause)
+for name, samples in zip(names, interleaved):
+    rows.append(("%s prepared" % name, samples))
+rows.append(("posix_spawn after the pause", interleaved[-1]))
+for name, samples in zip(names, per_call(exes)):
+    rows.append(("%s per call" % name, samples))
+for name, exe in zip(names, exes):
     rows.append(("%s per process" % name,
                  timed([exe, "--apply", work + "/m.json"],
                        stdin=b'{"id":1,"call":{"tool":"run","cmd":"true"}}\n')))
-def bare_spawn():
-    """posix_spawn of /bin/true and its wait, no sandbox: the floor."""
-    out = []
-    for i in range(n + 5):
-        t = time.perf_counter()
-        pid = os.posix_spawn("/bin/true", ["/bin/true"], env)
-        os.waitpid(pid, 0)
-        if i >= 5:
-            out.append(time.perf_counter() - t)
-    return out
-
-rows.append(("posix_spawn, no sandbox", bare_spawn()))
+rows.append(("posix_spawn, back to back", [spawn_once() for i in range(n + 5)][5:]))
 rows.append(("unshare", timed(["unshare", "--user", "--map-root-user", "--mount", "--net",
                                "--pid", "--fork", "/bin/true"])))
 # bwrap with the same isolation: all namespaces, read-only runtime, private
@@ -105,10 +142,13 @@ rows.append(("bwrap", timed(["bwrap", "--unshare-all", "--die-with-parent", "--n
                              "--bind", work + "/ws", "/workspace", "--chdir", "/workspace",
                              "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "/bin/true"])))
 
-print("sandboxed /bin/true, median of %d (ms; prepared: %d ms between requests):"
-      % (n, pause * 1000))
+print("sandboxed /bin/true, median of %d (ms; prepared: %d ms between requests;"
+      " load %.2f):" % (n, pause * 1000, os.getloadavg()[0]))
 for name, samples in rows:
-    print("  %-26s %7.2f" % (name, median_ms(samples)))
-floor = median_ms(dict(rows)["posix_spawn, no sandbox"])
-print("  prepared / posix_spawn     %7.2fx (target: at most 2x)" % (median_ms(rows[0][1]) / floor))
+    print("  %-30s %7.2f" % (name, median_ms(samples)))
+medians = {name: median_ms(samples) for name, samples in rows}
+print("  prepared / posix_spawn after the pause %5.2fx (target: at most 2x)"
+      % (medians["sfma-exec prepared"] / medians["posix_spawn after the pause"]))
+print("  prepared / posix_spawn back to back    %5.2fx"
+      % (medians["sfma-exec prepared"] / medians["posix_spawn, back to back"]))
 PY
