@@ -187,7 +187,7 @@ await_cgroups() {
 # the two limits that depend on it (CPU seconds, address space) and the
 # execve that succeeds; and every step the filter would refuse ran earlier
 # in init.
-@test "the seccomp filter is installed last, right before execve, after the steps it refuses" {
+@test "the seccomp filter is the command's last set-up step: after it only the command's read, two limits and execve" {
 	require strace
 	printf '%s\n' '{"id":1,"call":{"tool":"run","cmd":"true"}}' >"$W/req"
 	# one file per process: trace.PID (LeakSanitizer cannot run under ptrace)

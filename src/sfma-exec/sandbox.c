@@ -400,6 +400,22 @@ static char **await_request(int go, long *cpu_s)
 	return argv; /* the command's until its execve */
 }
 
+/* One resource limit to set, named for the step a failure reports. */
+struct limit {
+	int res;
+	rlim_t soft, hard;
+	const char *what;
+};
+
+static void set_limits(int report, const struct limit *l, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct rlimit rl = {l[i].soft, l[i].hard};
+		if (setrlimit(l[i].res, &rl) < 0)
+			fail_step(report, l[i].what);
+	}
+}
+
 /* The command's process: forked by init once the sandbox is ready, it
  * takes every step that does not depend on the command (its session,
  * credentials, descriptors, most limits, the seccomp filter) before the
@@ -464,7 +480,7 @@ static _Noreturn void exec_command(int go, int out, int err, int report, int ref
 	 * limits (memoryBytes, fileSizeBytes, processes), or the maxima.
 	 * RLIMIT_CPU waits for the command, which brings its figure, and
 	 * RLIMIT_AS for the allocation that reads it. */
-	struct { int res; rlim_t soft, hard; const char *what; } rlim[] = {
+	struct limit rlim[] = {
 		{RLIMIT_CORE, 0, 0, "RLIMIT_CORE"},
 		{RLIMIT_FSIZE, (rlim_t)lim->file_size_bytes, (rlim_t)lim->file_size_bytes, "RLIMIT_FSIZE"},
 		{RLIMIT_NOFILE, LIMIT_NOFILE, LIMIT_NOFILE, "RLIMIT_NOFILE"},
@@ -474,12 +490,8 @@ static _Noreturn void exec_command(int go, int out, int err, int report, int ref
 		{RLIMIT_AS, (rlim_t)lim->memory_bytes, (rlim_t)lim->memory_bytes, "RLIMIT_AS"},
 	};
 	/* All but the last two (CPU, address space) before the command comes. */
-	const size_t early = sizeof rlim / sizeof rlim[0] - 2;
-	for (size_t i = 0; i < early; i++) {
-		struct rlimit rl = {rlim[i].soft, rlim[i].hard};
-		if (setrlimit(rlim[i].res, &rl) < 0)
-			fail_step(report, rlim[i].what);
-	}
+	const size_t all = sizeof rlim / sizeof rlim[0], early = all - 2;
+	set_limits(report, rlim, early);
 	/* seccomp before the command comes: the filter refuses what init
 	 * needed for the steps before (mount, umount2, pivot_root), and
 	 * nothing after it runs but the hand-over of its listener, the read of
@@ -500,11 +512,7 @@ static _Noreturn void exec_command(int go, int out, int err, int report, int ref
 	char **argv = await_request(go, &cpu_s);
 	rlim[early].soft = (rlim_t)cpu_s;
 	rlim[early].hard = (rlim_t)cpu_s + 1;
-	for (size_t i = early; i < sizeof rlim / sizeof rlim[0]; i++) {
-		struct rlimit rl = {rlim[i].soft, rlim[i].hard};
-		if (setrlimit(rlim[i].res, &rl) < 0)
-			fail_step(report, rlim[i].what);
-	}
+	set_limits(report, rlim + early, all - early);
 
 	/* No execvp: on ENOEXEC it would hand the file to /bin/sh. */
 	static const char *const dirs[] = {"/usr/bin/", "/bin/"};
