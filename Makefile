@@ -88,9 +88,12 @@ $(LIBA): $(LIB_OBJ)
 prog_objs = $(patsubst src/%.c,$(BUILD)/src/%.o,$(wildcard src/$(1).c src/$(1)/*.c))
 
 .SECONDEXPANSION:
+# --as-needed: a program records only the libraries it calls, so one that
+# never hashes (sfma, sfma-mem, ...) does not load libcrypto, whose
+# loading and linking is about 0.8 ms of every start (tests/bench/run-cost.sh).
 $(BINDIR)/%: $$(call prog_objs,$$*) $(LIBA)
 	@mkdir -p $(BINDIR)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(call prog_objs,$*) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Wl,--as-needed -o $@ $(call prog_objs,$*) $(LIBA) $(BASE_LIBS) $(LIBS_$*)
 
 # Every input that ever found a bug (tests/fuzz/regressions/) runs first.
 # The suite's directories are kept until every honest record it made has

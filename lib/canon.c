@@ -1,6 +1,6 @@
 /* canon.c - RFC 8785 canonical JSON: serializer and one-pass checker. */
 #include "canon.h"
-#include "sha.h"
+#include "hex.h"
 
 #include <math.h>
 #include <pthread.h>

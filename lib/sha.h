@@ -10,10 +10,10 @@
 #ifndef SFMA_SHA_H
 #define SFMA_SHA_H
 
+#include "hex.h"
+
 #include <stddef.h>
 #include <openssl/sha.h>
-
-#define SHA256_HEX_LEN 64
 
 /* A SHA-256 in progress; copied by assignment (a digest so far). */
 struct sha256 {
@@ -25,9 +25,6 @@ void sha256_final(struct sha256 *s, unsigned char md[32]);
 
 /* out receives 64 hex digits and a NUL. */
 void sha256_hex(const void *data, size_t n, char out[SHA256_HEX_LEN + 1]);
-void hex_encode(const unsigned char *in, size_t n, char *out);
-/* 1 if s[0..n) is exactly 64 lowercase hex digits. */
-int is_sha256_hex(const char *s, size_t n);
 
 /* One message for sha256_many: the bytes of part[0], part[1] and part[2]
  * in that order (a part of length 0 may be NULL), its digest into md. */

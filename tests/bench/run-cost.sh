@@ -7,6 +7,9 @@
 # of ROUNDS, in two workspaces: a fresh one (created by the run) and one
 # holding PRIOR earlier runs (a longer trace to verify, a longer history);
 # then the latter again with a signing key (when openssl(1) is present).
+# Beside them, two floors measured in the same run: the run's process
+# starts alone (each program started with --version, in the order the run
+# starts them) and, after the breakdown, the run's syncs alone.
 # Then, when strace(1) is present, where one run of each goes: processes
 # started by program (git counted apart), fsync/fdatasync calls by
 # program, and a timeline of milestones (under strace, so inflated).
@@ -101,6 +104,34 @@ for fresh, label in scenarios:
           % (label, base_name, b, n, rounds, n / b))
 
 env.pop("SFMA_AUDIT_PRIVATE_KEY", None)
+
+# The floor of process starts: the programs a hello run starts, each with
+# --version (loaded, linked, exited, nothing done), in the order sfma
+# starts them: sfma, sfma-plan, then the six other stages at once; then
+# the sandboxed echo and git twice. Beside it the same eleven starts of
+# true(1), a program that loads nothing but libc: what is left is the
+# loading and linking of the programs' libraries. Best of ROUNDS each.
+def start_floor(bare):
+    stages = ["sfma-model", "sfma-exec", "sfma-chain", "sfma-seal", "sfma-mem", "sfma-tap"]
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def argv(p):
+        return ["true"] if bare else [test_bin + "/" + p, "--version"]
+    t = time.perf_counter()
+    for p in ("sfma", "sfma-plan"):
+        subprocess.run(argv(p), check=True, **quiet)
+    for c in [subprocess.Popen(argv(p), **quiet) for p in stages]:
+        c.wait()
+    for a in (["echo"], ["git", "--version"], ["git", "--version"]):
+        subprocess.run(["true"] if bare else a, check=True, **quiet)
+    return (time.perf_counter() - t) * 1000
+
+floor = {False: [], True: []}
+for _ in range(rounds):
+    for bare in (False, True):
+        floor[bare].append(start_floor(bare))
+print("floor, the run's 11 process starts (each program --version, in the run's order): %.1f ms; "
+      "the same 11 starts of true(1): %.1f ms (best of %d)" % (min(floor[False]), min(floor[True]), rounds))
+
 if not shutil.which("strace"):
     print("run cost: strace missing, no breakdown")
     sys.exit(0)
@@ -165,8 +196,28 @@ def breakdown(who):
         ", ".join("%s %d" % kv for kv in sorted(procs.items())),
         ", ".join("%s %d" % kv for kv in sorted(syncs.items()))))
     print("    timeline under strace (ms): " + ", ".join("%s %s" % m for m in marks))
+    return sum(syncs.values())
 
 print("run cost breakdown (one run in a workspace with one run before it):")
 for who in ("base", "test"):
-    breakdown(who)
+    n_syncs = breakdown(who)
+
+# The floor of the run's syncs: as many fdatasync(2)s as the run under
+# test made, each after a 300-byte append to a file in the same file
+# system, one after another (the run overlaps some of its own). Best of
+# ROUNDS.
+def sync_floor(n):
+    path = os.path.join(tmp, "sync-floor")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    t = time.perf_counter()
+    for _ in range(n):
+        os.write(fd, b"x" * 299 + b"\n")
+        os.fdatasync(fd)
+    dt = (time.perf_counter() - t) * 1000
+    os.close(fd)
+    os.unlink(path)
+    return dt
+
+print("floor, the run's %d syncs one after another (300-byte appends, fdatasync): %.1f ms (best of %d)"
+      % (n_syncs, min(sync_floor(n_syncs) for _ in range(rounds)), rounds))
 PY
