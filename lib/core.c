@@ -532,7 +532,8 @@ int core_request_owner(const struct core *c, long id, const char **purpose, int 
 			return k + 1;
 		}
 		for (int i = 0; L->judges_out && i < SOFT_CALLS_MAX; i++)
-			if (L->judge_ids[i] == id && id > 0 && json_is_null(json_array_get(L->judge_replies, (size_t)i))) {
+			if (L->judge_ids[i] == id && id > 0 && !L->judge_held[i] &&
+			    json_is_null(json_array_get(L->judge_replies, (size_t)i))) {
 				*purpose = "judge";
 				*judge_index = i;
 				return k + 1;

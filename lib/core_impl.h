@@ -52,6 +52,12 @@ struct loop {
 	int judge_attempts[SOFT_CALLS_MAX];
 	char judge_avoid[SOFT_CALLS_MAX][200]; /* the endpoint the slot's next request avoids */
 	json_t *judge_replies;     /* [final reply|null...] by slot */
+	/* Replies that made no call (they leave no entry) held by slot until
+	 * the loop's last judge request is answered: taken on arrival, their
+	 * calls and slots would free up at moments the trace does not hold,
+	 * and what is sent next would depend on them (core_model_reply). */
+	json_t *judge_held[SOFT_CALLS_MAX];
+	int judges_held;
 	json_t *judge_msg_ref, *judge_calls;
 	char *judge_msg;
 };

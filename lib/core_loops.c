@@ -660,6 +660,33 @@ void core_dispatch(struct core *c, const struct core_facts *f)
 	}
 }
 
+/* A judge request's reply taken: its calls and slot freed, the reply
+ * judged (drained once the run has a verdict). */
+static void take_one_judge(struct core *c, int k, int i, json_t *reply)
+{
+	struct loop *L = &c->loops[k];
+	c->reserved_calls -= L->judge_allow[i];
+	L->judges_out--;
+	if (c->verdict)
+		drain_reply(c, k, reply, 0);
+	else
+		take_judge_reply(c, k, i, reply);
+}
+
+/* Loop k's held zero-call judge replies, taken in slot order. */
+static void take_held_judges(struct core *c, int k)
+{
+	struct loop *L = &c->loops[k];
+	for (int i = 0; i < SOFT_CALLS_MAX && L->judges_held; i++) {
+		json_t *reply = L->judge_held[i];
+		if (!reply)
+			continue;
+		L->judge_held[i] = NULL;
+		L->judges_held--;
+		take_one_judge(c, k, i, reply);
+	}
+}
+
 /* The loop, and judge index, a reply belongs to; -1 when none. */
 static int owner_of(const struct core *c, long id, int *judge_i)
 {
@@ -668,7 +695,7 @@ static int owner_of(const struct core *c, long id, int *judge_i)
 		if (c->loops[k].req_id == id)
 			return k;
 		for (int i = 0; i < SOFT_CALLS_MAX; i++)
-			if (c->loops[k].judges_out && c->loops[k].judge_ids[i] == id &&
+			if (c->loops[k].judges_out && c->loops[k].judge_ids[i] == id && !c->loops[k].judge_held[i] &&
 			    json_is_null(json_array_get(c->loops[k].judge_replies, (size_t)i))) {
 				*judge_i = i;
 				return k;
@@ -700,12 +727,23 @@ void core_model_reply(struct core *c, json_t *reply, const struct core_facts *f)
 	}
 	struct loop *L = &c->loops[owner];
 	if (judge_i >= 0) {
-		c->reserved_calls -= L->judge_allow[judge_i];
-		L->judges_out--;
+		json_t *calls = json_object_get(reply, "calls");
+		if (!c->verdict && !json_array_size(calls)) {
+			/* No call, no entry: held until the loop's last judge
+			 * request is answered, so that the replay, which meets
+			 * such replies only at the soft verdict they lead to,
+			 * takes them at the same point. */
+			L->judge_held[judge_i] = reply;
+			L->judges_held++;
+			if (L->judges_out == L->judges_held)
+				take_held_judges(c, owner);
+			return;
+		}
 		if (c->verdict)
-			drain_reply(c, owner, reply, 0);
-		else
-			take_judge_reply(c, owner, judge_i, reply);
+			take_held_judges(c, owner);
+		take_one_judge(c, owner, judge_i, reply);
+		if (!c->verdict && L->judges_held && L->judges_out == L->judges_held)
+			take_held_judges(c, owner);
 		return;
 	}
 	c->reserved_calls -= L->allowance;
@@ -757,6 +795,8 @@ void loops_free(struct core *c)
 		json_decref(L->c.message_ref);
 		json_decref(L->entries);
 		json_decref(L->judge_replies);
+		for (int i = 0; i < SOFT_CALLS_MAX; i++)
+			json_decref(L->judge_held[i]);
 		json_decref(L->judge_msg_ref);
 		json_decref(L->judge_calls);
 		free(L->judge_msg);
